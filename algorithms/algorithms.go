@@ -1,0 +1,188 @@
+// Package algorithms holds the rate-limiting algorithms, each written once as
+// a pure state transition: (state, now, cost, parameters) → (new state,
+// decision). Stores hold the state; they contain no algorithm logic.
+//
+// Every built-in algorithm has three forms kept side by side in this
+// package: the Go form (its Decide method), a Lua form for Redis and Valkey
+// (lua/*.lua), and a SQL form for PostgreSQL (sql/*.sql). The conformance
+// suite runs the server-side forms against the Go form on seeded random
+// sequences of time steps and costs and requires identical decisions.
+//
+// Time is an integer count of microseconds since the Unix epoch. All
+// arithmetic is integer arithmetic whose values stay below 2^53, so the Lua
+// form, which computes in doubles, gets exactly the Go form's answers. The
+// parameter checks in each constructor enforce that bound.
+package algorithms
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxExact is the largest integer every form of an algorithm represents
+// exactly (2^53, the limit of a double). Parameters whose derived values
+// would exceed it are rejected with ErrInvalidParams.
+const MaxExact = 1 << 53
+
+// MaxPeriod is the longest period an algorithm accepts.
+const MaxPeriod = 10 * 365 * 24 * time.Hour
+
+// Errors returned by the algorithms. The ratelimit package re-exports them.
+var (
+	// ErrInvalidParams reports a zero, negative or overflowing limit,
+	// period, burst or capacity.
+	ErrInvalidParams = errors.New("ratelimit: invalid parameters")
+	// ErrCorruptState reports stored state that does not decode as the
+	// algorithm's state.
+	ErrCorruptState = errors.New("ratelimit: corrupt state")
+)
+
+// Request is one call to an algorithm.
+type Request struct {
+	// Now is the current time in microseconds since the Unix epoch.
+	Now int64
+	// Cost is how many units the request consumes, at least 1 and at most
+	// the algorithm's MaxCost.
+	Cost int64
+	// Peek asks for the decision without consuming anything: the returned
+	// Step has a nil Next and the Decision's Remaining is what remains
+	// before the request.
+	Peek bool
+}
+
+// Decision is an algorithm's answer in integers. Durations are in
+// microseconds.
+type Decision struct {
+	// Allowed reports whether the request is admitted.
+	Allowed bool
+	// Limit is the most a key may hold at once: the limit of a window
+	// algorithm, the burst of a bucket.
+	Limit int64
+	// Remaining is how many units of cost could still be admitted now.
+	Remaining int64
+	// RetryAfter is, for a denied request, how long until the same request
+	// would be admitted if nothing else happened; zero when allowed.
+	RetryAfter int64
+	// ResetAfter is how long until the key's state is back to its initial,
+	// unused condition if nothing else happens.
+	ResetAfter int64
+	// Delay is how long an admitted request should wait before it
+	// proceeds. Only the leaky bucket, which shapes traffic into a steady
+	// rate, sets it; it is zero otherwise.
+	Delay int64
+}
+
+// Step is the result of one transition.
+type Step struct {
+	// Decision is the answer to the request.
+	Decision Decision
+	// Next is the state to store, or nil when the stored state must stay
+	// as it is (a peek, or a request that changed nothing).
+	Next []byte
+	// TTL is how long, in microseconds, Next stays meaningful: after it
+	// the state is equivalent to no state at all. It is at least 1 when
+	// Next is not nil.
+	TTL int64
+}
+
+// Algorithm is the pure form of a rate-limiting algorithm with its
+// parameters. Implementations must be safe for concurrent use; the built-in
+// ones are immutable values.
+//
+// Users may implement Algorithm to run their own algorithm on every store:
+// stores that cannot run it next to their data run it through their atomic
+// Update, which calls Decide with the stored state.
+type Algorithm interface {
+	// Name identifies the algorithm. It is part of every storage key and
+	// selects a store's server-side form. It matches [a-z0-9_-]{1,32}.
+	Name() string
+	// Validate reports whether the parameters are usable, with an error
+	// wrapping ErrInvalidParams that names the bad value.
+	Validate() error
+	// MaxCost is the largest cost a single request may have: a request
+	// above it could never be admitted.
+	MaxCost() int64
+	// Decide applies req to state, which is nil when the key holds no
+	// state. It must not retain state; it may write the next state into
+	// state's memory unless req.Peek is set.
+	Decide(state []byte, req Request) (Step, error)
+}
+
+// ServerForm is implemented by algorithms that have a server-side form:
+// a script for Redis and Valkey and a function for PostgreSQL, kept in this
+// package beside the Go form.
+type ServerForm interface {
+	Algorithm
+	// ServerArgs are the integer parameters passed to the server-side form,
+	// in the order the form documents. The returned slice must not be
+	// modified.
+	ServerArgs() []int64
+}
+
+// Params checks shared by the constructors.
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+func checkPeriod(name string, period time.Duration) error {
+	switch {
+	case period <= 0:
+		return fmt.Errorf("%w: %s period %v must be positive", ErrInvalidParams, name, period)
+	case period%time.Microsecond != 0:
+		return fmt.Errorf("%w: %s period %v must be a whole number of microseconds", ErrInvalidParams, name, period)
+	case period > MaxPeriod:
+		return fmt.Errorf("%w: %s period %v exceeds the maximum %v", ErrInvalidParams, name, period, MaxPeriod)
+	}
+	return nil
+}
+
+func checkCount(name, what string, n int64) error {
+	switch {
+	case n <= 0:
+		return fmt.Errorf("%w: %s %s %d must be positive", ErrInvalidParams, name, what, n)
+	case n > MaxExact/1024:
+		return fmt.Errorf("%w: %s %s %d is too large", ErrInvalidParams, name, what, n)
+	}
+	return nil
+}
+
+// gcd returns the greatest common divisor of two positive integers.
+func gcd(a, b int64) int64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// Ceiling and floor division of non-negative numerators by positive
+// divisors.
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func nonNeg(n int64) int64 { return max(n, 0) }
+
+// State encoding: a fixed number of little-endian int64 fields.
+
+func decodeFields(state []byte, dst []int64) error {
+	if len(state) != 8*len(dst) {
+		return fmt.Errorf("%w: %d bytes, want %d", ErrCorruptState, len(state), 8*len(dst))
+	}
+	for i := range dst {
+		dst[i] = int64(binary.LittleEndian.Uint64(state[8*i:]))
+	}
+	return nil
+}
+
+// encodeFields writes fields into buf when it has room (reusing the
+// caller's memory) and into a new slice otherwise.
+func encodeFields(buf []byte, fields ...int64) []byte {
+	n := 8 * len(fields)
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	for i, f := range fields {
+		binary.LittleEndian.PutUint64(buf[8*i:], uint64(f))
+	}
+	return buf
+}

@@ -1,0 +1,761 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+)
+
+// Run runs the whole suite against stores made by newHarness, one fresh
+// harness per subtest. Subtests are named Group/Path/algorithm, where Path
+// is "server" for the store's Decider (skipped when it has none) and
+// "update" for its Update.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, newHarness) })
+	}
+}
+
+type testCase struct {
+	name string
+	run  func(t *testing.T, newHarness func(*testing.T) Harness)
+}
+
+var cases = []testCase{
+	{"Concurrency", testConcurrency},
+	{"Boundaries", testBoundaries},
+	{"Differential", testDifferential},
+	{"Expiry", testExpiry},
+	{"StaleState", testStaleState},
+	{"Keys", testKeys},
+	{"Cost", testCost},
+	{"Peek", testPeek},
+	{"Reset", testReset},
+	{"Context", testContext},
+	{"OwnAlgorithm", testOwnAlgorithm},
+}
+
+// epoch is the fake clock's starting time: a multiple of every period the
+// suite uses, so windows start there.
+var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// algorithm is one algorithm under test, with a limit small enough to
+// exhaust quickly.
+type algorithm struct {
+	alg algorithms.Algorithm
+	// limit is how many cost-1 requests a fresh key admits at one instant.
+	limit int
+	// maxTTL bounds the TTL any state of this algorithm carries.
+	maxTTL time.Duration
+}
+
+func builtins() []algorithm {
+	return []algorithm{
+		{algorithms.FixedWindow(10, time.Second), 10, time.Second},
+		{algorithms.SlidingLog(10, time.Second), 10, time.Second},
+		{algorithms.SlidingWindow(10, time.Second), 10, 2 * time.Second},
+		{algorithms.TokenBucket(5, time.Second, 10), 10, 2 * time.Second},
+		{algorithms.LeakyBucket(5, time.Second, 10), 10, 2 * time.Second},
+		{algorithms.GCRA(5, time.Second, 10), 10, 2 * time.Second},
+	}
+}
+
+// paths are the two ways a limiter reaches a store.
+type path struct {
+	name string
+	wrap func(t *testing.T, s ratelimit.Store) ratelimit.Store
+}
+
+var paths = []path{
+	{"server", func(t *testing.T, s ratelimit.Store) ratelimit.Store {
+		t.Helper()
+		if _, ok := s.(ratelimit.Decider); !ok {
+			t.Skip("store does not implement ratelimit.Decider")
+		}
+		return s
+	}},
+	{"update", func(t *testing.T, s ratelimit.Store) ratelimit.Store { return updateOnly{s} }},
+}
+
+// updateOnly hides a store's Decider, so the limiter uses Update.
+type updateOnly struct{ ratelimit.Store }
+
+// forEach runs fn for every path and built-in algorithm, each on a fresh
+// harness.
+func forEach(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, s ratelimit.Store, a algorithm)) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, a := range builtins() {
+				t.Run(a.alg.Name(), func(t *testing.T) {
+					h := newHarness(t)
+					fn(t, h, p.wrap(t, h.Store), a)
+				})
+			}
+		})
+	}
+}
+
+// fixture is a limiter on a fake clock.
+type fixture struct {
+	t     *testing.T
+	lim   *ratelimit.Limiter
+	clock *clock.Fake
+	start time.Time
+}
+
+func newFixture(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
+	t.Helper()
+	c := clock.NewFake(epoch)
+	lim, err := ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithClock(c)}, opts...)...)
+	if err != nil {
+		t.Fatalf("ratelimit.New(%v): %v", alg, err)
+	}
+	return &fixture{t: t, lim: lim, clock: c, start: epoch}
+}
+
+func (f *fixture) at() string { return "t+" + f.clock.Now().Sub(f.start).String() }
+
+// allow calls AllowN and fails the test on an error.
+func (f *fixture) allow(key string, n int) ratelimit.Decision {
+	f.t.Helper()
+	d, err := f.lim.AllowN(context.Background(), key, n)
+	if err != nil {
+		f.t.Fatalf("lim.AllowN(%q, %d) at %s: %v", key, n, f.at(), err)
+	}
+	return d
+}
+
+// expect calls AllowN and checks whether it was allowed.
+func (f *fixture) expect(key string, n int, want bool) ratelimit.Decision {
+	f.t.Helper()
+	d := f.allow(key, n)
+	if d.Allowed != want {
+		f.t.Errorf("lim.AllowN(%q, %d) at %s = %s, want %s (remaining %d, retry after %v)",
+			key, n, f.at(), verdict(d.Allowed), verdict(want), d.Remaining, d.RetryAfter)
+	}
+	return d
+}
+
+func verdict(allowed bool) string {
+	if allowed {
+		return "allowed"
+	}
+	return "denied"
+}
+
+// exhaust admits a.limit cost-1 requests for key and checks the next is
+// denied.
+func (f *fixture) exhaust(key string, limit int) {
+	f.t.Helper()
+	for i := 0; i < limit; i++ {
+		f.expect(key, 1, true)
+	}
+	f.expect(key, 1, false)
+}
+
+// testConcurrency checks exact admission with many goroutines on one key,
+// on a key that exists and on one that does not yet (the first-create
+// race). The clock stands still, so exactly the limit must be admitted.
+func testConcurrency(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		for _, existing := range []bool{false, true} {
+			name := "new-key"
+			if existing {
+				name = "existing-key"
+			}
+			t.Run(name, func(t *testing.T) {
+				f := newFixture(t, s, a.alg)
+				key := "concurrent-" + name
+				admitted := 0
+				if existing {
+					f.expect(key, 1, true)
+					admitted++
+				}
+				const workers, each = 16, 4
+				var mu sync.Mutex
+				var wg sync.WaitGroup
+				var errs []error
+				start := make(chan struct{})
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for i := 0; i < each; i++ {
+							d, err := f.lim.Allow(context.Background(), key)
+							mu.Lock()
+							if err != nil {
+								errs = append(errs, err)
+							} else if d.Allowed {
+								admitted++
+							}
+							mu.Unlock()
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				for _, err := range errs {
+					t.Errorf("lim.Allow(%q) from %d goroutines: %v", key, workers, err)
+				}
+				if admitted != a.limit {
+					t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the store's read-modify-write is atomic)",
+						workers, each, key, admitted, a.limit)
+				}
+			})
+		}
+	})
+}
+
+// boundaryStep is one scripted request: advance the clock, then ask.
+type boundaryStep struct {
+	advance   time.Duration
+	cost      int
+	allowed   bool
+	remaining int           // checked when allowed
+	delay     time.Duration // checked when allowed
+	retry     time.Duration // checked when denied
+}
+
+// boundaryCase is a scripted sequence and the rule it checks.
+type boundaryCase struct {
+	name  string
+	rule  string
+	alg   algorithms.Algorithm
+	steps []boundaryStep
+}
+
+func boundaryCases() []boundaryCase {
+	const ms, s = time.Millisecond, time.Second
+	fill := func(n int, limit int) []boundaryStep {
+		var steps []boundaryStep
+		for i := 1; i <= n; i++ {
+			steps = append(steps, boundaryStep{cost: 1, allowed: true, remaining: limit - i})
+		}
+		return steps
+	}
+	cat := func(parts ...[]boundaryStep) []boundaryStep {
+		var all []boundaryStep
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		return all
+	}
+	return []boundaryCase{
+		{"fixed_window/boundary-burst", "a fixed window resets at the boundary, so it admits the limit on each side of it",
+			algorithms.FixedWindow(3, s), cat(
+				[]boundaryStep{{advance: 900 * ms, cost: 1, allowed: true, remaining: 2}},
+				[]boundaryStep{{cost: 2, allowed: true, remaining: 0}, {advance: 99 * ms, cost: 1, allowed: false, retry: ms}},
+				[]boundaryStep{{advance: ms, cost: 3, allowed: true, remaining: 0}, {advance: 999 * ms, cost: 1, allowed: false, retry: ms}},
+			)},
+		{"sliding_log/exact-window", "a sliding log counts exactly the requests of the last period",
+			algorithms.SlidingLog(3, s), []boundaryStep{
+				{advance: 0, cost: 1, allowed: true, remaining: 2},
+				{advance: 500 * ms, cost: 2, allowed: true, remaining: 0},
+				{advance: 499 * ms, cost: 1, allowed: false, retry: ms},
+				{advance: ms, cost: 1, allowed: true, remaining: 0},
+				{advance: 499 * ms, cost: 2, allowed: false, retry: ms},
+				{advance: ms, cost: 2, allowed: true, remaining: 0},
+			}},
+		{"sliding_log/same-microsecond", "two requests in the same microsecond are two log entries",
+			algorithms.SlidingLog(2, s), []boundaryStep{
+				{cost: 1, allowed: true, remaining: 1},
+				{cost: 1, allowed: true, remaining: 0},
+				{cost: 1, allowed: false, retry: s},
+			}},
+		{"sliding_window/weighted", "the previous window counts in proportion to its overlap with the last period",
+			algorithms.SlidingWindow(10, s), []boundaryStep{
+				{advance: 500 * ms, cost: 10, allowed: true, remaining: 0},
+				{advance: 500 * ms, cost: 1, allowed: false, retry: time.Microsecond}, // floor(10 × 1.0) = 10
+				{advance: 100 * ms, cost: 1, allowed: true, remaining: 0},             // floor(10 × 0.9) + 1 = 10
+				{cost: 1, allowed: false, retry: time.Microsecond},
+				{advance: 400 * ms, cost: 4, allowed: true, remaining: 0}, // floor(10 × 0.5) + 1 + 4 = 10
+				{advance: 500 * ms, cost: 5, allowed: true, remaining: 0}, // new window: floor(5 × 1.0) + 5
+				{cost: 6, allowed: false, retry: s + time.Microsecond},    // needs the next window
+			}},
+		{"token_bucket/refill", "a token bucket admits the burst at once, then refills limit per period",
+			algorithms.TokenBucket(2, s, 4), cat(fill(4, 4), []boundaryStep{
+				{cost: 1, allowed: false, retry: 500 * ms},
+				{advance: 499 * ms, cost: 1, allowed: false, retry: ms},
+				{advance: ms, cost: 1, allowed: true, remaining: 0},
+				{advance: 5 * s, cost: 4, allowed: true, remaining: 0},
+			})},
+		{"token_bucket/uneven-rate", "the refill is exact when period/limit is not a whole number of microseconds",
+			algorithms.TokenBucket(3, s, 1), []boundaryStep{
+				{cost: 1, allowed: true, remaining: 0},
+				{advance: 333333 * time.Microsecond, cost: 1, allowed: false, retry: time.Microsecond}, // 1/3 s is 333333.33 µs
+				{advance: time.Microsecond, cost: 1, allowed: true, remaining: 0},
+				{advance: 333332 * time.Microsecond, cost: 1, allowed: false, retry: 2 * time.Microsecond},
+			}},
+		{"leaky_bucket/shaping", "a leaky bucket admits up to its capacity and spaces requests one interval apart",
+			algorithms.LeakyBucket(2, s, 3), []boundaryStep{
+				{cost: 1, allowed: true, remaining: 2},
+				{cost: 1, allowed: true, remaining: 1, delay: 500 * ms},
+				{cost: 1, allowed: true, remaining: 0, delay: s},
+				{cost: 1, allowed: false, retry: 500 * ms},
+				{advance: 500 * ms, cost: 1, allowed: true, remaining: 0, delay: s},
+			}},
+		{"gcra/burst-then-rate", "GCRA admits the burst, then one request per interval",
+			algorithms.GCRA(10, s, 2), []boundaryStep{
+				{cost: 1, allowed: true, remaining: 1},
+				{cost: 1, allowed: true, remaining: 0},
+				{cost: 1, allowed: false, retry: 100 * ms},
+				{advance: 99 * ms, cost: 1, allowed: false, retry: ms},
+				{advance: ms, cost: 1, allowed: true, remaining: 0},
+				{advance: 200 * ms, cost: 2, allowed: true, remaining: 0},
+			}},
+	}
+}
+
+// testBoundaries runs scripted sequences at window and refill edges.
+func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, bc := range boundaryCases() {
+				t.Run(bc.name, func(t *testing.T) {
+					h := newHarness(t)
+					f := newFixture(t, p.wrap(t, h.Store), bc.alg)
+					for i, st := range bc.steps {
+						f.clock.Advance(st.advance)
+						d := f.allow("boundary", st.cost)
+						switch {
+						case d.Allowed != st.allowed:
+							t.Fatalf("step %d: lim.AllowN(key, %d) at %s = %s, want %s (remaining %d, retry after %v); rule: %s",
+								i, st.cost, f.at(), verdict(d.Allowed), verdict(st.allowed), d.Remaining, d.RetryAfter, bc.rule)
+						case st.allowed && d.Remaining != st.remaining:
+							t.Fatalf("step %d: lim.AllowN(key, %d) at %s = allowed with remaining %d, want %d; rule: %s",
+								i, st.cost, f.at(), d.Remaining, st.remaining, bc.rule)
+						case st.allowed && d.Delay != st.delay:
+							t.Fatalf("step %d: lim.AllowN(key, %d) at %s = allowed with delay %v, want %v; rule: %s",
+								i, st.cost, f.at(), d.Delay, st.delay, bc.rule)
+						case !st.allowed && d.RetryAfter != st.retry:
+							t.Fatalf("step %d: lim.AllowN(key, %d) at %s = denied with retry after %v, want %v; rule: %s",
+								i, st.cost, f.at(), d.RetryAfter, st.retry, bc.rule)
+						}
+					}
+				})
+			}
+		})
+	}
+}
+
+// testDifferential runs seeded random sequences through the store and
+// through the Go form on local state, and requires equal decisions. On the
+// server path this holds a store's server-side forms to the Go forms; on
+// the update path it checks that Update keeps state faithfully.
+func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
+	algs := []algorithms.Algorithm{
+		algorithms.FixedWindow(7, 300*time.Millisecond),
+		algorithms.SlidingLog(7, 300*time.Millisecond),
+		algorithms.SlidingWindow(7, 300*time.Millisecond),
+		algorithms.TokenBucket(3, 100*time.Millisecond, 7),
+		algorithms.LeakyBucket(3, 100*time.Millisecond, 7),
+		algorithms.GCRA(3, 100*time.Millisecond, 7),
+		algorithms.TokenBucket(7, time.Second, 5), // interval not a whole microsecond
+		algorithms.GCRA(7, time.Second, 5),
+	}
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for i, alg := range algs {
+				t.Run(fmt.Sprintf("%s-%d", alg.Name(), i), func(t *testing.T) {
+					h := newHarness(t)
+					f := newFixture(t, p.wrap(t, h.Store), alg)
+					for seed := uint64(1); seed <= 3; seed++ {
+						differential(t, f, alg, seed)
+					}
+				})
+			}
+		})
+	}
+}
+
+func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	key := fmt.Sprintf("differential-%d", seed)
+	var state []byte
+	steps := []time.Duration{0, 0, time.Microsecond, 7 * time.Microsecond, time.Millisecond, 13 * time.Millisecond, 50 * time.Millisecond, 99999 * time.Microsecond, 150 * time.Millisecond, 299999 * time.Microsecond, 300 * time.Millisecond, time.Second}
+	for i := 0; i < 150; i++ {
+		f.clock.Advance(steps[rng.IntN(len(steps))])
+		cost := 1 + rng.IntN(int(alg.MaxCost()))
+		if rng.IntN(3) > 0 {
+			cost = 1
+		}
+		peek := rng.IntN(8) == 0
+		if peek {
+			cost = 1
+		}
+		now := f.clock.Now().UnixMicro()
+		step, err := alg.Decide(state, algorithms.Request{Now: now, Cost: int64(cost), Peek: peek})
+		if err != nil {
+			t.Fatalf("Go form %v Decide: %v", alg, err)
+		}
+		if step.Next != nil {
+			state = append([]byte(nil), step.Next...)
+		}
+		want := algorithmsDecision(step.Decision)
+		var got ratelimit.Decision
+		call := fmt.Sprintf("lim.AllowN(%q, %d)", key, cost)
+		if peek {
+			call = fmt.Sprintf("lim.Peek(%q)", key)
+			got, err = f.lim.Peek(context.Background(), key)
+		} else {
+			got, err = f.lim.AllowN(context.Background(), key, cost)
+		}
+		if err != nil {
+			t.Fatalf("seed %d step %d: %s at %s: %v", seed, i, call, f.at(), err)
+		}
+		if got != want {
+			t.Fatalf("seed %d step %d: %s at %s = %+v, want the Go form's %+v", seed, i, call, f.at(), got, want)
+		}
+	}
+}
+
+func algorithmsDecision(d algorithms.Decision) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    d.Allowed,
+		Limit:      int(d.Limit),
+		Remaining:  int(d.Remaining),
+		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
+		Delay:      time.Duration(d.Delay) * time.Microsecond,
+	}
+}
+
+// testExpiry checks that every key the store writes carries an expiry no
+// longer than the state needs, and that state expires.
+func testExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		if h.Expiries == nil {
+			t.Skip("harness has no Expiries: cannot list the backend's keys")
+		}
+		f := newFixture(t, s, a.alg)
+		for i := 0; i < 20; i++ {
+			key := fmt.Sprintf("expiry-%d", i)
+			for j := 0; j <= i%3; j++ {
+				f.allow(key, 1)
+			}
+			f.clock.Advance(3 * time.Millisecond)
+		}
+		ctx := context.Background()
+		check := func(when string, expired bool) {
+			t.Helper()
+			list, err := h.Expiries(ctx)
+			if err != nil {
+				t.Fatalf("Expiries: %v", err)
+			}
+			if !expired && len(list) == 0 {
+				t.Fatalf("%s: Expiries lists no keys after 20 keys were written", when)
+			}
+			now := f.clock.Now()
+			if h.RealTimeExpiry {
+				now = time.Now()
+			}
+			for _, e := range list {
+				switch {
+				case e.Never:
+					t.Errorf("%s: backend key %q has no expiry (rule: every key written carries one)", when, e.Key)
+				case !expired && e.At.Sub(now) > a.maxTTL+time.Second:
+					t.Errorf("%s: backend key %q expires in %v, more than the state needs (%v)", when, e.Key, e.At.Sub(now), a.maxTTL)
+				case expired && e.At.After(now):
+					t.Errorf("%s: backend key %q still expires in %v", when, e.Key, e.At.Sub(now))
+				}
+			}
+		}
+		check("after writes", false)
+		if h.RealTimeExpiry {
+			// The backend's TTLs run on the real clock; a short policy
+			// shows them firing.
+			short := newFixture(t, s, shortVersion(a.alg), ratelimit.WithName("short"))
+			short.allow("short-lived", 1)
+			time.Sleep(250 * time.Millisecond)
+			list, err := h.Expiries(ctx)
+			if err != nil {
+				t.Fatalf("Expiries: %v", err)
+			}
+			for _, e := range list {
+				if strings.Contains(e.Key, "short-lived") && !e.Never && e.At.After(time.Now()) {
+					t.Errorf("backend key %q of a 100ms policy still expires in %v after 250ms", e.Key, time.Until(e.At))
+				}
+			}
+			return
+		}
+		f.clock.Advance(a.maxTTL + time.Millisecond)
+		f.allow("expiry-trigger", 1) // stores that judge expiry by request time see the new time
+		f.clock.Advance(a.maxTTL + time.Millisecond)
+		f.allow("expiry-trigger-2", 1)
+		list, err := h.Expiries(ctx)
+		if err != nil {
+			t.Fatalf("Expiries: %v", err)
+		}
+		for _, e := range list {
+			if e.Never {
+				t.Errorf("backend key %q has no expiry", e.Key)
+			} else if strings.Contains(e.Key, "expiry-") && !strings.Contains(e.Key, "trigger") && e.At.After(f.clock.Now()) {
+				t.Errorf("backend key %q still expires in %v after its TTL passed", e.Key, e.At.Sub(f.clock.Now()))
+			}
+		}
+	})
+}
+
+// shortVersion returns alg's kind with a 100ms period.
+func shortVersion(alg algorithms.Algorithm) algorithms.Algorithm {
+	const p = 100 * time.Millisecond
+	switch alg.Name() {
+	case "fixed_window":
+		return algorithms.FixedWindow(10, p)
+	case "sliding_log":
+		return algorithms.SlidingLog(10, p)
+	case "sliding_window":
+		return algorithms.SlidingWindow(10, p/2)
+	case "token_bucket":
+		return algorithms.TokenBucket(10, p, 1)
+	case "leaky_bucket":
+		return algorithms.LeakyBucket(10, p, 1)
+	default:
+		return algorithms.GCRA(10, p, 1)
+	}
+}
+
+// testStaleState checks that decisions stay right when the backend keeps
+// state past its TTL: with the fake clock moved far ahead, real time has
+// not passed, so a backend that expires by real time still holds the old
+// state, and the algorithm must recognise it as stale.
+func testStaleState(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		f := newFixture(t, s, a.alg)
+		f.exhaust("stale", a.limit)
+		f.clock.Advance(10 * a.maxTTL)
+		d := f.expect("stale", 1, true)
+		if d.Remaining != a.limit-1 {
+			t.Errorf("lim.Allow(key) after %v idle = remaining %d, want %d (rule: correctness never depends on a TTL firing)",
+				10*a.maxTTL, d.Remaining, a.limit-1)
+		}
+	})
+}
+
+// testKeys checks key isolation, odd keys and namespacing.
+func testKeys(t *testing.T, newHarness func(*testing.T) Harness) {
+	odd := []string{
+		"{user}", "a}b{c", "}{", "{}", "with space", " ", "tab\tand\nnewline", "ünïcödé-キー-🔑",
+		"\x00", "\x00\xff\xfe binary", "a:b", "a:", ":a", "*", "?", "%s", "'; DROP TABLE x; --",
+		strings.Repeat("k", ratelimit.MaxKeyLen),
+	}
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		t.Run("odd-keys", func(t *testing.T) {
+			f := newFixture(t, s, a.alg)
+			for _, k := range odd {
+				f.expect(k, a.limit, true)
+			}
+			for _, k := range odd {
+				d := f.expect(k, 1, false)
+				if d.Remaining != 0 {
+					t.Errorf("lim.Allow(%q) after %d = remaining %d, want 0", k, a.limit, d.Remaining)
+				}
+			}
+			f.expect("fresh", a.limit, true)
+		})
+		t.Run("invalid", func(t *testing.T) {
+			f := newFixture(t, s, a.alg)
+			for _, k := range []string{"", strings.Repeat("k", ratelimit.MaxKeyLen+1)} {
+				if _, err := f.lim.Allow(context.Background(), k); !errors.Is(err, ratelimit.ErrInvalidKey) {
+					t.Errorf("lim.Allow(key of %d bytes) error = %v, want ErrInvalidKey", len(k), err)
+				}
+			}
+		})
+		t.Run("isolation", func(t *testing.T) {
+			f := newFixture(t, s, a.alg, ratelimit.WithName("one"))
+			f.exhaust("shared-id", a.limit)
+			f.expect("shared-id2", 1, true)
+			other := newFixture(t, s, a.alg, ratelimit.WithName("two"))
+			other.expect("shared-id", 1, true)
+			same := newFixture(t, s, a.alg, ratelimit.WithName("one"))
+			same.expect("shared-id", 1, false)
+		})
+	})
+}
+
+// testCost checks requests that cost more than one.
+func testCost(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		f := newFixture(t, s, a.alg)
+		d := f.expect("cost", 3, true)
+		if d.Remaining != a.limit-3 {
+			t.Errorf("lim.AllowN(key, 3) = remaining %d, want %d", d.Remaining, a.limit-3)
+		}
+		d = f.expect("cost", a.limit-2, false)
+		if d.Remaining != a.limit-3 {
+			t.Errorf("denied lim.AllowN(key, %d) = remaining %d, want %d (a denied request consumes nothing)", a.limit-2, d.Remaining, a.limit-3)
+		}
+		f.expect("cost", a.limit-3, true)
+		f.expect("cost", 1, false)
+		f.expect("whole", a.limit, true)
+		for _, n := range []int{0, -1, a.limit + 1} {
+			if _, err := f.lim.AllowN(context.Background(), "cost", n); !errors.Is(err, ratelimit.ErrInvalidCost) {
+				t.Errorf("lim.AllowN(key, %d) error = %v, want ErrInvalidCost", n, err)
+			}
+		}
+	})
+}
+
+// testPeek checks that Peek consumes nothing and writes nothing new.
+func testPeek(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		f := newFixture(t, s, a.alg)
+		for i := 0; i < a.limit*2; i++ {
+			d, err := f.lim.Peek(context.Background(), "peek")
+			if err != nil {
+				t.Fatalf("lim.Peek(key): %v", err)
+			}
+			if !d.Allowed || d.Remaining != a.limit {
+				t.Fatalf("lim.Peek(key) #%d on a fresh key = %s with remaining %d, want allowed with %d", i, verdict(d.Allowed), d.Remaining, a.limit)
+			}
+		}
+		if h.Expiries != nil {
+			list, err := h.Expiries(context.Background())
+			if err != nil {
+				t.Fatalf("Expiries: %v", err)
+			}
+			if len(list) != 0 {
+				t.Errorf("after only lim.Peek, the backend holds %d keys (first %q), want none", len(list), list[0].Key)
+			}
+		}
+		f.exhaust("peek", a.limit)
+		d, err := f.lim.Peek(context.Background(), "peek")
+		if err != nil {
+			t.Fatalf("lim.Peek(key): %v", err)
+		}
+		if d.Allowed || d.Remaining != 0 || d.RetryAfter <= 0 {
+			t.Errorf("lim.Peek(key) when exhausted = %s, remaining %d, retry after %v; want denied, 0, positive", verdict(d.Allowed), d.Remaining, d.RetryAfter)
+		}
+	})
+}
+
+// testReset checks that Reset forgets a key, and only that key.
+func testReset(t *testing.T, newHarness func(*testing.T) Harness) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+		f := newFixture(t, s, a.alg)
+		f.exhaust("reset", a.limit)
+		f.exhaust("kept", a.limit)
+		if err := f.lim.Reset(context.Background(), "reset"); err != nil {
+			t.Fatalf("lim.Reset(key): %v", err)
+		}
+		if err := f.lim.Reset(context.Background(), "never-used"); err != nil {
+			t.Errorf("lim.Reset(missing key): %v, want nil", err)
+		}
+		d := f.expect("reset", 1, true)
+		if d.Remaining != a.limit-1 {
+			t.Errorf("lim.Allow(key) after Reset = remaining %d, want %d", d.Remaining, a.limit-1)
+		}
+		f.expect("kept", 1, false)
+	})
+}
+
+// testContext checks that a store gives up when the context ends.
+func testContext(t *testing.T, newHarness func(*testing.T) Harness) {
+	h := newHarness(t)
+	key := ratelimit.Key{Namespace: "ctx:gcra", ID: "ctx"}
+	alg := algorithms.GCRA(1, time.Second, 1)
+	now := epoch.UnixMicro()
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+		want error
+	}{{"canceled", canceled, context.Canceled}, {"deadline", expired, context.DeadlineExceeded}} {
+		t.Run(c.name, func(t *testing.T) {
+			called := false
+			err := h.Store.Update(c.ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
+				called = true
+				st, err := alg.Decide(cur, algorithms.Request{Now: now, Cost: 1})
+				return st.Next, st.TTL, err
+			})
+			if !errors.Is(err, c.want) {
+				t.Errorf("store.Update with a %s context = %v, want an error wrapping %v", c.name, err, c.want)
+			}
+			_ = called // a store may or may not call fn before noticing; it must not report success
+			if err := h.Store.Delete(c.ctx, key); !errors.Is(err, c.want) {
+				t.Errorf("store.Delete with a %s context = %v, want an error wrapping %v", c.name, err, c.want)
+			}
+			if dec, ok := h.Store.(ratelimit.Decider); ok {
+				_, err := dec.Decide(c.ctx, key, alg, algorithms.Request{Now: now, Cost: 1})
+				if !errors.Is(err, c.want) {
+					t.Errorf("store.Decide with a %s context = %v, want an error wrapping %v", c.name, err, c.want)
+				}
+			}
+		})
+	}
+	// Nothing was admitted by the failed calls.
+	f := newFixture(t, h.Store, alg, ratelimit.WithName("ctx"))
+	f.expect("ctx", 1, true)
+}
+
+// ownAlgorithm is a user's algorithm with no server-side form: at most
+// limit requests ever, with the count as a decimal string.
+type ownAlgorithm struct{ limit int64 }
+
+func (a ownAlgorithm) Name() string    { return "own_counter" }
+func (a ownAlgorithm) Validate() error { return nil }
+func (a ownAlgorithm) MaxCost() int64  { return a.limit }
+func (a ownAlgorithm) Decide(state []byte, req algorithms.Request) (algorithms.Step, error) {
+	var n int64
+	if state != nil {
+		if _, err := fmt.Sscanf(string(state), "%d", &n); err != nil {
+			return algorithms.Step{}, fmt.Errorf("%w: %q", algorithms.ErrCorruptState, state)
+		}
+	}
+	d := algorithms.Decision{Limit: a.limit, Allowed: n+req.Cost <= a.limit, ResetAfter: int64(time.Hour / time.Microsecond)}
+	if d.Allowed && !req.Peek {
+		n += req.Cost
+	}
+	d.Remaining = a.limit - n
+	if !d.Allowed || req.Peek {
+		return algorithms.Step{Decision: d}, nil
+	}
+	return algorithms.Step{Decision: d, Next: fmt.Appendf(nil, "%d", n), TTL: d.ResetAfter}, nil
+}
+
+// testOwnAlgorithm checks that an algorithm without a server-side form runs
+// on the store through Update, exactly, under concurrency.
+func testOwnAlgorithm(t *testing.T, newHarness func(*testing.T) Harness) {
+	h := newHarness(t)
+	f := newFixture(t, h.Store, ownAlgorithm{limit: 25})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	admitted := 0
+	for w := 0; w < 10; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5; i++ {
+				d, err := f.lim.Allow(context.Background(), "own")
+				if err != nil {
+					t.Errorf("lim.Allow(key) with a user's algorithm: %v", err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted != 25 {
+		t.Errorf("10 goroutines × 5 lim.Allow(key) with a user's algorithm of limit 25 admitted %d, want 25", admitted)
+	}
+}

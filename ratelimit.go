@@ -1,0 +1,349 @@
+// Package ratelimit decides whether a key may do something now, with its
+// state in a store the application already runs: in-process memory, Redis,
+// Valkey, DynamoDB or PostgreSQL.
+//
+// A Limiter combines a Store (package store/...) with an Algorithm (package
+// algorithms). The algorithms are written once as pure state transitions and
+// make the same decisions on every store; stores that can run code next to
+// their data (Redis, Valkey, PostgreSQL) run them there in one round trip.
+//
+//	lim, err := ratelimit.New(memory.New(), algorithms.GCRA(100, time.Minute, 20))
+//	...
+//	d, err := lim.Allow(ctx, userID)
+//	if !d.Allowed {
+//		// reject, with d.RetryAfter for the Retry-After header
+//	}
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync/atomic"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+)
+
+// Errors. Check them with errors.Is; messages carry the offending values.
+var (
+	// ErrInvalidParams reports unusable algorithm parameters or options.
+	ErrInvalidParams = algorithms.ErrInvalidParams
+	// ErrCorruptState reports stored state that the algorithm cannot read.
+	ErrCorruptState = algorithms.ErrCorruptState
+	// ErrInvalidKey reports an empty or oversized key.
+	ErrInvalidKey = errors.New("ratelimit: invalid key")
+	// ErrInvalidCost reports a cost below 1 or above what the algorithm
+	// could ever admit (its burst, capacity or limit).
+	ErrInvalidCost = errors.New("ratelimit: invalid cost")
+	// ErrWouldExceedDeadline is returned by Wait when the request cannot be
+	// admitted before the context's deadline.
+	ErrWouldExceedDeadline = errors.New("ratelimit: would exceed context deadline")
+	// ErrInvalidTime reports a clock reading before the Unix epoch or too
+	// far after it to be held exactly.
+	ErrInvalidTime = errors.New("ratelimit: invalid time")
+)
+
+// Decision is the answer to a request: allowed or not, and what an HTTP
+// response needs to say so (RateLimit-* and Retry-After headers). A denied
+// request is a Decision, not an error.
+type Decision struct {
+	// Allowed reports whether the request was admitted.
+	Allowed bool
+	// Limit is the most a key may hold at once: the limit of a window
+	// algorithm, the burst of a bucket.
+	Limit int
+	// Remaining is how many units of cost could still be admitted now.
+	Remaining int
+	// RetryAfter is how long until a denied request would be admitted if
+	// nothing else happened. It is zero when Allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to its unused state if
+	// nothing else happens.
+	ResetAfter time.Duration
+	// Delay is how long an admitted request should wait before it
+	// proceeds. Only the leaky bucket sets it; Wait sleeps it for you.
+	Delay time.Duration
+}
+
+// FailurePolicy says what a Limiter decides when its store fails. Either
+// way the store's error is returned with the decision.
+type FailurePolicy int
+
+const (
+	// FailClosed denies requests while the store fails. It is the default.
+	FailClosed FailurePolicy = iota
+	// FailOpen admits requests while the store fails.
+	FailOpen
+)
+
+// Option configures a Limiter.
+type Option func(*Limiter) error
+
+// WithClock makes the limiter read time from c instead of the system
+// clock. Stores configured to use their server's clock ignore it.
+func WithClock(c clock.Clock) Option {
+	return func(l *Limiter) error {
+		if c == nil {
+			return fmt.Errorf("%w: nil clock", ErrInvalidParams)
+		}
+		l.clock = c
+		return nil
+	}
+}
+
+// WithName sets the limiter's name, which namespaces its keys: limiters with
+// the same name and algorithm share state, so changing a limit's numbers
+// under the same name applies to existing keys. A name matches
+// [A-Za-z0-9_.-]{1,64}.
+//
+// Without a name, a limiter's namespace is derived from its algorithm and
+// parameters, so two limiters with different policies never share state,
+// and changing the numbers starts from fresh state.
+func WithName(name string) Option {
+	return func(l *Limiter) error {
+		if err := checkName("limiter name", name); err != nil {
+			return err
+		}
+		l.name = name
+		return nil
+	}
+}
+
+// WithFailurePolicy sets what the limiter decides when the store fails.
+func WithFailurePolicy(p FailurePolicy) Option {
+	return func(l *Limiter) error {
+		if p != FailClosed && p != FailOpen {
+			return fmt.Errorf("%w: unknown failure policy %d", ErrInvalidParams, p)
+		}
+		l.policy = p
+		return nil
+	}
+}
+
+// Limiter decides whether keys may act now, under one algorithm, with state
+// in one store. Create it with New; the zero value is not usable. Allow is
+// the method most callers want. A Limiter is safe for concurrent use.
+type Limiter struct {
+	store   Store
+	decider Decider // store as a Decider, or nil
+	alg     algorithms.Algorithm
+	clock   clock.Clock
+	name    string
+	ns      string
+	policy  FailurePolicy
+	maxCost int64
+	// noServerForm is set once the store has said it cannot run alg.
+	noServerForm atomic.Bool
+}
+
+// New returns a limiter that applies alg to keys held in store. It reports
+// an error wrapping ErrInvalidParams when alg's parameters or an option are
+// unusable.
+func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidParams)
+	}
+	if alg == nil {
+		return nil, fmt.Errorf("%w: nil algorithm", ErrInvalidParams)
+	}
+	if err := alg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkName("algorithm name", alg.Name()); err != nil {
+		return nil, err
+	}
+	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost()}
+	if l.maxCost <= 0 {
+		return nil, fmt.Errorf("%w: algorithm %s has max cost %d", ErrInvalidParams, alg.Name(), l.maxCost)
+	}
+	for _, opt := range opts {
+		if err := opt(l); err != nil {
+			return nil, err
+		}
+	}
+	l.decider, _ = store.(Decider)
+	name := l.name
+	if name == "" {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%s %v", alg.Name(), alg)
+		name = fmt.Sprintf("p%016x", h.Sum64())
+	}
+	l.ns = name + ":" + alg.Name()
+	return l, nil
+}
+
+// Algorithm returns the limiter's algorithm.
+func (l *Limiter) Algorithm() algorithms.Algorithm { return l.alg }
+
+// Store returns the limiter's store.
+func (l *Limiter) Store() Store { return l.store }
+
+// Namespace returns the namespace of the limiter's keys in its store.
+func (l *Limiter) Namespace() string { return l.ns }
+
+// Allow reports whether key may make one request now, and consumes it if so.
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN reports whether key may make a request of cost n now, and consumes
+// n if so. A cost below 1 or above the algorithm's MaxCost is an error
+// wrapping ErrInvalidCost, not a denial.
+//
+// When the store fails, AllowN returns the store's error together with the
+// decision the failure policy prescribes.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
+	return l.decide(ctx, key, n, false)
+}
+
+// Peek reports whether key could make one request now, and what remains,
+// without consuming anything.
+func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
+	return l.decide(ctx, key, 1, true)
+}
+
+// Reset forgets key's state, as if it had never made a request.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	return l.store.Delete(ctx, Key{Namespace: l.ns, ID: key})
+}
+
+// Wait blocks until key may make one request, consumes it, and returns the
+// decision. See WaitN.
+func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
+	return l.WaitN(ctx, key, 1)
+}
+
+// WaitN blocks until key may make a request of cost n, consumes it, and
+// returns the decision. For the leaky bucket it also sleeps the admitted
+// request's Delay, so the caller proceeds at its turn.
+//
+// It returns at once with an error when the request can never succeed (a
+// cost above the algorithm's MaxCost), when the store fails, or when the
+// wait would outlast ctx's deadline (ErrWouldExceedDeadline); and with
+// ctx's error when ctx ends while waiting.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error) {
+	for {
+		d, err := l.decide(ctx, key, n, false)
+		if err != nil {
+			return d, err
+		}
+		wait := d.RetryAfter
+		if d.Allowed {
+			wait = d.Delay
+		}
+		if wait > 0 {
+			if deadline, ok := ctx.Deadline(); ok && l.clock.Now().Add(wait).After(deadline) {
+				if d.Allowed {
+					// The slot is taken; the caller proceeds late.
+					return d, fmt.Errorf("%w: delay %v", ErrWouldExceedDeadline, wait)
+				}
+				return d, fmt.Errorf("%w: retry after %v", ErrWouldExceedDeadline, wait)
+			}
+			select {
+			case <-l.clock.After(wait):
+			case <-ctx.Done():
+				return d, ctx.Err()
+			}
+		}
+		if d.Allowed {
+			return d, nil
+		}
+	}
+}
+
+func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool) (Decision, error) {
+	if err := checkKey(key); err != nil {
+		return Decision{}, err
+	}
+	cost := int64(n)
+	if cost < 1 || cost > l.maxCost {
+		return Decision{}, fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, l.maxCost, l.alg.Name())
+	}
+	now := l.clock.Now().UnixMicro()
+	if now < 0 || now > algorithms.MaxExact/2 {
+		return Decision{}, fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
+	}
+	if err := ctx.Err(); err != nil {
+		return l.failed(err)
+	}
+	k := Key{Namespace: l.ns, ID: key}
+	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
+	if l.decider != nil && !l.noServerForm.Load() {
+		d, err := l.decider.Decide(ctx, k, l.alg, req)
+		if err == nil {
+			return convert(d), nil
+		}
+		if !errors.Is(err, ErrUnsupported) {
+			return l.failed(err)
+		}
+		l.noServerForm.Store(true)
+	}
+	return l.update(ctx, k, req)
+}
+
+// update runs the algorithm through the store's atomic Update.
+func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
+	var step algorithms.Step
+	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
+		r := req
+		r.Now = now
+		var err error
+		step, err = l.alg.Decide(cur, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		return step.Next, step.TTL, nil
+	})
+	if err != nil {
+		return l.failed(err)
+	}
+	return convert(step.Decision), nil
+}
+
+func (l *Limiter) failed(err error) (Decision, error) {
+	d := Decision{Limit: int(l.maxCost)}
+	if l.policy == FailOpen && !errors.Is(err, ErrCorruptState) {
+		d.Allowed = true
+	}
+	return d, err
+}
+
+func convert(d algorithms.Decision) Decision {
+	return Decision{
+		Allowed:    d.Allowed,
+		Limit:      int(d.Limit),
+		Remaining:  int(d.Remaining),
+		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
+		Delay:      time.Duration(d.Delay) * time.Microsecond,
+	}
+}
+
+func checkKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	return nil
+}
+
+func checkName(what, name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%w: %s %q must be 1 to 64 characters", ErrInvalidParams, what, name)
+	}
+	for _, c := range []byte(name) {
+		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
+		if !ok {
+			return fmt.Errorf("%w: %s %q may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, name)
+		}
+	}
+	return nil
+}

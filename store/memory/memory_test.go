@@ -1,0 +1,29 @@
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store/memory"
+)
+
+func harness(t *testing.T) conformance.Harness {
+	s := memory.MustNew()
+	return conformance.Harness{
+		Store: s,
+		Expiries: func(ctx context.Context) ([]conformance.Expiry, error) {
+			var list []conformance.Expiry
+			s.Expiries(func(k ratelimit.Key, expires int64) {
+				list = append(list, conformance.Expiry{Key: k.String(), At: time.UnixMicro(expires)})
+			})
+			return list, nil
+		},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, harness)
+}
