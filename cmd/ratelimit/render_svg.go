@@ -1,0 +1,6 @@
+package main
+
+import "io"
+
+func renderSVG(w io.Writer, r *result) error  { return nil }
+func renderHTML(w io.Writer, r *result) error { return nil }
