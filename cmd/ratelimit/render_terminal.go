@@ -19,7 +19,6 @@ const (
 	glyphAdmitted = "█"
 	glyphDelayed  = "▒"
 	glyphDenied   = "x"
-	glyphMixed    = "▄"
 	glyphEmpty    = " "
 	glyphBoundary = "│"
 )
@@ -32,15 +31,31 @@ const (
 	ansiGreen  = "\x1b[32m"
 	ansiRed    = "\x1b[31m"
 	ansiYellow = "\x1b[33m"
-	ansiMixed  = "\x1b[32;41m" // green lower half on a red background
+	// Time slices where some requests were admitted and some denied: the
+	// admitted share as a green (or, having waited, yellow) bar on red.
+	ansiMixed        = "\x1b[32;41m"
+	ansiMixedDelayed = "\x1b[33;41m"
 )
+
+// glyphMixed are the bars of a time slice where some requests were admitted
+// and some denied, by the admitted share in eighths (1/8 to 7/8).
+var glyphMixed = []string{"▁", "▂", "▃", "▄", "▅", "▆", "▇"}
 
 var glyphColor = map[string]string{
 	glyphAdmitted: ansiGreen,
 	glyphDelayed:  ansiYellow,
 	glyphDenied:   ansiRed,
-	glyphMixed:    ansiMixed,
 	glyphBoundary: ansiDim,
+}
+
+func colorOf(g string, waited bool) string {
+	if c, ok := glyphColor[g]; ok {
+		return c
+	}
+	if waited {
+		return ansiMixedDelayed
+	}
+	return ansiMixed
 }
 
 // column is one column of the terminal timeline: a window boundary, or a
@@ -71,7 +86,7 @@ func layoutColumns(times []time.Duration, period time.Duration) ([]column, strin
 	first, last := window(times[0]), window(times[len(times)-1])
 	periods := last - first + 1
 	origin := time.Duration(first) * period
-	if perPeriod := maxCells / periods; perPeriod >= 1 {
+	if perPeriod := slicesPerPeriod(period, maxCells/periods); perPeriod >= 1 {
 		// perPeriod cells per window, so boundaries fall between cells.
 		cells := periods * perPeriod
 		cols = make([]column, 0, cells+periods)
@@ -112,8 +127,20 @@ func layoutColumns(times []time.Duration, period time.Duration) ([]column, strin
 	return cols, fmtDur(time.Duration(per)*period) + " of time"
 }
 
-// glyph is the glyph for requests from..to-1 of l.
-func (l *lane) glyph(from, to int) string {
+// slicesPerPeriod returns the most slices, at most most, that divide
+// period into round durations (1s into 20 × 50ms, not 3 × 333.3ms), or 0.
+func slicesPerPeriod(period time.Duration, most int64) int64 {
+	for _, k := range []int64{60, 50, 40, 30, 25, 20, 15, 12, 10, 8, 6, 5, 4, 3, 2, 1} {
+		if k <= most && period%time.Duration(k) == 0 {
+			return k
+		}
+	}
+	return 0
+}
+
+// glyph is the glyph for requests from..to-1 of l, and whether any of the
+// admitted ones waited.
+func (l *lane) glyph(from, to int) (string, bool) {
 	var ok, waited, denied int
 	for _, o := range l.outcomes[from:to] {
 		switch {
@@ -127,16 +154,17 @@ func (l *lane) glyph(from, to int) string {
 	}
 	switch {
 	case to == from:
-		return glyphEmpty
+		return glyphEmpty, false
 	case denied == 0 && waited > 0:
-		return glyphDelayed
+		return glyphDelayed, true
 	case denied == 0:
-		return glyphAdmitted
+		return glyphAdmitted, false
 	case ok+waited == 0:
-		return glyphDenied
-	default:
-		return glyphMixed
+		return glyphDenied, false
 	}
+	// The admitted share in eighths, rounded up, at most 7/8.
+	eighths := min((8*(ok+waited)+to-from-1)/(to-from), 7)
+	return glyphMixed[eighths-1], waited > 0
 }
 
 // renderTerminal writes the timeline and the summary table. With color
@@ -173,20 +201,20 @@ func renderTerminal(out io.Writer, r *result, color bool) error {
 	for i := range r.lanes {
 		l := &r.lanes[i]
 		var row strings.Builder
-		run, runGlyph := 0, ""
+		run, runGlyph, runColor := 0, "", ""
 		flush := func() {
 			if run > 0 {
-				row.WriteString(paint(glyphColor[runGlyph], strings.Repeat(runGlyph, run)))
+				row.WriteString(paint(runColor, strings.Repeat(runGlyph, run)))
 			}
 		}
 		for _, col := range cols {
-			g := glyphBoundary
+			g, waited := glyphBoundary, false
 			if !col.boundary {
-				g = l.glyph(col.from, col.to)
+				g, waited = l.glyph(col.from, col.to)
 			}
-			if g != runGlyph {
+			if c := colorOf(g, waited); g != runGlyph || c != runColor {
 				flush()
-				run, runGlyph = 0, g
+				run, runGlyph, runColor = 0, g, c
 			}
 			run++
 		}
@@ -197,7 +225,7 @@ func renderTerminal(out io.Writer, r *result, color bool) error {
 	fmt.Fprintf(w, "\n%-*s%s admitted   %s admitted, told to wait   %s denied",
 		nameWidth, "", paint(ansiGreen, glyphAdmitted), paint(ansiYellow, glyphDelayed), paint(ansiRed, glyphDenied))
 	if cell != "one request" {
-		fmt.Fprintf(w, "   %s some of each", paint(ansiMixed, glyphMixed))
+		fmt.Fprintf(w, "   %s%s%s share admitted", paint(ansiMixed, glyphMixed[0]), paint(ansiMixed, glyphMixed[3]), paint(ansiMixed, glyphMixed[6]))
 	}
 	fmt.Fprint(w, "\n\n")
 

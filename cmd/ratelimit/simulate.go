@@ -51,10 +51,10 @@ func (l *lane) proceedAt(times []time.Duration, i int) time.Duration {
 
 // result is a whole comparison: the traffic and each algorithm's lane.
 type result struct {
-	cfg      config        // with the pattern's defaults filled in
-	origin   time.Time     // a window boundary; times are offsets from it
+	cfg      config          // with the pattern's defaults filled in
+	origin   time.Time       // a window boundary; times are offsets from it
 	times    []time.Duration // when each request arrives, ascending
-	traffic  string        // one line describing the traffic
+	traffic  string          // one line describing the traffic
 	lanes    []lane
 	boundary time.Duration // boundary-burst: the boundary the burst straddles
 }
