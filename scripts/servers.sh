@@ -21,6 +21,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TIMEOUT=${RATELIMIT_SERVER_TIMEOUT:-60}
+# runuser and useradd live in sbin, which a bare PATH may lack.
+PATH=$PATH:/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin
 
 log() { echo "servers.sh: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -56,15 +58,21 @@ apt_install() {
     as_root chmod 755 "$policy"
     added=1
   fi
-  if ! as_root "${apt[@]}"; then
-    as_root apt-get -q -o DPkg::Lock::Timeout=300 update && as_root "${apt[@]}" || rc=$?
+  if ! as_root "${apt[@]}" >&2; then
+    { as_root apt-get -q -o DPkg::Lock::Timeout=300 update && as_root "${apt[@]}"; } >&2 || rc=$?
   fi
   if [ -n "$added" ]; then as_root rm -f "$policy"; fi
   [ "$rc" -eq 0 ] || die "apt-get install $* failed"
 }
 
-# port_in_use PORT: true when something accepts connections on 127.0.0.1:PORT.
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# port_in_use PORT: true when something accepts connections on 127.0.0.1:PORT
+# (or does not answer within a second: a listener with a full backlog).
+port_in_use() {
+  local rc=0
+  # shellcheck disable=SC2016 # $1 expands in the inner bash
+  timeout 1 bash -c 'exec 3<>"/dev/tcp/127.0.0.1/$1"' _ "$1" 2>/dev/null || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ]
+}
 
 USED_PORTS=" "
 # free_port BASE [BUS]: print the first port >= BASE that is free and not yet
@@ -125,11 +133,11 @@ wait_redis() {
 # server on the first free port from BASEPORT, retrying on a port taken in
 # the meantime. Sets PORT.
 start_redis() {
-  local name=$1 bin=$2 cli=$3 base=$4 dir=$5 bus="" attempt pid rc
+  local name=$1 bin=$2 cli=$3 base=$4 dir=$5 bus="" pid rc
   shift 5
   case " $* " in *" --cluster-enabled yes "*) bus=1 ;; esac
   mkdir -p "$dir"
-  for attempt in 1 2 3 4 5; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     PORT=$(free_port "$base" $bus)
     "$bin" --bind 127.0.0.1 --port "$PORT" --dir "$dir" --save '' --appendonly no \
       --daemonize no --logfile '' "$@" </dev/null >"$dir/server.log" 2>&1 &
@@ -211,11 +219,13 @@ start_redis_cluster() {
 # /usr/lib/postgresql/VERSION/bin, off PATH).
 pg_bindir() {
   local d
-  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
-    [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ] && { echo "$d"; return 0; }
+  for d in $(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V -r); do
+    if [ -x "$d/initdb" ] && [ -x "$d/pg_ctl" ]; then echo "$d"; return 0; fi
   done
-  command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1 &&
-    { dirname "$(readlink -f "$(command -v initdb)")"; return 0; }
+  if command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1; then
+    dirname "$(readlink -f "$(command -v initdb)")"
+    return 0
+  fi
   return 1
 }
 
@@ -246,7 +256,7 @@ as_pg() {
 }
 
 start_postgres() {
-  local bin user dir attempt port=""
+  local bin user dir port="" started=""
   bin=$(pg_bindir) || { apt_install postgresql; bin=$(pg_bindir) || die "initdb not found after installing postgresql"; }
   user=$(pg_user)
   dir=$TMP/postgres
@@ -273,10 +283,11 @@ max_connections = 200
 EOF
   record "postgres $user $bin $dir/data"
 
-  for attempt in 1 2 3 4 5; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     port=$(free_port "${port:-15432}")
     if as_pg "$user" "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -o "-p $port" \
       -w -t "$TIMEOUT" start >"$dir/pg_ctl.log" 2>&1; then
+      started=1
       break
     fi
     if grep -qiE 'could not bind|already in use' "$dir/server.log" 2>/dev/null; then
@@ -288,6 +299,7 @@ EOF
     show_log "$dir/server.log"
     die "PostgreSQL did not start on 127.0.0.1:$port within ${TIMEOUT}s"
   done
+  [ -n "$started" ] || die "postgres: could not find a free port from 15432"
   USED_PORTS+="$port "
   if ! as_pg "$user" "$bin/createdb" -h 127.0.0.1 -p "$port" -U ratelimit ratelimit 2>"$dir/createdb.log"; then
     show_log "$dir/createdb.log"
@@ -303,7 +315,9 @@ EOF
 # lockfile (a stamp records which), under a lock for concurrent runs.
 ensure_dynalite() {
   local pkg=$ROOT/scripts/dynalite stamp want
-  command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || apt_install nodejs npm
+  if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    apt_install nodejs npm
+  fi
   stamp=$pkg/node_modules/.ratelimit-lock-sha256
   want=$(sha256sum "$pkg/package-lock.json" | cut -d' ' -f1)
   (
@@ -332,9 +346,9 @@ dynalite_ready() {
 start_dynalite() {
   ensure_dynalite
   command -v curl >/dev/null 2>&1 || apt_install curl
-  local dir=$TMP/dynalite attempt pid deadline port=18000
+  local dir=$TMP/dynalite pid deadline port=18000
   mkdir -p "$dir"
-  for attempt in 1 2 3 4 5; do
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
     port=$(free_port "$port")
     # In memory (no --path); tables are ACTIVE at once instead of after 500ms.
     (cd "$dir" && exec node "$ROOT/scripts/dynalite/node_modules/dynalite/cli.js" \
@@ -392,7 +406,7 @@ stop_all() {
         if [ -f "$c/postmaster.pid" ]; then
           as_pg "$a" "$b/pg_ctl" -D "$c" -m immediate -w -t 30 stop >/dev/null 2>&1 || {
             pid=$(head -n 1 "$c/postmaster.pid" 2>/dev/null || true)
-            [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null || true
+            if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi
           }
         fi
         ;;
@@ -406,12 +420,12 @@ stop_all() {
 
 # all_alive: true when every process recorded by an earlier start still runs.
 all_alive() {
-  local kind a rest
+  local kind a b c rest
   [ -f "$STATE/env" ] && [ -f "$STATE/started" ] || return 1
-  while read -r kind a rest; do
+  while read -r kind a b c rest; do
     case $kind in
       pid) alive "$a" || return 1 ;;
-      postgres) set -- $rest; [ -f "$2/postmaster.pid" ] || return 1 ;;
+      postgres) [ -f "$c/postmaster.pid" ] || return 1 ;; # user bindir datadir
     esac
   done <"$STATE/started"
 }
@@ -445,8 +459,16 @@ start() {
   : "${RATELIMIT_REDIS_ADDR:=}" "${RATELIMIT_REDIS_CLUSTER_ADDRS:=}" "${RATELIMIT_VALKEY_ADDR:=}"
   : "${RATELIMIT_POSTGRES_URL:=}" "${RATELIMIT_DYNAMODB_ENDPOINT:=}"
 
-  [ -n "$RATELIMIT_REDIS_ADDR" ] && log "redis: using RATELIMIT_REDIS_ADDR=$RATELIMIT_REDIS_ADDR" || start_standalone_redis
-  [ -n "$RATELIMIT_REDIS_CLUSTER_ADDRS" ] && log "redis cluster: using RATELIMIT_REDIS_CLUSTER_ADDRS=$RATELIMIT_REDIS_CLUSTER_ADDRS" || start_redis_cluster
+  if [ -n "$RATELIMIT_REDIS_ADDR" ]; then
+    log "redis: using RATELIMIT_REDIS_ADDR=$RATELIMIT_REDIS_ADDR"
+  else
+    start_standalone_redis
+  fi
+  if [ -n "$RATELIMIT_REDIS_CLUSTER_ADDRS" ]; then
+    log "redis cluster: using RATELIMIT_REDIS_CLUSTER_ADDRS=$RATELIMIT_REDIS_CLUSTER_ADDRS"
+  else
+    start_redis_cluster
+  fi
   if [ -n "$RATELIMIT_VALKEY_ADDR" ]; then
     log "valkey: using RATELIMIT_VALKEY_ADDR=$RATELIMIT_VALKEY_ADDR"
   elif command -v valkey-server >/dev/null 2>&1; then
@@ -455,8 +477,16 @@ start() {
     RATELIMIT_VALKEY_ADDR=$RATELIMIT_REDIS_ADDR
     log "valkey: valkey-server not on PATH; using the Redis server $RATELIMIT_VALKEY_ADDR (wire-compatible)"
   fi
-  [ -n "$RATELIMIT_POSTGRES_URL" ] && log "postgres: using RATELIMIT_POSTGRES_URL" || start_postgres
-  [ -n "$RATELIMIT_DYNAMODB_ENDPOINT" ] && log "dynalite: using RATELIMIT_DYNAMODB_ENDPOINT=$RATELIMIT_DYNAMODB_ENDPOINT" || start_dynalite
+  if [ -n "$RATELIMIT_POSTGRES_URL" ]; then
+    log "postgres: using RATELIMIT_POSTGRES_URL"
+  else
+    start_postgres
+  fi
+  if [ -n "$RATELIMIT_DYNAMODB_ENDPOINT" ]; then
+    log "dynalite: using RATELIMIT_DYNAMODB_ENDPOINT=$RATELIMIT_DYNAMODB_ENDPOINT"
+  else
+    start_dynalite
+  fi
 
   write_env
   log "ready; environment in $STATE/env"

@@ -20,6 +20,7 @@ STATE=$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-state.XXXXXX")
 
 CHILD=""
 
+# shellcheck disable=SC2317 # invoked by the EXIT trap
 cleanup() {
   local rc=$? stop_rc=0
   if [ -n "$CHILD" ] && kill -0 "$CHILD" 2>/dev/null; then
