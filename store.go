@@ -84,6 +84,8 @@ type UpdateFunc func(current []byte, now int64) (next []byte, ttl int64, err err
 // equal the Go form's for the same sequence of requests (the conformance
 // suite checks this). The clock rule is Store.Update's: req.Now is the
 // limiter's clock, which a store configured to use its own clock replaces.
+// So is the expiry rule: state whose TTL has passed by that time is
+// treated as missing, whether or not the backend has removed it yet.
 //
 // For an algorithm it has no form for, Decide returns an error wrapping
 // ErrUnsupported without touching the backend, and the limiter falls back

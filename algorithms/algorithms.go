@@ -161,7 +161,8 @@ func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
 func nonNeg(n int64) int64 { return max(n, 0) }
 
-// State encoding: a fixed number of little-endian int64 fields.
+// State encoding: a fixed number of little-endian int64 fields, each in
+// [0, MaxExact]; anything else is corrupt.
 
 func decodeFields(state []byte, dst []int64) error {
 	if len(state) != 8*len(dst) {
@@ -169,6 +170,9 @@ func decodeFields(state []byte, dst []int64) error {
 	}
 	for i := range dst {
 		dst[i] = int64(binary.LittleEndian.Uint64(state[8*i:]))
+		if dst[i] < 0 || dst[i] > MaxExact {
+			return fmt.Errorf("%w: field %d is %d", ErrCorruptState, i, dst[i])
+		}
 	}
 	return nil
 }

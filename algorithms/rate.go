@@ -70,7 +70,11 @@ func (r rate) rescale(level, fromUnit int64) int64 {
 	if fromUnit == r.unit {
 		return min(level, r.capacity)
 	}
-	return min(int64(math.Floor(float64(level)/float64(fromUnit)*float64(r.unit))), r.capacity)
+	scaled := math.Floor(float64(level) / float64(fromUnit) * float64(r.unit))
+	if scaled >= float64(r.capacity) {
+		return r.capacity
+	}
+	return int64(scaled)
 }
 
 // TokenBucket holds up to burst tokens and refills limit tokens per period,

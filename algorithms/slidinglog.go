@@ -65,8 +65,8 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	newest := int64(-1)
 	for i := first; i < n; i++ {
 		at, cost := logEntry(state, i)
-		if cost <= 0 {
-			return Step{}, fmt.Errorf("%w: sliding log entry of cost %d", ErrCorruptState, cost)
+		if cost <= 0 || cost > MaxExact || at > MaxExact || used > MaxExact {
+			return Step{}, fmt.Errorf("%w: sliding log entry (%d, %d)", ErrCorruptState, at, cost)
 		}
 		used += cost
 		newest = at

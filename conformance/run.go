@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -121,6 +122,16 @@ func newFixture(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts 
 		t.Fatalf("ratelimit.New(%v): %v", alg, err)
 	}
 	return &fixture{t: t, lim: lim, clock: c, start: epoch}
+}
+
+// sibling returns a fixture for another limiter on the same fake clock.
+func (f *fixture) sibling(s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
+	f.t.Helper()
+	lim, err := ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithClock(f.clock)}, opts...)...)
+	if err != nil {
+		f.t.Fatalf("ratelimit.New(%v): %v", alg, err)
+	}
+	return &fixture{t: f.t, lim: lim, clock: f.clock, start: f.start}
 }
 
 func (f *fixture) at() string { return "t+" + f.clock.Now().Sub(f.start).String() }
@@ -352,26 +363,34 @@ func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
 // testDifferential runs seeded random sequences through the store and
 // through the Go form on local state, and requires equal decisions. On the
 // server path this holds a store's server-side forms to the Go forms; on
-// the update path it checks that Update keeps state faithfully.
+// the update path it checks that Update keeps state faithfully. Each
+// sequence ends with the limit's numbers changed under the same limiter
+// name, which must apply to the existing state.
 func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
-	algs := []algorithms.Algorithm{
-		algorithms.FixedWindow(7, 300*time.Millisecond),
-		algorithms.SlidingLog(7, 300*time.Millisecond),
-		algorithms.SlidingWindow(7, 300*time.Millisecond),
-		algorithms.TokenBucket(3, 100*time.Millisecond, 7),
-		algorithms.LeakyBucket(3, 100*time.Millisecond, 7),
-		algorithms.GCRA(3, 100*time.Millisecond, 7),
-		algorithms.TokenBucket(7, time.Second, 5), // interval not a whole microsecond
-		algorithms.GCRA(7, time.Second, 5),
+	const ms = time.Millisecond
+	pairs := []struct{ alg, changed algorithms.Algorithm }{
+		{algorithms.FixedWindow(7, 300*ms), algorithms.FixedWindow(4, 200*ms)},
+		{algorithms.SlidingLog(7, 300*ms), algorithms.SlidingLog(5, 400*ms)},
+		{algorithms.SlidingWindow(7, 300*ms), algorithms.SlidingWindow(9, 200*ms)},
+		{algorithms.TokenBucket(3, 100*ms, 7), algorithms.TokenBucket(7, time.Second, 5)},
+		{algorithms.LeakyBucket(3, 100*ms, 7), algorithms.LeakyBucket(2, 30*ms, 3)},
+		{algorithms.GCRA(3, 100*ms, 7), algorithms.GCRA(7, time.Second, 5)},
+		{algorithms.TokenBucket(7, time.Second, 5), algorithms.TokenBucket(3, 100*ms, 7)},
+		{algorithms.GCRA(7, time.Second, 5), algorithms.GCRA(11, 3*time.Second, 2)},
 	}
 	for _, p := range paths {
 		t.Run(p.name, func(t *testing.T) {
-			for i, alg := range algs {
-				t.Run(fmt.Sprintf("%s-%d", alg.Name(), i), func(t *testing.T) {
+			for i, pair := range pairs {
+				t.Run(fmt.Sprintf("%s-%d", pair.alg.Name(), i), func(t *testing.T) {
 					h := newHarness(t)
-					f := newFixture(t, p.wrap(t, h.Store), alg)
+					s := p.wrap(t, h.Store)
+					f := newFixture(t, s, pair.alg, ratelimit.WithName("differential"))
+					changed := f.sibling(s, pair.changed, ratelimit.WithName("differential"))
 					for seed := uint64(1); seed <= 3; seed++ {
-						differential(t, f, alg, seed)
+						var m model
+						key := fmt.Sprintf("differential-%d", seed)
+						differential(t, f, pair.alg, key, &m, seed, 120)
+						differential(t, changed, pair.changed, key, &m, seed+100, 40)
 					}
 				})
 			}
@@ -379,13 +398,18 @@ func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
 	}
 }
 
-func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, seed uint64) {
+// model is what the store should hold for a key: the Go form's state until
+// its TTL passes (by the limiter's clock), then nothing.
+type model struct {
+	state   []byte
+	expires int64
+}
+
+func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, key string, m *model, seed uint64, n int) {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	key := fmt.Sprintf("differential-%d", seed)
-	var state []byte
 	steps := []time.Duration{0, 0, time.Microsecond, 7 * time.Microsecond, time.Millisecond, 13 * time.Millisecond, 50 * time.Millisecond, 99999 * time.Microsecond, 150 * time.Millisecond, 299999 * time.Microsecond, 300 * time.Millisecond, time.Second}
-	for i := 0; i < 150; i++ {
+	for i := 0; i < n; i++ {
 		f.clock.Advance(steps[rng.IntN(len(steps))])
 		cost := 1 + rng.IntN(int(alg.MaxCost()))
 		if rng.IntN(3) > 0 {
@@ -396,12 +420,15 @@ func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, seed uint6
 			cost = 1
 		}
 		now := f.clock.Now().UnixMicro()
-		step, err := alg.Decide(state, algorithms.Request{Now: now, Cost: int64(cost), Peek: peek})
+		if now >= m.expires {
+			m.state = nil
+		}
+		step, err := alg.Decide(bytes.Clone(m.state), algorithms.Request{Now: now, Cost: int64(cost), Peek: peek})
 		if err != nil {
 			t.Fatalf("Go form %v Decide: %v", alg, err)
 		}
 		if step.Next != nil {
-			state = append([]byte(nil), step.Next...)
+			m.state, m.expires = bytes.Clone(step.Next), now+step.TTL
 		}
 		want := algorithmsDecision(step.Decision)
 		var got ratelimit.Decision
@@ -413,10 +440,10 @@ func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, seed uint6
 			got, err = f.lim.AllowN(context.Background(), key, cost)
 		}
 		if err != nil {
-			t.Fatalf("seed %d step %d: %s at %s: %v", seed, i, call, f.at(), err)
+			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
 		}
 		if got != want {
-			t.Fatalf("seed %d step %d: %s at %s = %+v, want the Go form's %+v", seed, i, call, f.at(), got, want)
+			t.Fatalf("seed %d step %d: %v: %s at %s = %+v, want the Go form's %+v", seed, i, alg, call, f.at(), got, want)
 		}
 	}
 }

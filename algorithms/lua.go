@@ -1,0 +1,54 @@
+package algorithms
+
+// The Lua forms (lua/*.lua, read with Lua) share one calling convention, so
+// that a store runs any of them the same way, with one EVALSHA (or EVAL) per
+// decision:
+//
+//	KEYS[1]  the key that holds the decision's state; a script touches no
+//	         other key, so a decision stays in one Redis Cluster hash slot
+//	ARGV[1]  now: the limiter's time, microseconds since the Unix epoch
+//	ARGV[2]  cost: at least 1 and at most the algorithm's MaxCost
+//	ARGV[3]  peek: "1" to decide without writing, "0" otherwise
+//	ARGV[4]  server clock: "1" to read the server's TIME instead of ARGV[1]
+//	ARGV[5:] the algorithm's ServerArgs, in order, as decimal integers
+//
+// The reply is an array of LuaReplyLen integers, indexed by the LuaReply
+// constants: the fields of Decision in declaration order (allowed is 1 or
+// 0), then the time in microseconds the script decided at, which is ARGV[1]
+// or the server's clock.
+//
+// A script computes exactly what the algorithm's Decide computes: the same
+// fields, the same integer arithmetic (floor and ceiling divisions are exact,
+// with a correction step after the division in doubles, since every value
+// stays below MaxExact), and the same double operations in the same order
+// where the Go form uses floats (the sliding window's weighted estimate and
+// its retry search, the rate algorithms' rescale and GCRA's fraction
+// rescale).
+//
+// State is kept in a form native to the server: the fixed-size states are a
+// string of the Go form's fields as decimal integers joined by ':', and the
+// sliding log is a sorted set scored by time whose members "seq:cost" stay
+// unique even for two requests in the same microsecond. Every write sets the
+// key's expiry in the same script (PX or PEXPIRE, in milliseconds: the TTL in
+// microseconds rounded up, at least 1). A peek writes nothing, and neither
+// does a denied request. State a script cannot read is answered with an
+// error reply whose message starts with "CORRUPT".
+const (
+	LuaReplyAllowed    = iota // 1 when admitted, 0 when denied
+	LuaReplyLimit             // Decision.Limit
+	LuaReplyRemaining         // Decision.Remaining
+	LuaReplyRetryAfter        // Decision.RetryAfter, µs
+	LuaReplyResetAfter        // Decision.ResetAfter, µs
+	LuaReplyDelay             // Decision.Delay, µs
+	LuaReplyNow               // the time the script decided at, µs since the epoch
+	LuaReplyLen               // the number of fields in a reply
+)
+
+// LuaFixedArgs is the number of ARGV entries before an algorithm's
+// ServerArgs in a Lua form's calling convention: now, cost, peek and server
+// clock.
+const LuaFixedArgs = 4
+
+// LuaErrCorrupt starts the message of the error a Lua form replies with when
+// the stored state cannot be read.
+const LuaErrCorrupt = "CORRUPT"

@@ -1,0 +1,52 @@
+-- fixed_window: the Lua form of algorithms.FixedWindow (fixedwindow.go).
+-- Calling convention: see algorithms/lua.go.
+--   KEYS[1]  state: a string "start:count"
+--   ARGV     now, cost, peek, server_clock, limit, period
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+
+local function fmt(x) return string.format('%.0f', x) end
+local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
+  return math.max(idiv(us + 999, 1000), 1)
+end
+
+local now = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local limit, period = tonumber(ARGV[5]), tonumber(ARGV[6])
+
+local start, count = 0, 0
+local fresh = true
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local s, c = string.match(raw, '^(%-?%d+):(%-?%d+)$')
+  if not s then
+    return redis.error_reply('CORRUPT fixed_window state ' .. raw)
+  end
+  start, count = tonumber(s), tonumber(c)
+  fresh = now >= start + period
+end
+if fresh then
+  start, count = idiv(now, period) * period, 0
+end
+local finish = start + period
+local reset = finish - now
+if count == 0 then reset = 0 end
+local allowed = count + cost <= limit
+if not allowed then
+  return {0, limit, math.max(limit - count, 0), finish - now, reset, 0, now}
+end
+if peek then
+  return {1, limit, math.max(limit - count, 0), 0, reset, 0, now}
+end
+count = count + cost
+redis.call('SET', KEYS[1], fmt(start) .. ':' .. fmt(count), 'PX', fmt(ms(finish - now)))
+return {1, limit, limit - count, 0, finish - now, 0, now}

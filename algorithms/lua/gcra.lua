@@ -1,0 +1,64 @@
+-- gcra: the Lua form of algorithms.GCRA (rate.go).
+-- Calling convention: see algorithms/lua.go.
+--   KEYS[1]  state: a string "tat:fraction:drip" (the theoretical arrival
+--            time in microseconds, its fraction in 1/drip of a microsecond)
+--   ARGV     now, cost, peek, server_clock, unit, drip, capacity, fill, burst
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+
+local function fmt(x) return string.format('%.0f', x) end
+local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function ceildiv(a, b) return idiv(a + b - 1, b) end
+local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
+  return math.max(idiv(us + 999, 1000), 1)
+end
+
+local now = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local unit, drip, capacity, fill, burst =
+  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+
+local ahead = 0 -- units by which the TAT lies ahead of now
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local t, f, d = string.match(raw, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
+  if not t then
+    return redis.error_reply('CORRUPT gcra state ' .. raw)
+  end
+  local tat, frac, sdrip = tonumber(t), tonumber(f), tonumber(d)
+  if sdrip <= 0 or frac < 0 or frac >= sdrip then
+    return redis.error_reply('CORRUPT gcra fraction ' .. f .. '/' .. d)
+  end
+  if tat >= now then
+    -- A TAT further ahead than the capacity (a clock behind the one that
+    -- stored it, or a smaller burst than before) is capped.
+    local us = math.min(tat - now, fill)
+    if sdrip ~= drip then
+      -- The same doubles as the Go form: frac ÷ stored drip × drip, floored.
+      frac = math.floor(frac / sdrip * drip)
+    end
+    ahead = math.min(us * drip + frac, capacity)
+  end
+end
+local need = cost * unit
+local allowed = ahead + need <= capacity
+if allowed and not peek then ahead = ahead + need end
+local remaining = idiv(math.max(capacity - ahead, 0), unit)
+local reset = ceildiv(ahead, drip)
+if not allowed then
+  return {0, burst, remaining, ceildiv(ahead + need - capacity, drip), reset, 0, now}
+end
+if peek then
+  return {1, burst, remaining, 0, reset, 0, now}
+end
+local whole = idiv(ahead, drip)
+redis.call('SET', KEYS[1], fmt(now + whole) .. ':' .. fmt(ahead - whole * drip) .. ':' .. fmt(drip), 'PX', fmt(ms(reset)))
+return {1, burst, remaining, 0, reset, 0, now}

@@ -1,0 +1,70 @@
+-- leaky_bucket: the Lua form of algorithms.LeakyBucket (rate.go).
+-- Calling convention: see algorithms/lua.go.
+--   KEYS[1]  state: a string "level:last:unit"
+--   ARGV     now, cost, peek, server_clock, unit, drip, capacity, fill, capacity in requests
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+
+local function fmt(x) return string.format('%.0f', x) end
+local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function ceildiv(a, b) return idiv(a + b - 1, b) end
+local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
+  return math.max(idiv(us + 999, 1000), 1)
+end
+
+local now = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local unit, drip, capacity, fill, burst =
+  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+
+-- rate.rescale: the same doubles as the Go form, level ÷ from × unit, floored.
+local function rescale(level, from)
+  if from == unit then return math.min(level, capacity) end
+  return math.min(math.floor(level / from * unit), capacity)
+end
+-- rate.drain
+local function drain(level, elapsed)
+  if elapsed <= 0 then return level end
+  if elapsed >= fill then return 0 end
+  return math.max(level - elapsed * drip, 0)
+end
+
+local level, last = 0, now
+local raw = redis.call('GET', KEYS[1])
+if raw then
+  local v, l, u = string.match(raw, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
+  if not v then
+    return redis.error_reply('CORRUPT leaky_bucket state ' .. raw)
+  end
+  v, l, u = tonumber(v), tonumber(l), tonumber(u)
+  if u <= 0 then
+    return redis.error_reply('CORRUPT leaky_bucket unit ' .. fmt(u))
+  end
+  level = drain(rescale(v, u), now - l)
+  last = math.max(l, now)
+end
+local need = cost * unit
+local allowed = level + need <= capacity
+local delay = 0
+if allowed then
+  delay = ceildiv(level, drip)
+  if not peek then level = level + need end
+end
+local remaining = idiv(capacity - level, unit)
+local reset = ceildiv(level, drip)
+if not allowed then
+  return {0, burst, remaining, ceildiv(level + need - capacity, drip), reset, 0, now}
+end
+if peek then
+  return {1, burst, remaining, 0, reset, delay, now}
+end
+redis.call('SET', KEYS[1], fmt(level) .. ':' .. fmt(last) .. ':' .. fmt(unit), 'PX', fmt(ms(reset)))
+return {1, burst, remaining, 0, reset, delay, now}

@@ -1,0 +1,74 @@
+-- sliding_log: the Lua form of algorithms.SlidingLog (slidinglog.go).
+-- Calling convention: see algorithms/lua.go.
+--   KEYS[1]  state: a sorted set with one member per admitted request,
+--            scored by its time in microseconds; the member is "seq:cost",
+--            where seq is one more than the largest seq among the live
+--            members, so two requests in the same microsecond (or at times
+--            that go backwards) are always two members
+--   ARGV     now, cost, peek, server_clock, limit, period
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+
+local function fmt(x) return string.format('%.0f', x) end
+local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
+  return math.max(idiv(us + 999, 1000), 1)
+end
+
+local now = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local limit, period = tonumber(ARGV[5]), tonumber(ARGV[6])
+
+-- An entry counts while now < at + period, that is at > now - period.
+local cutoff = now - period
+local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(cutoff), '+inf', 'WITHSCORES')
+local n = #live / 2
+local ats, costs = {}, {}
+local used, newest, seq = 0, -1, 0
+for i = 1, n do
+  local s, c = string.match(live[2 * i - 1], '^(%d+):(%-?%d+)$')
+  if not s then
+    return redis.error_reply('CORRUPT sliding_log member ' .. live[2 * i - 1])
+  end
+  local at, ec = tonumber(live[2 * i]), tonumber(c)
+  if ec <= 0 then
+    return redis.error_reply('CORRUPT sliding_log entry of cost ' .. c)
+  end
+  ats[i], costs[i] = at, ec
+  used = used + ec
+  newest = at -- the set is ordered by time, so the last live entry is the newest
+  seq = math.max(seq, tonumber(s))
+end
+
+local reset = 0
+if newest >= 0 then reset = newest + period - now end
+if used + cost > limit then
+  -- Wait until enough of the oldest entries have left the window.
+  local excess = used + cost - limit
+  local retry = 0
+  for i = 1, n do
+    excess = excess - costs[i]
+    if excess <= 0 then
+      retry = ats[i] + period - now
+      break
+    end
+  end
+  return {0, limit, math.max(limit - used, 0), retry, reset, 0, now}
+end
+if peek then
+  return {1, limit, math.max(limit - used, 0), 0, reset, 0, now}
+end
+newest = math.max(newest, now)
+reset = newest + period - now
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(cutoff))
+redis.call('ZADD', KEYS[1], fmt(now), fmt(seq + 1) .. ':' .. fmt(cost))
+redis.call('PEXPIRE', KEYS[1], fmt(ms(reset)))
+return {1, limit, math.max(limit - used - cost, 0), 0, reset, 0, now}

@@ -1,0 +1,52 @@
+package algorithms
+
+// The SQL forms (sql/*.sql, read with SQL) are PL/pgSQL functions for
+// PostgreSQL that share one signature, so that a store calls any of them the
+// same way from a single statement:
+//
+//	ratelimit_<name>(
+//	    state  bigint[],  -- the key's live state, or NULL when it has none
+//	    now_us bigint,    -- microseconds since the Unix epoch
+//	    cost   bigint,    -- at least 1 and at most the algorithm's MaxCost
+//	    peek   boolean,   -- decide without consuming
+//	    args   bigint[],  -- the algorithm's ServerArgs, in order
+//	    OUT next_state bigint[], OUT ttl bigint,
+//	    OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
+//	    OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
+//
+// where <name> is the algorithm's Name (SQLFunction returns it). The
+// functions are pure (IMMUTABLE): they read no table and write nothing. The
+// store reads the row, calls the function and writes next_state with an
+// expiry of now_us + ttl, all inside one server-side call; a NULL next_state
+// (a peek, or a denied request) means the stored row stays exactly as it is.
+// The OUT fields after ttl are Decision's fields in declaration order.
+//
+// State is a bigint[] holding the Go form's fields in the Go form's order:
+// [window start, count] for the fixed window, [start, current, previous]
+// for the sliding window, [deficit, last, unit] and [level, last, unit] for
+// the token and leaky buckets, [TAT, fraction, drip] for GCRA, and for the
+// sliding log the flat list of (time, cost) pairs sorted by time. So the
+// little-endian int64 fields of the Go form's state and the array's elements
+// are the same numbers.
+//
+// A function computes exactly what the algorithm's Decide computes: the same
+// bigint arithmetic (PostgreSQL's bigint division truncates toward zero, as
+// Go's does) and, where the Go form uses float64 (the sliding window's
+// weighted estimate and its retry search, the rate algorithms' rescale and
+// GCRA's fraction rescale), the same float8 operations in the same order
+// followed by floor. State a function cannot read raises an error with
+// SQLSTATE SQLErrCorrupt.
+//
+// A file may define helper functions before its main one (the sliding
+// window's weighted estimate and retry search); all of its functions are
+// named ratelimit_<name> or ratelimit_<name>_<helper>, and executing the file
+// creates or replaces them, so it can run again at every migration.
+
+// SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
+// stored state cannot be read.
+const SQLErrCorrupt = "RL001"
+
+// SQLFunction returns the name of the SQL function of the built-in algorithm
+// with the given name, such as "ratelimit_gcra". It does not check that the
+// algorithm has a SQL form; SQL does.
+func SQLFunction(name string) string { return "ratelimit_" + name }
