@@ -1,0 +1,383 @@
+package dynamo
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+// op is one Update call waiting for its key's worker.
+type op struct {
+	ctx   context.Context
+	now   int64
+	fn    ratelimit.UpdateFunc
+	key   ratelimit.Key
+	done  chan error // buffered: the worker never blocks on it
+	taken bool       // the worker has taken it (guarded by the shard's mu)
+	err   error      // fn's error in the current attempt
+}
+
+// queue holds the calls waiting on one key. While it has calls, exactly one
+// worker goroutine serves it; the worker removes the queue from its shard
+// and exits when it finds it empty.
+type queue struct {
+	pk      string
+	waiting []*op
+}
+
+func (q *queue) remove(o *op) {
+	for i, w := range q.waiting {
+		if w == o {
+			q.waiting = append(q.waiting[:i], q.waiting[i+1:]...)
+			return
+		}
+	}
+}
+
+// enqueue adds o to pk's queue, starting a worker when none serves it.
+func (s *Store) enqueue(pk string, o *op) (*shard, *queue) {
+	sh := s.shard(pk)
+	sh.mu.Lock()
+	q := sh.queues[pk]
+	start := q == nil
+	if start {
+		q = &queue{pk: pk}
+		sh.queues[pk] = q
+	}
+	q.waiting = append(q.waiting, o)
+	sh.mu.Unlock()
+	if start {
+		go s.work(sh, q)
+	}
+	return sh, q
+}
+
+// work serves q until it is empty: it takes what has queued, up to
+// maxBatch calls, decides and stores them with one write, and repeats.
+func (s *Store) work(sh *shard, q *queue) {
+	for {
+		sh.mu.Lock()
+		if len(q.waiting) == 0 {
+			delete(sh.queues, q.pk)
+			sh.mu.Unlock()
+			return
+		}
+		n := min(len(q.waiting), maxBatch)
+		batch := make([]*op, n)
+		copy(batch, q.waiting)
+		rest := copy(q.waiting, q.waiting[n:])
+		clear(q.waiting[rest:])
+		q.waiting = q.waiting[:rest]
+		for _, o := range batch {
+			o.taken = true
+		}
+		sh.mu.Unlock()
+		s.serve(sh, q.pk, batch)
+	}
+}
+
+// serve decides and stores one batch of calls on key pk, and tells each
+// its result.
+func (s *Store) serve(sh *shard, pk string, batch []*op) {
+	live := batch[:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.done <- fmt.Errorf("dynamo: update %q: %w", truncate(o.key.String()), err)
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	ctx, cancel := batchContext(live)
+	defer cancel()
+	err := s.decide(ctx, sh, pk, live)
+	for _, o := range live {
+		switch {
+		case err != nil:
+			o.done <- err
+		default:
+			o.done <- o.err
+		}
+	}
+}
+
+// batchContext returns a context for the requests that serve ops: it keeps
+// the first one's values, and ends when every op's context has ended, or at
+// the latest of their deadlines.
+func batchContext(ops []*op) (context.Context, context.CancelFunc) {
+	base := context.WithoutCancel(ops[0].ctx)
+	var latest time.Time
+	for _, o := range ops {
+		d, ok := o.ctx.Deadline()
+		if !ok {
+			latest = time.Time{}
+			break
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	var ctx context.Context
+	var cancel context.CancelFunc
+	if latest.IsZero() {
+		ctx, cancel = context.WithCancel(base)
+	} else {
+		ctx, cancel = context.WithDeadline(base, latest)
+	}
+	if len(ops) == 1 {
+		stop := context.AfterFunc(ops[0].ctx, cancel)
+		return ctx, func() { stop(); cancel() }
+	}
+	var remaining atomic.Int32
+	remaining.Store(int32(len(ops)))
+	stops := make([]func() bool, len(ops))
+	for i, o := range ops {
+		stops[i] = context.AfterFunc(o.ctx, func() {
+			if remaining.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}
+
+// decide runs the batch's functions in order on the key's state and stores
+// the result with one conditional write, starting over from the item
+// returned with a failed condition. It sets each op's err to its fn's
+// error, and returns an error that applies to the whole batch.
+//
+// On a key it knows nothing about, decide first guesses that the key holds
+// nothing (true of most keys a limiter meets for the first time) and writes
+// with a condition that holds only then; a wrong guess costs the failed
+// write, which returns the item. Only when the guess leads to no write at
+// all (a Peek, a denial) does it read first.
+func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) error {
+	name := truncate(ops[0].key.String())
+	minNow := ops[0].now
+	for _, o := range ops {
+		minNow = min(minNow, o.now)
+	}
+	base, known := s.cached(sh, pk)
+	conflicts := 0
+	for {
+		from := base
+		if !known {
+			from = &item{}
+		}
+		next, expires, writes := run(ops, from)
+		if !writes {
+			if known {
+				return nil
+			}
+			var err error
+			if base, err = s.read(ctx, pk); err != nil {
+				s.forget(sh, pk)
+				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
+			}
+			known = true
+			s.remember(sh, pk, base, minNow)
+			continue
+		}
+		// Condition: the item is exactly the one the decisions were
+		// computed from. When they treated it as absent (it was absent,
+		// expired for every call, or not known), any item that is absent
+		// or expired by the earliest call's time gives the same decisions.
+		in := &dynamodb.PutItemInput{
+			TableName:                           &s.table,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}
+		version := newVersion()
+		byVersion := known && from.present && from.expires > minNow
+		if byVersion {
+			version = from.version + 1
+			if version <= 0 {
+				version = 1
+			}
+			in.ConditionExpression = aws.String("#v = :v")
+			in.ExpressionAttributeNames = map[string]string{"#v": AttrVersion}
+			in.ExpressionAttributeValues = map[string]types.AttributeValue{
+				":v": &types.AttributeValueMemberN{Value: strconv.FormatInt(from.version, 10)},
+			}
+		} else {
+			in.ConditionExpression = aws.String("attribute_not_exists(#k) OR #x <= :now")
+			in.ExpressionAttributeNames = map[string]string{"#k": AttrKey, "#x": AttrExpires}
+			in.ExpressionAttributeValues = map[string]types.AttributeValue{
+				":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(minNow, 10)},
+			}
+		}
+		in.Item = map[string]types.AttributeValue{
+			AttrKey:     &types.AttributeValueMemberB{Value: []byte(pk)},
+			AttrState:   &types.AttributeValueMemberB{Value: next},
+			AttrVersion: &types.AttributeValueMemberN{Value: strconv.FormatInt(version, 10)},
+			AttrExpires: &types.AttributeValueMemberN{Value: strconv.FormatInt(expires, 10)},
+			AttrTTL:     &types.AttributeValueMemberN{Value: strconv.FormatInt(ttlSeconds(expires), 10)},
+		}
+		err := s.retry(ctx, func(ctx context.Context) error {
+			_, err := s.client.PutItem(ctx, in)
+			return err
+		})
+		if err == nil {
+			s.remember(sh, pk, &item{present: true, state: next, version: version, expires: expires}, minNow)
+			return nil
+		}
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			s.forget(sh, pk)
+			return fmt.Errorf("dynamo: update %q: write to table %s: %w", name, s.table, err)
+		}
+		conflicts++
+		if conflicts > s.maxConflicts {
+			s.forget(sh, pk)
+			return fmt.Errorf("%w: update %q lost %d conditional writes in a row: %w", ErrContention, name, conflicts, err)
+		}
+		switch {
+		case len(ccf.Item) > 0:
+			s.returnsItem.Store(returnsYes)
+			if base, err = parseItem(ccf.Item); err != nil {
+				s.forget(sh, pk)
+				return fmt.Errorf("dynamo: update %q: %w", name, err)
+			}
+			known = true
+			s.remember(sh, pk, base, minNow)
+		case !byVersion:
+			// Only a live item fails this condition, and the server did
+			// not return it: it never does (dynalite). Read instead.
+			s.returnsItem.Store(returnsNo)
+			known = false
+			base = nil
+		case s.returnsItem.Load() == returnsYes:
+			// The server returns the item when there is one, so the item
+			// is gone (deleted, or reclaimed by TTL).
+			base, known = &item{}, true
+		default:
+			known = false
+			base = nil
+		}
+		if !known {
+			if base, err = s.read(ctx, pk); err != nil {
+				s.forget(sh, pk)
+				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
+			}
+			known = true
+			s.remember(sh, pk, base, minNow)
+		}
+		if conflicts > 1 {
+			// Several losses in a row: writers in other processes are
+			// racing on this key. Back off a little, at random.
+			wait := time.Duration(rand.Int64N(int64(min(conflicts*conflicts, 100)) * int64(time.Millisecond)))
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return fmt.Errorf("dynamo: update %q: %w after %d conflicting writes", name, ctx.Err(), conflicts)
+			}
+		}
+	}
+}
+
+// run calls each op's fn in order, each on the state the previous ones
+// left, starting from base, and returns the state to store and its expiry.
+// writes is false when no call changed anything. Each fn gets its own copy
+// of the state, since it may overwrite it.
+func run(ops []*op, base *item) (next []byte, expires int64, writes bool) {
+	cur, curExp, present := base.state, base.expires, base.present
+	for _, o := range ops {
+		var in []byte
+		if present && curExp > o.now {
+			in = bytes.Clone(cur)
+		}
+		n, ttl, err := o.fn(in, o.now)
+		o.err = err
+		if err != nil || n == nil {
+			continue
+		}
+		if ttl <= 0 || ttl > math.MaxInt64-o.now {
+			o.err = fmt.Errorf("dynamo: state for %q written with ttl %d µs at %d µs", truncate(o.key.String()), ttl, o.now)
+			continue
+		}
+		cur, curExp, present, writes = bytes.Clone(n), o.now+ttl, true, true
+	}
+	return cur, curExp, writes
+}
+
+// read fetches pk's item with a strongly consistent read.
+func (s *Store) read(ctx context.Context, pk string) (*item, error) {
+	var out *dynamodb.GetItemOutput
+	err := s.retry(ctx, func(ctx context.Context) error {
+		var err error
+		out, err = s.client.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName:      &s.table,
+			Key:            map[string]types.AttributeValue{AttrKey: &types.AttributeValueMemberB{Value: []byte(pk)}},
+			ConsistentRead: aws.Bool(true),
+		})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return parseItem(out.Item)
+}
+
+// cached returns what the cache knows of pk.
+func (s *Store) cached(sh *shard, pk string) (*item, bool) {
+	sh.mu.Lock()
+	it, ok := sh.cache[pk]
+	sh.mu.Unlock()
+	return it, ok
+}
+
+// remember caches it as pk's item. Items are never modified once cached.
+// When the shard is full, it evicts an entry expired by now among a few,
+// or else the first it looked at.
+func (s *Store) remember(sh *shard, pk string, it *item, now int64) {
+	if s.cacheSize == 0 {
+		return
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if _, ok := sh.cache[pk]; !ok && len(sh.cache) >= s.perShard {
+		var victim string
+		seen := 0
+		for k, e := range sh.cache {
+			if seen == 0 || e.expires <= now {
+				victim = k
+			}
+			if e.expires <= now {
+				break
+			}
+			if seen++; seen == 8 {
+				break
+			}
+		}
+		delete(sh.cache, victim)
+	}
+	sh.cache[pk] = it
+}
+
+// forget drops pk from the cache, after a failure that leaves its item
+// unknown.
+func (s *Store) forget(sh *shard, pk string) {
+	sh.mu.Lock()
+	delete(sh.cache, pk)
+	sh.mu.Unlock()
+}
