@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"strings"
 	"sync"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -21,71 +22,99 @@ import (
 const DefaultMaxKeys = 1 << 20
 
 const (
-	shardCount = 64
+	shardBits  = 6
+	shardCount = 1 << shardBits
 	// sampleSize is how many entries an insertion examines for expired
 	// state, or for the entry to evict when the shard is full.
 	sampleSize = 8
 	// inlineState is the state size kept inside an entry without a
 	// separate allocation: every built-in algorithm but the sliding log.
 	inlineState = 24
+	// maxScratch is the largest state a shard keeps a reusable copy
+	// buffer for; larger states are copied into a fresh allocation.
+	maxScratch = 1024
 )
 
 // Option configures a Store.
 type Option func(*Store) error
 
 // WithMaxKeys caps the number of keys the store holds (default
-// DefaultMaxKeys). When a new key arrives at a full shard, the store first
-// reclaims expired state; if none is found among a sample of entries, it
-// evicts the sampled entry that would expire soonest. Forgetting a key's
-// state lets it start afresh, so a cap that is too small admits more than
-// the limit; size it above the number of keys active within one period.
+// DefaultMaxKeys). The cap is split evenly between the store's 64 shards,
+// so the store never holds more than n keys, and may start evicting a
+// little before n when keys spread unevenly.
+//
+// When a new key arrives at a full shard, the store first reclaims expired
+// state; if none is found among a sample of entries, it evicts the sampled
+// entry that would expire soonest. Forgetting a key's state lets it start
+// afresh, so a cap that is too small admits more than the limit; size it
+// above the number of keys active within one period.
 func WithMaxKeys(n int) Option {
 	return func(s *Store) error {
 		if n < shardCount {
 			return fmt.Errorf("%w: memory store max keys %d below %d", ratelimit.ErrInvalidParams, n, shardCount)
 		}
-		s.maxPerShard = (n + shardCount - 1) / shardCount
+		s.maxPerShard = n / shardCount
 		return nil
 	}
 }
 
 // Store is an in-process ratelimit.Store and ratelimit.Decider. Create it
 // with New; the zero value is not usable. It is safe for concurrent use and
-// starts no goroutines, so it needs no closing.
+// starts no goroutines, so it needs no closing. A Limiter calls its Decide;
+// Sweep, Len and Expiries are for housekeeping and tests.
 //
 // Time comes from the requests (the limiter's clock): state whose TTL has
 // passed by a request's time is treated as missing.
+//
+// The store keeps its own copy of each key's ID, so a key cut from a large
+// buffer does not keep the buffer alive.
 type Store struct {
 	seed        maphash.Seed
 	maxPerShard int
 	shards      [shardCount]shard
 }
 
+// A shard is one mutex and the entries whose key hashes select it. Its
+// fields take 56 bytes; the padding gives each shard 128, so no two shards'
+// fields share a cache line (or an adjacent-line prefetch pair) whatever
+// the Store's alignment.
 type shard struct {
-	mu      sync.Mutex
-	entries map[ratelimit.Key]*entry
+	mu sync.Mutex
+	// index holds the entries by the hash of their key. Keys whose hashes
+	// collide share a slot, chained through entry.next.
+	index map[uint64]*entry
+	// n is the number of entries, chained ones included.
+	n int
 	// now is the latest request time this shard has seen; sweeping and
 	// eviction judge expiry by it.
 	now int64
-	_   [40]byte // keep shards on separate cache lines
+	// scratch receives a copy of the state being decided, so that an
+	// algorithm writing into it leaves the entry untouched until put.
+	scratch []byte
+	_       [72]byte
 }
 
+// An entry is one key's state. States of up to inlineState bytes live in
+// the entry itself, so a decision on a held key allocates nothing.
 type entry struct {
-	state   []byte
+	key     ratelimit.Key
+	next    *entry
 	expires int64 // microseconds since the epoch
+	state   []byte
 	inline  [inlineState]byte
 }
 
 // New returns an empty store.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{seed: maphash.MakeSeed(), maxPerShard: (DefaultMaxKeys + shardCount - 1) / shardCount}
+	s := &Store{seed: maphash.MakeSeed(), maxPerShard: DefaultMaxKeys / shardCount}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, err
 		}
 	}
 	for i := range s.shards {
-		s.shards[i].entries = make(map[ratelimit.Key]*entry)
+		s.shards[i].index = make(map[uint64]*entry)
+		s.shards[i].scratch = make([]byte, 0, inlineState)
 	}
 	return s, nil
 }
@@ -99,33 +128,37 @@ func MustNew(opts ...Option) *Store {
 	return s
 }
 
-func (s *Store) shard(k ratelimit.Key) *shard {
-	h := maphash.String(s.seed, k.ID) ^ maphash.String(s.seed, k.Namespace)*0x9e3779b97f4a7c15
-	return &s.shards[h%shardCount]
+// hash returns key's hash: its top bits pick the shard, and the whole of it
+// indexes the shard's map, so a key is hashed once per call.
+func (s *Store) hash(k ratelimit.Key) uint64 {
+	return maphash.String(s.seed, k.ID) ^ maphash.String(s.seed, k.Namespace)*0x9e3779b97f4a7c15
+}
+
+// lock returns key's hash and its shard, locked.
+func (s *Store) lock(k ratelimit.Key) (uint64, *shard) {
+	h := s.hash(k)
+	sh := &s.shards[h>>(64-shardBits)]
+	sh.mu.Lock()
+	return h, sh
 }
 
 // Decide implements ratelimit.Decider for every algorithm: it runs the Go
-// form under the key's shard lock, reusing the key's memory for the next
-// state.
+// form under the key's shard lock.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, err
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
+	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
-	sh.now = max(sh.now, req.Now)
-	e := sh.entries[key]
-	var cur []byte
-	if e != nil && e.expires > req.Now {
-		cur = e.state
-	}
+	e, cur := sh.current(h, key, req.Now)
 	step, err := alg.Decide(cur, req)
 	if err != nil {
 		return algorithms.Decision{}, err
 	}
 	if step.Next != nil && !req.Peek {
-		s.put(sh, key, e, step.Next, req.Now, step.TTL)
+		if err := s.put(sh, h, key, e, step.Next, req.Now, step.TTL); err != nil {
+			return algorithms.Decision{}, err
+		}
 	}
 	return step.Decision, nil
 }
@@ -135,24 +168,14 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
+	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
-	sh.now = max(sh.now, now)
-	e := sh.entries[key]
-	var cur []byte
-	if e != nil && e.expires > now {
-		cur = e.state
-	}
+	e, cur := sh.current(h, key, now)
 	next, ttl, err := fn(cur, now)
 	if err != nil || next == nil {
 		return err
 	}
-	if ttl <= 0 {
-		return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
-	}
-	s.put(sh, key, e, next, now, ttl)
-	return nil
+	return s.put(sh, h, key, e, next, now, ttl)
 }
 
 // Delete implements ratelimit.Store.
@@ -160,30 +183,114 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sh := s.shard(key)
-	sh.mu.Lock()
-	delete(sh.entries, key)
-	sh.mu.Unlock()
+	h, sh := s.lock(key)
+	defer sh.mu.Unlock()
+	if e := sh.get(h, key); e != nil {
+		sh.remove(h, e)
+	}
 	return nil
 }
 
-// put stores next for key, whose current entry is e (or nil). The caller
-// holds sh.mu.
-func (s *Store) put(sh *shard, key ratelimit.Key, e *entry, next []byte, now, ttl int64) {
+// current returns key's entry (nil when there is none) and a copy of its
+// state for an algorithm to decide on: nil when there is none or it has
+// expired by now. The caller holds sh.mu.
+func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte) {
+	sh.now = max(sh.now, now)
+	e := sh.get(h, key)
+	if e == nil || e.expires <= now {
+		return e, nil
+	}
+	if len(e.state) > maxScratch {
+		return e, append([]byte(nil), e.state...)
+	}
+	sh.scratch = append(sh.scratch[:0], e.state...)
+	return e, sh.scratch
+}
+
+// put stores a copy of next as key's state until now+ttl; e is key's entry
+// or nil. The caller holds sh.mu.
+func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64) error {
+	if ttl <= 0 {
+		return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
+	}
 	if e == nil {
 		s.makeRoom(sh)
-		e = new(entry)
-		sh.entries[key] = e
+		e = &entry{key: ratelimit.Key{Namespace: key.Namespace, ID: strings.Clone(key.ID)}}
+		sh.add(h, e)
 	}
-	if len(next) <= inlineState {
-		// Copy into the entry's own array (a no-op when next is already
-		// there), so the caller's buffer is never retained.
-		e.state = e.inline[:len(next)]
-		copy(e.state, next)
-	} else {
-		e.state = next
+	switch {
+	case len(next) <= inlineState:
+		e.state = append(e.inline[:0], next...)
+	case cap(e.state) > 4*len(next):
+		// The state has shrunk a lot (a sliding log emptying): let the
+		// large buffer go.
+		e.state = append([]byte(nil), next...)
+	default:
+		e.state = append(e.state[:0], next...)
 	}
 	e.expires = now + ttl
+	return nil
+}
+
+// get returns key's entry, or nil. The caller holds sh.mu.
+func (sh *shard) get(h uint64, key ratelimit.Key) *entry {
+	for e := sh.index[h]; e != nil; e = e.next {
+		if e.key == key {
+			return e
+		}
+	}
+	return nil
+}
+
+// add inserts e, whose key hashes to h. The caller holds sh.mu.
+func (sh *shard) add(h uint64, e *entry) {
+	e.next = sh.index[h]
+	sh.index[h] = e
+	sh.n++
+}
+
+// remove deletes e, whose key hashes to h. The caller holds sh.mu.
+func (sh *shard) remove(h uint64, e *entry) {
+	head := sh.index[h]
+	switch {
+	case head == e && e.next == nil:
+		delete(sh.index, h)
+	case head == e:
+		sh.index[h] = e.next
+	default:
+		p := head
+		for p.next != e {
+			p = p.next
+		}
+		p.next = e.next
+	}
+	sh.n--
+}
+
+// reclaim deletes the expired entries in the chain of hash h, whose first
+// entry is head, and returns how many it deleted. The caller holds sh.mu;
+// it may be iterating over sh.index.
+func (sh *shard) reclaim(h uint64, head *entry) int {
+	var keep *entry
+	link := &keep
+	n := 0
+	for e := head; e != nil; e = e.next {
+		if e.expires <= sh.now {
+			n++
+			continue
+		}
+		*link = e
+		link = &e.next
+	}
+	*link = nil
+	switch {
+	case keep == nil:
+		delete(sh.index, h)
+	case keep != head:
+		sh.index[h] = keep
+	}
+	sh.n -= n
+	return n
 }
 
 // makeRoom reclaims expired entries among a sample and, when the shard is
@@ -191,21 +298,22 @@ func (s *Store) put(sh *shard, key ratelimit.Key, e *entry, next []byte, now, tt
 // holds sh.mu. Map iteration starts at a random place, so the samples
 // cover the shard over time.
 func (s *Store) makeRoom(sh *shard) {
-	var victim ratelimit.Key
-	soonest := int64(-1)
+	var victim *entry
+	var victimHash uint64
 	seen := 0
-	for k, e := range sh.entries {
-		if e.expires <= sh.now {
-			delete(sh.entries, k)
-		} else if soonest < 0 || e.expires < soonest {
-			victim, soonest = k, e.expires
+	for h, head := range sh.index {
+		sh.reclaim(h, head)
+		for e := sh.index[h]; e != nil; e = e.next {
+			if victim == nil || e.expires < victim.expires {
+				victim, victimHash = e, h
+			}
 		}
 		if seen++; seen == sampleSize {
 			break
 		}
 	}
-	if len(sh.entries) >= s.maxPerShard && soonest >= 0 {
-		delete(sh.entries, victim)
+	if sh.n >= s.maxPerShard && victim != nil {
+		sh.remove(victimHash, victim)
 	}
 }
 
@@ -218,11 +326,8 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.entries {
-			if e.expires <= sh.now {
-				delete(sh.entries, k)
-				n++
-			}
+		for h, head := range sh.index {
+			n += sh.reclaim(h, head)
 		}
 		sh.mu.Unlock()
 	}
@@ -235,7 +340,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.entries)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -243,13 +348,15 @@ func (s *Store) Len() int {
 
 // Expiries calls fn for every key the store holds with its expiry in
 // microseconds since the epoch. The conformance suite uses it to check that
-// every key carries an expiry.
+// every key carries an expiry. fn must not call the store.
 func (s *Store) Expiries(fn func(key ratelimit.Key, expires int64)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.entries {
-			fn(k, e.expires)
+		for _, head := range sh.index {
+			for e := head; e != nil; e = e.next {
+				fn(e.key, e.expires)
+			}
 		}
 		sh.mu.Unlock()
 	}
