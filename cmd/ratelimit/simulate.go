@@ -35,10 +35,10 @@ type lane struct {
 
 	admitted, denied, delayed int
 	// peak is the most requests that went ahead within any interval of one
-	// period, (peakEnd-period, peakEnd]. A request goes ahead when it is
-	// admitted, or for the leaky bucket once its delay has passed.
+	// period, [peakStart, peakStart+period). A request goes ahead when it
+	// is admitted, or for the leaky bucket once its delay has passed.
 	peak      int
-	peakEnd   time.Duration
+	peakStart time.Duration
 	meanDelay time.Duration // over admitted requests
 	maxDelay  time.Duration
 	note      string
@@ -223,12 +223,13 @@ func (l *lane) tally(times []time.Duration, period time.Duration) {
 	if l.admitted > 0 {
 		l.meanDelay = totalDelay / time.Duration(l.admitted)
 	}
-	l.peak, l.peakEnd = densest(ahead, period)
+	l.peak, l.peakStart = densest(ahead, period)
 }
 
-// densest returns the most instants of ts within any interval
-// (end-period, end], and the first such end. It sorts ts.
-func densest(ts []time.Duration, period time.Duration) (most int, end time.Duration) {
+// densest returns the most instants of ts within any interval of length
+// period, and the start of the first such interval, [start, start+period),
+// which begins at one of the instants. It sorts ts.
+func densest(ts []time.Duration, period time.Duration) (most int, start time.Duration) {
 	slices.Sort(ts)
 	i := 0
 	for j, t := range ts {
@@ -236,10 +237,10 @@ func densest(ts []time.Duration, period time.Duration) (most int, end time.Durat
 			i++
 		}
 		if j-i+1 > most {
-			most, end = j-i+1, t
+			most, start = j-i+1, ts[i]
 		}
 	}
-	return most, end
+	return most, start
 }
 
 // writeNotes gives each lane a one-line note on what it showed.
