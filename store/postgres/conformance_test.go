@@ -1,0 +1,99 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store/postgres"
+)
+
+var tableSeq atomic.Int64
+
+// newTable returns a table name no other test uses; the table and its
+// function are dropped when t ends.
+func newTable(t testing.TB, p *testPool, prefix string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d_%d", prefix, time.Now().UnixNano()%1e9, tableSeq.Add(1))
+	t.Cleanup(func() { dropTable(t, p, name) })
+	return name
+}
+
+func dropTable(t testing.TB, p *testPool, name string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := postgres.New(p, postgres.WithTable(name))
+	if err != nil {
+		t.Errorf("postgres.New(WithTable(%q)): %v", name, err)
+		return
+	}
+	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+s.Table()); err != nil {
+		t.Errorf("drop table %s: %v", s.Table(), err)
+	}
+	fn, _ := postgres.New(p, postgres.WithTable(name+"_decide"))
+	if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn.Table()); err != nil {
+		t.Errorf("drop function %s: %v", fn.Table(), err)
+	}
+}
+
+// newStore creates a migrated store on a fresh table of p.
+func newStore(t testing.TB, p *testPool, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	name := newTable(t, p, "rl_test")
+	s, err := postgres.New(p, append([]postgres.Option{postgres.WithTable(name)}, opts...)...)
+	if err != nil {
+		t.Fatalf("postgres.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("store.Migrate: %v", err)
+	}
+	return s
+}
+
+// expiries lists the rows of s's table with their expiry.
+func expiries(p *testPool, s *postgres.Store) func(ctx context.Context) ([]conformance.Expiry, error) {
+	return func(ctx context.Context) ([]conformance.Expiry, error) {
+		rows, err := p.Query(ctx, "SELECT key, expires_at FROM "+s.Table()+" ORDER BY key")
+		if err != nil {
+			return nil, err
+		}
+		var list []conformance.Expiry
+		for _, r := range rows {
+			key, _ := r[0].([]byte)
+			e := conformance.Expiry{Key: string(key)}
+			if at, ok := r[1].(int64); ok {
+				e.At = time.UnixMicro(at)
+			} else {
+				e.Never = true
+			}
+			list = append(list, e)
+		}
+		return list, nil
+	}
+}
+
+func TestConformance(t *testing.T) {
+	p := newTestPool(t, 32)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		s := newStore(t, p, postgres.WithRequestClock())
+		return conformance.Harness{Store: s, Expiries: expiries(p, s), RealTimeExpiry: false}
+	})
+}
+
+// TestConformanceUnlogged runs the suite on an UNLOGGED table.
+func TestConformanceUnlogged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the logged table's run covers the same code")
+	}
+	p := newTestPool(t, 32)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		s := newStore(t, p, postgres.WithRequestClock(), postgres.WithUnlogged())
+		return conformance.Harness{Store: s, Expiries: expiries(p, s)}
+	})
+}

@@ -1,0 +1,366 @@
+// Package postgres is the PostgreSQL store, on github.com/jackc/pgx/v5.
+//
+// State lives in one table with a row per key. Each built-in algorithm's SQL
+// form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function,
+// and a decision is one statement: a call to a function generated for the
+// table that locks the key's row, runs the algorithm and writes the result
+// before it returns. The row lock is taken and released inside the server,
+// never held across a round trip to the client (unless the caller passes
+// its own transaction), and concurrent first requests for a new key neither
+// fail nor over-admit. A user's own algorithm runs through Update, a short
+// transaction with SELECT ... FOR NO KEY UPDATE.
+//
+// Create the table and functions once with Migrate (or run SchemaSQL with
+// your own migration tool), then build a limiter:
+//
+//	pool, err := pgxpool.New(ctx, "postgres://...")
+//	...
+//	store, err := postgres.New(pool)
+//	...
+//	if err := store.Migrate(ctx); err != nil { ... }
+//	lim, err := ratelimit.New(store, algorithms.GCRA(100, time.Minute, 20))
+//
+// Time comes from the server's clock by default; see WithRequestClock.
+// Expired rows never affect decisions; DeleteExpired reclaims them.
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// DB is what the store needs from PostgreSQL: the methods that
+// *pgxpool.Pool, *pgx.Conn and pgx.Tx have in common. Pass a pool in
+// production. Passing a pgx.Tx makes decisions part of the caller's
+// transaction: they see its snapshot rules, hold the key's row lock until it
+// commits or rolls back, and vanish if it rolls back. A *pgx.Conn is not
+// safe for concurrent use, and neither is a store built on one.
+type DB interface {
+	Exec(ctx context.Context, sql string, arguments ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// DefaultTable is the name of the store's table when WithTable is not used.
+const DefaultTable = "ratelimit"
+
+// MaxTableLen is the longest table name WithTable accepts, in bytes. The
+// store derives function names from it, and PostgreSQL cuts identifiers at
+// 63 bytes.
+const MaxTableLen = 48
+
+// Option configures a Store.
+type Option func(*Store) error
+
+// WithTable sets the name of the table that holds the state (default
+// DefaultTable). The store also creates a function named after it, with
+// "_decide" appended. Any name of 1 to MaxTableLen bytes without NUL is
+// accepted; it is always quoted as an identifier, never spliced into SQL
+// as text.
+func WithTable(name string) Option {
+	return func(s *Store) error {
+		if err := checkIdent("table", name, MaxTableLen); err != nil {
+			return err
+		}
+		s.table = name
+		return nil
+	}
+}
+
+// WithUnlogged makes Migrate create the table UNLOGGED: PostgreSQL writes no
+// WAL for it, so each decision costs less I/O, but the table is emptied
+// after a crash or an unclean shutdown (every key starts afresh, admitting
+// up to a full limit again) and is not copied to streaming replicas (a
+// failover to a replica starts from an empty table). The option only
+// matters when Migrate creates the table; it does not convert an existing
+// one.
+func WithUnlogged() Option {
+	return func(s *Store) error {
+		s.unlogged = true
+		return nil
+	}
+}
+
+// WithRequestClock makes the store use the time the limiter passes with each
+// request (its clock, see ratelimit.WithClock) instead of the server's
+// clock. Use it in tests with a fake clock, and for the conformance suite.
+//
+// By default the store reads PostgreSQL's clock_timestamp() after taking the
+// key's row lock, so every application server shares one clock whatever
+// their own clocks say.
+func WithRequestClock() Option {
+	return func(s *Store) error {
+		s.requestClock = true
+		return nil
+	}
+}
+
+// Store is a ratelimit.Store and ratelimit.Decider on PostgreSQL. Create it
+// with New and call Migrate (or apply SchemaSQL) before use; the zero value
+// is not usable. Decide, the method a Limiter uses for the built-in
+// algorithms, is one statement per decision. A Store is safe for concurrent
+// use when its DB is (a pool is), and holds no resources of its own: close
+// the pool, not the store.
+type Store struct {
+	db           DB
+	table        string
+	unlogged     bool
+	requestClock bool
+
+	// SQL built once from the quoted identifiers.
+	decideSQL, selectSQL, selectLockSQL, clockSQL string
+	updateSQL, insertSQL, deleteSQL, expiredSQL   string
+}
+
+// New returns a store that keeps its state in db. It does not contact the
+// server; call Migrate to create the table and functions. It reports an
+// error wrapping ratelimit.ErrInvalidParams for a nil db or a bad option.
+func New(db DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: postgres: nil DB", ratelimit.ErrInvalidParams)
+	}
+	s := &Store{db: db, table: DefaultTable}
+	for _, opt := range opts {
+		if err := opt(s); err != nil {
+			return nil, err
+		}
+	}
+	t := s.ident(s.table)
+	s.decideSQL = "SELECT allowed, lim, remaining, retry_after, reset_after, delay FROM " +
+		s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6)"
+	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
+	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
+	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
+	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, expires_at = $3 WHERE key = $1"
+	s.insertSQL = "INSERT INTO " + t + " (key, state, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
+	s.deleteSQL = "DELETE FROM " + t + " WHERE key = $1"
+	s.expiredSQL = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
+		" WHERE expires_at <= " + s.ident("ratelimit_now") + "() LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	return s, nil
+}
+
+// DB returns the DB the store was created with: the escape hatch for what
+// the store does not do itself.
+func (s *Store) DB() DB { return s.db }
+
+// Table returns the table's name as quoted SQL, ready to splice into a
+// query of your own.
+func (s *Store) Table() string { return s.ident(s.table) }
+
+// ident quotes name as an identifier.
+func (s *Store) ident(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+func checkIdent(what, name string, maxLen int) error {
+	if name == "" || len(name) > maxLen || strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("%w: postgres: %s name %q must be 1 to %d bytes without NUL", ratelimit.ErrInvalidParams, what, name, maxLen)
+	}
+	return nil
+}
+
+// zeroKey stands for "no key" in error messages.
+var zeroKey ratelimit.Key
+
+// keyBytes is the row key of k: Namespace ":" ID, distinct for distinct
+// Keys (see ratelimit.Key.String), as bytea since an ID may hold any bytes.
+func keyBytes(k ratelimit.Key) []byte {
+	b := make([]byte, 0, len(k.Namespace)+1+len(k.ID))
+	b = append(b, k.Namespace...)
+	b = append(b, ':')
+	return append(b, k.ID...)
+}
+
+// Decide implements ratelimit.Decider for the built-in algorithms: one
+// statement that calls the table's decide function, which locks the key's
+// row, treats an expired row as absent, runs the algorithm's SQL form and
+// writes the next state with its expiry, unless the request is a peek or is
+// denied. A peek takes no lock.
+//
+// For an algorithm without a SQL form it returns an error wrapping
+// ratelimit.ErrUnsupported without contacting the server.
+func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	sf, ok := alg.(algorithms.ServerForm)
+	if !ok {
+		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
+	}
+	if _, ok := algorithms.SQL(alg.Name()); !ok {
+		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), ratelimit.ErrUnsupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
+	}
+	var now any = req.Now
+	if !s.requestClock {
+		now = nil // the function reads the server's clock
+	}
+	var d algorithms.Decision
+	err := s.db.QueryRow(ctx, s.decideSQL, keyBytes(key), alg.Name(), now, req.Cost, req.Peek, sf.ServerArgs()).
+		Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
+	if err != nil {
+		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+	}
+	return d, nil
+}
+
+// Update implements ratelimit.Store with one transaction: it locks the key's
+// row (SELECT ... FOR NO KEY UPDATE), reads the server's clock when the
+// store uses it, calls fn, and writes the result. When the key has no row,
+// a concurrent request may create it first; Update then rolls back and
+// calls fn again with that request's state, so neither fails nor
+// over-admits.
+func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	k := keyBytes(key)
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("postgres: update %q: %w", key, err)
+		}
+		done, err := s.updateOnce(ctx, key, k, now, fn)
+		if done || err != nil {
+			return err
+		}
+		if attempt == maxInsertRaces {
+			return fmt.Errorf("postgres: update %q: lost the race to create the row %d times", key, attempt)
+		}
+	}
+}
+
+// maxInsertRaces bounds how often Update retries after a concurrent request
+// created the key's row first. Each retry finds the row and locks it, so a
+// second retry needs the row deleted again in between.
+const maxInsertRaces = 10
+
+func (s *Store) updateOnce(ctx context.Context, key ratelimit.Key, k []byte, now int64, fn ratelimit.UpdateFunc) (done bool, err error) {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return false, s.fail(ctx, "update", key, err)
+	}
+	defer func() {
+		// A rollback that fails closes the connection (pgx does), so a
+		// pool never reuses one left in a transaction.
+		_ = tx.Rollback(ctx)
+	}()
+	var (
+		state   []byte
+		vals    []int64
+		expires int64
+	)
+	found := true
+	err = tx.QueryRow(ctx, s.selectLockSQL, k).Scan(&state, &vals, &expires)
+	if errors.Is(err, pgx.ErrNoRows) {
+		found, err = false, nil
+	}
+	if err != nil {
+		return false, s.fail(ctx, "update", key, err)
+	}
+	if !s.requestClock {
+		if err := tx.QueryRow(ctx, s.clockSQL).Scan(&now); err != nil {
+			return false, s.fail(ctx, "update", key, err)
+		}
+	}
+	var cur []byte
+	if found && expires > now {
+		cur = state
+		if cur == nil {
+			cur = encodeVals(vals) // written by Decide
+		}
+	}
+	next, ttl, err := fn(cur, now)
+	if err != nil {
+		return false, err
+	}
+	if next == nil {
+		return true, nil // the deferred rollback ends the transaction
+	}
+	if ttl <= 0 {
+		return false, fmt.Errorf("postgres: state for %q written with ttl %d µs", key, ttl)
+	}
+	exp := now + min(ttl, math.MaxInt64-now)
+	if found {
+		_, err = tx.Exec(ctx, s.updateSQL, k, next, exp)
+	} else {
+		var tag pgconn.CommandTag
+		tag, err = tx.Exec(ctx, s.insertSQL, k, next, exp)
+		if err == nil && tag.RowsAffected() == 0 {
+			return false, nil // a concurrent request created the row: retry
+		}
+	}
+	if err != nil {
+		return false, s.fail(ctx, "update", key, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, s.fail(ctx, "update", key, err)
+	}
+	return true, nil
+}
+
+// encodeVals is the Go form's encoding of a built-in algorithm's state as
+// the SQL forms store it: little-endian int64 fields.
+func encodeVals(vals []int64) []byte {
+	b := make([]byte, 0, 8*len(vals))
+	for _, v := range vals {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	return b
+}
+
+// Delete implements ratelimit.Store: it deletes key's row, if any.
+func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("postgres: delete %q: %w", key, err)
+	}
+	if _, err := s.db.Exec(ctx, s.deleteSQL, keyBytes(key)); err != nil {
+		return s.fail(ctx, "delete", key, err)
+	}
+	return nil
+}
+
+// DeleteExpired deletes up to limit rows whose expiry has passed by the
+// server's clock, and returns how many it deleted. It is one short
+// statement that skips rows locked by decisions in progress (FOR UPDATE SKIP
+// LOCKED), so it never makes a decision wait; call it in a loop while it
+// returns limit, from a ticker or a scheduled job. Expired rows never affect
+// decisions whether or not they are deleted: this only reclaims space.
+//
+// The table has no index on the expiry (so that decisions update rows in
+// place, as HOT updates), and the statement scans it until it has found
+// limit expired rows: keep limit in the thousands, not the millions.
+//
+// Rows written under WithRequestClock carry the limiter's times, which match
+// the server's clock when the limiter uses the system clock.
+func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
+	if limit <= 0 {
+		return 0, fmt.Errorf("%w: postgres: delete expired limit %d must be positive", ratelimit.ErrInvalidParams, limit)
+	}
+	tag, err := s.db.Exec(ctx, s.expiredSQL, limit)
+	if err != nil {
+		return 0, s.fail(ctx, "delete expired", zeroKey, err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// fail wraps a pgx error with the operation and key, and with ctx's error
+// when the context ended, so that errors.Is finds context.Canceled or
+// context.DeadlineExceeded and errors.As finds *pgconn.PgError.
+func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err error) error {
+	what := "postgres: " + op
+	if key != zeroKey {
+		what += fmt.Sprintf(" %q", key)
+	}
+	if ce := ctx.Err(); ce != nil && !errors.Is(err, ce) {
+		return fmt.Errorf("%s: %w: %w", what, ce, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == algorithms.SQLErrCorrupt {
+		return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
