@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"time"
 )
@@ -25,4 +26,12 @@ func fmtDurRound(d time.Duration) string {
 		unit *= 10
 	}
 	return fmtDur(d.Round(unit))
+}
+
+// plural returns "1 request" or "n requests".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -86,7 +87,7 @@ func layoutColumns(times []time.Duration, period time.Duration) ([]column, strin
 	first, last := window(times[0]), window(times[len(times)-1])
 	periods := last - first + 1
 	origin := time.Duration(first) * period
-	if perPeriod := slicesPerPeriod(period, maxCells/periods); perPeriod >= 1 {
+	if perPeriod := slicesPerPeriod(period, maxCells/periods); perPeriod >= 2 {
 		// perPeriod cells per window, so boundaries fall between cells.
 		cells := periods * perPeriod
 		cols = make([]column, 0, cells+periods)
@@ -108,14 +109,14 @@ func layoutColumns(times []time.Duration, period time.Duration) ([]column, strin
 		}
 		return cols, fmtDur(period/time.Duration(perPeriod)) + " of time"
 	}
-	// More periods than cells: several whole periods per cell, no
+	// Too many periods to slice: one or more whole windows per cell, no
 	// boundaries drawn.
 	per := (periods + maxCells - 1) / maxCells
 	i := 0
 	for c := int64(0); c*per < periods; c++ {
 		col := column{from: i}
-		if c == 0 {
-			col.label = "+" + fmtDur(origin)
+		if c%10 == 0 {
+			col.label = "+" + fmtDur(origin+time.Duration(c*per)*period)
 		}
 		end := origin + time.Duration((c+1)*per)*period
 		for i < len(times) && times[i] < end {
@@ -124,7 +125,10 @@ func layoutColumns(times []time.Duration, period time.Duration) ([]column, strin
 		col.to = i
 		cols = append(cols, col)
 	}
-	return cols, fmtDur(time.Duration(per)*period) + " of time"
+	if per == 1 {
+		return cols, "one window of " + fmtDur(period)
+	}
+	return cols, fmt.Sprintf("%d windows of %s", per, fmtDur(period))
 }
 
 // slicesPerPeriod returns the most slices, at most most, that divide
@@ -181,8 +185,11 @@ func renderTerminal(out io.Writer, r *result, color bool) error {
 	cols, cell := layoutColumns(r.times, cfg.period)
 
 	fmt.Fprintf(w, "%s\n", paint(ansiBold, "ratelimit compare · "+r.traffic))
-	fmt.Fprintf(w, "limit %d per %s, burst %d · each cell is %s · %s marks a window boundary\n\n",
-		cfg.limit, fmtDur(cfg.period), cfg.burst, cell, glyphBoundary)
+	fmt.Fprintf(w, "limit %d per %s, burst %d · each cell is %s", cfg.limit, fmtDur(cfg.period), cfg.burst, cell)
+	if slices.ContainsFunc(cols, func(c column) bool { return c.boundary }) {
+		fmt.Fprintf(w, " · %s marks a window boundary", glyphBoundary)
+	}
+	fmt.Fprint(w, "\n\n")
 
 	const nameWidth = 16
 	// The time axis: labels at the first column and at boundaries, where

@@ -138,7 +138,7 @@ func (r *result) makeTraffic() error {
 		for i := range int64(n) {
 			us = append(us, micro(cfg.start)+i*micro(cfg.spacing))
 		}
-		r.traffic = fmt.Sprintf("steady: %d requests, one every %s", n, fmtDur(cfg.spacing))
+		r.traffic = fmt.Sprintf("steady: %s, one every %s", plural(n, "request"), fmtDur(cfg.spacing))
 	case "burst":
 		defN(6)
 		defSpacing(10)
@@ -147,7 +147,7 @@ func (r *result) makeTraffic() error {
 		for i := range int64(n) {
 			us = append(us, micro(cfg.start)+i/clump*period+i%clump*micro(cfg.spacing))
 		}
-		r.traffic = fmt.Sprintf("burst: %d requests in clumps of %d, %s apart, one clump per period", n, clump, fmtDur(cfg.spacing))
+		r.traffic = fmt.Sprintf("burst: %s in clumps of %d, %s apart, one clump per period", plural(n, "request"), clump, fmtDur(cfg.spacing))
 	case "boundary-burst":
 		defN(2)
 		defSpacing(4)
@@ -160,7 +160,7 @@ func (r *result) makeTraffic() error {
 		for i := range int64(n) {
 			us = append(us, first+i*micro(cfg.spacing))
 		}
-		r.traffic = fmt.Sprintf("boundary-burst: %d requests, %s apart", n, fmtDur(cfg.spacing))
+		r.traffic = fmt.Sprintf("boundary-burst: %s, %s apart", plural(n, "request"), fmtDur(cfg.spacing))
 	case "random":
 		defN(6)
 		defSpacing(2)
@@ -171,7 +171,7 @@ func (r *result) makeTraffic() error {
 			us = append(us, t)
 			t += int64(rng.ExpFloat64() * float64(micro(cfg.spacing)))
 		}
-		r.traffic = fmt.Sprintf("random: %d requests, %s apart on average (seed %d)", n, fmtDur(cfg.spacing), cfg.seed)
+		r.traffic = fmt.Sprintf("random: %s, %s apart on average (seed %d)", plural(n, "request"), fmtDur(cfg.spacing), cfg.seed)
 	default:
 		return fmt.Errorf("ratelimit compare: unknown pattern %q", cfg.pattern)
 	}
