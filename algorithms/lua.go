@@ -10,7 +10,10 @@ package algorithms
 //	ARGV[2]  cost: at least 1 and at most the algorithm's MaxCost
 //	ARGV[3]  peek: "1" to decide without writing, "0" otherwise
 //	ARGV[4]  server clock: "1" to read the server's TIME instead of ARGV[1]
-//	ARGV[5:] the algorithm's ServerArgs, in order, as decimal integers
+//	ARGV[5]  slack: milliseconds added to every PX and PEXPIRE, so that a
+//	         key outlives its state when ARGV[1] comes from a clock that may
+//	         run behind the server's ("0" with the server clock)
+//	ARGV[6:] the algorithm's ServerArgs, in order, as decimal integers
 //
 // The reply is an array of LuaReplyLen integers, indexed by the LuaReply
 // constants: the fields of Decision in declaration order (allowed is 1 or
@@ -30,8 +33,11 @@ package algorithms
 // sliding log is a sorted set scored by time whose members "seq:cost" stay
 // unique even for two requests in the same microsecond. Every write sets the
 // key's expiry in the same script (PX or PEXPIRE, in milliseconds: the TTL in
-// microseconds rounded up, at least 1). A peek writes nothing, and neither
-// does a denied request. State a script cannot read is answered with an
+// microseconds rounded up, at least 1, plus the slack). The state also
+// records when its TTL passes on the clock that decided, and a script treats
+// state past that time as missing, as Decide treats nil state, whether or
+// not the server has expired the key yet: correctness never depends on the
+// key's expiry. A peek writes nothing, and neither does a denied request. State a script cannot read is answered with an
 // error reply whose message starts with "CORRUPT".
 const (
 	LuaReplyAllowed    = iota // 1 when admitted, 0 when denied
@@ -45,9 +51,9 @@ const (
 )
 
 // LuaFixedArgs is the number of ARGV entries before an algorithm's
-// ServerArgs in a Lua form's calling convention: now, cost, peek and server
-// clock.
-const LuaFixedArgs = 4
+// ServerArgs in a Lua form's calling convention: now, cost, peek, server
+// clock and slack.
+const LuaFixedArgs = 5
 
 // LuaErrCorrupt starts the message of the error a Lua form replies with when
 // the stored state cannot be read.

@@ -1,10 +1,13 @@
 -- gcra: the Lua form of algorithms.GCRA (rate.go).
 -- Calling convention: see algorithms/lua.go.
---   KEYS[1]  state: a string "tat:fraction:drip" (the theoretical arrival
---            time in microseconds, its fraction in 1/drip of a microsecond)
---   ARGV     now, cost, peek, server_clock, unit, drip, capacity, fill, burst
+--   KEYS[1]  state: a string "expires:tat:fraction:drip" (when its TTL
+--            passes, on the clock that wrote it, after which it counts as
+--            missing; the theoretical arrival time in microseconds; its
+--            fraction in 1/drip of a microsecond)
+--   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, burst
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
+local MAX = 9007199254740992 -- algorithms.MaxExact
 local function fmt(x) return string.format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = math.floor(a / b)
@@ -12,8 +15,9 @@ local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   return q
 end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
-local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
-  return math.max(idiv(us + 999, 1000), 1)
+local slack = tonumber(ARGV[5])
+local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
+  return math.max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -24,20 +28,24 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local unit, drip, capacity, fill, burst =
-  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
 local ahead = 0 -- units by which the TAT lies ahead of now
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local t, f, d = string.match(raw, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-  if not t then
+  local x, t, f, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  local tat, frac, sdrip
+  if not x then
     return redis.error_reply('CORRUPT gcra state ' .. raw)
   end
-  local tat, frac, sdrip = tonumber(t), tonumber(f), tonumber(d)
+  x, tat, frac, sdrip = tonumber(x), tonumber(t), tonumber(f), tonumber(d)
+  if x > MAX or tat > MAX or frac > MAX or sdrip > MAX then
+    return redis.error_reply('CORRUPT gcra state ' .. raw)
+  end
   if sdrip <= 0 or frac < 0 or frac >= sdrip then
     return redis.error_reply('CORRUPT gcra fraction ' .. f .. '/' .. d)
   end
-  if tat >= now then
+  if now < x and tat >= now then
     -- A TAT further ahead than the capacity (a clock behind the one that
     -- stored it, or a smaller burst than before) is capped.
     local us = math.min(tat - now, fill)
@@ -60,5 +68,5 @@ if peek then
   return {1, burst, remaining, 0, reset, 0, now}
 end
 local whole = idiv(ahead, drip)
-redis.call('SET', KEYS[1], fmt(now + whole) .. ':' .. fmt(ahead - whole * drip) .. ':' .. fmt(drip), 'PX', fmt(ms(reset)))
+redis.call('SET', KEYS[1], fmt(now + reset) .. ':' .. fmt(now + whole) .. ':' .. fmt(ahead - whole * drip) .. ':' .. fmt(drip), 'PX', fmt(ms(reset)))
 return {1, burst, remaining, 0, reset, 0, now}

@@ -4,18 +4,22 @@
 --            scored by its time in microseconds; the member is "seq:cost",
 --            where seq is one more than the largest seq among the live
 --            members, so two requests in the same microsecond (or at times
---            that go backwards) are always two members
---   ARGV     now, cost, peek, server_clock, limit, period
+--            that go backwards) are always two members. One more member,
+--            "x:expires" scored -inf, says when the log's TTL passes on the
+--            clock that wrote it, after which the log counts as missing.
+--   ARGV     now, cost, peek, server_clock, slack, limit, period
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
+local MAX = 9007199254740992 -- algorithms.MaxExact
 local function fmt(x) return string.format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
-local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
-  return math.max(idiv(us + 999, 1000), 1)
+local slack = tonumber(ARGV[5])
+local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
+  return math.max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -25,11 +29,24 @@ if ARGV[4] == '1' then
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
-local limit, period = tonumber(ARGV[5]), tonumber(ARGV[6])
+local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 -- An entry counts while now < at + period, that is at > now - period.
 local cutoff = now - period
-local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(cutoff), '+inf', 'WITHSCORES')
+local live = {}
+local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local stale = false
+if #head > 0 then
+  local x = string.match(head[1], '^x:(%d+)$')
+  if not x or head[2] ~= '-inf' then
+    return redis.error_reply('CORRUPT sliding_log without its expiry member')
+  end
+  if now < tonumber(x) then
+    live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(cutoff), '+inf', 'WITHSCORES')
+  else
+    stale = true
+  end
+end
 local n = #live / 2
 local ats, costs = {}, {}
 local used, newest, seq = 0, -1, 0
@@ -39,8 +56,8 @@ for i = 1, n do
     return redis.error_reply('CORRUPT sliding_log member ' .. live[2 * i - 1])
   end
   local at, ec = tonumber(live[2 * i]), tonumber(c)
-  if ec <= 0 then
-    return redis.error_reply('CORRUPT sliding_log entry of cost ' .. c)
+  if ec <= 0 or ec > MAX or at > MAX or used > MAX then
+    return redis.error_reply('CORRUPT sliding_log entry ' .. live[2 * i - 1] .. ' at ' .. live[2 * i])
   end
   ats[i], costs[i] = at, ec
   used = used + ec
@@ -68,7 +85,12 @@ if peek then
 end
 newest = math.max(newest, now)
 reset = newest + period - now
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(cutoff))
-redis.call('ZADD', KEYS[1], fmt(now), fmt(seq + 1) .. ':' .. fmt(cost))
+if stale then
+  redis.call('DEL', KEYS[1])
+else
+  -- Drop the expired entries, and the expiry member with them.
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(cutoff))
+end
+redis.call('ZADD', KEYS[1], fmt(now), fmt(seq + 1) .. ':' .. fmt(cost), '-inf', 'x:' .. fmt(now + reset))
 redis.call('PEXPIRE', KEYS[1], fmt(ms(reset)))
 return {1, limit, math.max(limit - used - cost, 0), 0, reset, 0, now}

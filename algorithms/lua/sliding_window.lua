@@ -1,17 +1,21 @@
 -- sliding_window: the Lua form of algorithms.SlidingWindow (slidingwindow.go).
 -- Calling convention: see algorithms/lua.go.
---   KEYS[1]  state: a string "start:current:previous"
---   ARGV     now, cost, peek, server_clock, limit, period
+--   KEYS[1]  state: a string "expires:start:current:previous"; expires is
+--            when its TTL passes, on the clock that wrote it, after which it
+--            counts as missing
+--   ARGV     now, cost, peek, server_clock, slack, limit, period
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
+local MAX = 9007199254740992 -- algorithms.MaxExact
 local function fmt(x) return string.format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = math.floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
-local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
-  return math.max(idiv(us + 999, 1000), 1)
+local slack = tonumber(ARGV[5])
+local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
+  return math.max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -21,7 +25,7 @@ if ARGV[4] == '1' then
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
-local limit, period = tonumber(ARGV[5]), tonumber(ARGV[6])
+local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 -- The previous window's weight after elapsed of the current one: the same
 -- doubles as the Go form, prev × (period − elapsed), then ÷ period, floored.
@@ -46,12 +50,17 @@ end
 local start, curr, prev = idiv(now, period) * period, 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local s, c, p = string.match(raw, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-  if not s then
+  local x, s, c, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not x then
     return redis.error_reply('CORRUPT sliding_window state ' .. raw)
   end
-  s, c, p = tonumber(s), tonumber(c), tonumber(p)
-  if now < s + period then -- current (or ahead of our clock)
+  x, s, c, p = tonumber(x), tonumber(s), tonumber(c), tonumber(p)
+  if x > MAX or s > MAX or c > MAX or p > MAX then
+    return redis.error_reply('CORRUPT sliding_window state ' .. raw)
+  end
+  if now >= x then
+    -- expired: as if there were no state
+  elseif now < s + period then -- current (or ahead of our clock)
     start, curr, prev = s, c, p
   elseif now - s < 2 * period then -- the stored window is the previous one
     start, curr, prev = s + period, 0, c
@@ -83,5 +92,6 @@ end
 if peek then
   return {1, limit, remaining, 0, reset, 0, now}
 end
-redis.call('SET', KEYS[1], fmt(start) .. ':' .. fmt(curr) .. ':' .. fmt(prev), 'PX', fmt(ms(start + 2 * period - now)))
+local ttl = start + 2 * period - now
+redis.call('SET', KEYS[1], fmt(now + ttl) .. ':' .. fmt(start) .. ':' .. fmt(curr) .. ':' .. fmt(prev), 'PX', fmt(ms(ttl)))
 return {1, limit, remaining, 0, reset, 0, now}

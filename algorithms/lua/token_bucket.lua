@@ -1,9 +1,12 @@
 -- token_bucket: the Lua form of algorithms.TokenBucket (rate.go).
 -- Calling convention: see algorithms/lua.go.
---   KEYS[1]  state: a string "deficit:last:unit"
---   ARGV     now, cost, peek, server_clock, unit, drip, capacity, fill, burst
+--   KEYS[1]  state: a string "expires:deficit:last:unit"; expires is when its
+--            TTL passes, on the clock that wrote it, after which it counts as
+--            missing
+--   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, burst
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
+local MAX = 9007199254740992 -- algorithms.MaxExact
 local function fmt(x) return string.format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = math.floor(a / b)
@@ -11,8 +14,9 @@ local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   return q
 end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
-local function ms(us) -- PX from a TTL in microseconds: ceil(us/1000), at least 1
-  return math.max(idiv(us + 999, 1000), 1)
+local slack = tonumber(ARGV[5])
+local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
+  return math.max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -23,7 +27,7 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local unit, drip, capacity, fill, burst =
-  tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
 
 -- rate.rescale: the same doubles as the Go form, level ÷ from × unit, floored.
 local function rescale(level, from)
@@ -40,17 +44,22 @@ end
 local deficit, last = 0, now
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local d, l, u = string.match(raw, '^(%-?%d+):(%-?%d+):(%-?%d+)$')
-  if not d then
+  local x, d, l, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  if not x then
     return redis.error_reply('CORRUPT token_bucket state ' .. raw)
   end
-  d, l, u = tonumber(d), tonumber(l), tonumber(u)
+  x, d, l, u = tonumber(x), tonumber(d), tonumber(l), tonumber(u)
+  if x > MAX or d > MAX or l > MAX or u > MAX then
+    return redis.error_reply('CORRUPT token_bucket state ' .. raw)
+  end
   if u <= 0 then
     return redis.error_reply('CORRUPT token_bucket unit ' .. fmt(u))
   end
-  deficit = rescale(d, u)
-  last = math.max(l, now)
-  deficit = drain(deficit, now - l)
+  if now < x then
+    deficit = rescale(d, u)
+    last = math.max(l, now)
+    deficit = drain(deficit, now - l)
+  end
 end
 local need = cost * unit
 local allowed = deficit + need <= capacity
@@ -63,5 +72,5 @@ end
 if peek then
   return {1, burst, remaining, 0, reset, 0, now}
 end
-redis.call('SET', KEYS[1], fmt(deficit) .. ':' .. fmt(last) .. ':' .. fmt(unit), 'PX', fmt(ms(reset)))
+redis.call('SET', KEYS[1], fmt(now + reset) .. ':' .. fmt(deficit) .. ':' .. fmt(last) .. ':' .. fmt(unit), 'PX', fmt(ms(reset)))
 return {1, burst, remaining, 0, reset, 0, now}

@@ -1,0 +1,276 @@
+package redisform
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"strconv"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// ErrConflict is returned by Update when its compare-and-set keeps losing
+// to writers in other processes.
+var ErrConflict = errors.New("ratelimit: too many concurrent updates of one key")
+
+// MaxAttempts bounds the compare-and-set attempts of one Update.
+const MaxAttempts = 32
+
+// readScript returns the raw value of KEYS[1] (or nil) and, when ARGV[1] is
+// "1", the server's TIME.
+var readScript = NewScript("read", `local v = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  local t = redis.call('TIME')
+  return {v, t[1], t[2]}
+end
+return {v}
+`, 0)
+
+// casScript writes ARGV[3] with a PX of ARGV[4] milliseconds to KEYS[1] when
+// it holds ARGV[2] (ARGV[1] == "1") or nothing (ARGV[1] == "0"), and replies
+// 1 when it wrote and 0 when it did not.
+var casScript = NewScript("cas", `local cur = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  if cur ~= ARGV[2] then return 0 end
+elseif cur then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+return 1
+`, 0)
+
+// Engine runs decisions and updates through a Backend. Its zero value is
+// not usable; fill in every field and call Init. It is safe for concurrent
+// use.
+type Engine struct {
+	// Name prefixes error messages: "redis" or "valkey".
+	Name string
+	// Prefix starts every key.
+	Prefix string
+	// ServerClock makes scripts read the server's TIME.
+	ServerClock bool
+	// Slack is added to every expiry the store sets, in milliseconds, when
+	// the clock is the limiter's rather than the server's. See Init.
+	Slack int64
+	// Backend reaches the server.
+	Backend Backend
+
+	seed  maphash.Seed
+	locks []chan struct{}
+	slack string
+}
+
+// DefaultSlack is the Slack of a store on the limiter's clock: the server
+// expires keys by its own clock, so a key whose state is still live by a
+// limiter clock running behind the server's must outlive its TTL a little.
+// The state records its own expiry, so the slack delays only the reclaiming
+// of space, never a decision.
+const DefaultSlack = 100
+
+// Init prepares the engine's in-process locks and the slack.
+func (e *Engine) Init() {
+	if e.ServerClock {
+		e.Slack = 0
+	}
+	e.slack = strconv.FormatInt(e.Slack, 10)
+	e.seed = maphash.MakeSeed()
+	e.locks = make([]chan struct{}, 256)
+	for i := range e.locks {
+		e.locks[i] = make(chan struct{}, 1)
+	}
+}
+
+// Run runs s by its SHA and, when the server does not have it (after a
+// restart or SCRIPT FLUSH), once more by its source, which reloads it.
+func (e *Engine) Run(ctx context.Context, s *Script, keys, args []string) (any, error) {
+	r, err := e.Backend.EvalSha(ctx, s.SHA, keys, args)
+	if err != nil && e.Backend.NoScript(err) {
+		r, err = e.Backend.Eval(ctx, s.Src, keys, args)
+	}
+	return r, err
+}
+
+func flag(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+// Decide implements ratelimit.Decider.
+func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	s, sf := Form(alg)
+	if s == nil {
+		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.Name, alg.Name(), ratelimit.ErrUnsupported)
+	}
+	if req.Cost < 1 || req.Cost > alg.MaxCost() {
+		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.Name, req.Cost, alg.MaxCost(), alg.Name(), ratelimit.ErrInvalidCost)
+	}
+	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
+		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.Name, req.Now, ratelimit.ErrInvalidTime)
+	}
+	if err := ctx.Err(); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
+	}
+	params := sf.ServerArgs()
+	args := make([]string, algorithms.LuaFixedArgs, algorithms.LuaFixedArgs+len(params))
+	args[0] = strconv.FormatInt(req.Now, 10)
+	args[1] = strconv.FormatInt(req.Cost, 10)
+	args[2] = flag(req.Peek)
+	args[3] = flag(e.ServerClock)
+	args[4] = e.slack
+	for _, p := range params {
+		args = append(args, strconv.FormatInt(p, 10))
+	}
+	r, err := e.Run(ctx, s, []string{StateKey(e.Prefix, key)}, args)
+	if err != nil {
+		return algorithms.Decision{}, wrap(ctx, e.Name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
+	}
+	var f [algorithms.LuaReplyLen]int64
+	if err := Ints(r, f[:]); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
+	}
+	return algorithms.Decision{
+		Allowed:    f[algorithms.LuaReplyAllowed] == 1,
+		Limit:      f[algorithms.LuaReplyLimit],
+		Remaining:  f[algorithms.LuaReplyRemaining],
+		RetryAfter: f[algorithms.LuaReplyRetryAfter],
+		ResetAfter: f[algorithms.LuaReplyResetAfter],
+		Delay:      f[algorithms.LuaReplyDelay],
+	}, nil
+}
+
+// Ints decodes a script's array reply of integers into dst, which must
+// have exactly its length.
+func Ints(r any, dst []int64) error {
+	arr, ok := r.([]any)
+	if !ok || len(arr) != len(dst) {
+		return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
+	}
+	for i, v := range arr {
+		n, ok := v.(int64)
+		if !ok {
+			return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
+		}
+		dst[i] = n
+	}
+	return nil
+}
+
+// lock takes key's in-process lock, so that concurrent Updates of one key
+// in one process queue instead of failing each other's compare-and-set.
+func (e *Engine) lock(ctx context.Context, k string) (chan struct{}, error) {
+	l := e.locks[maphash.String(e.seed, k)%uint64(len(e.locks))]
+	select {
+	case l <- struct{}{}:
+		return l, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Update implements ratelimit.Store with an optimistic compare-and-set: read
+// the value, call fn, and write its result only if the value is still the
+// one read, retrying up to MaxAttempts times. The stored value is the
+// state's expiry (µs since the epoch, 8 bytes little-endian, on the clock
+// fn was given) followed by the state, so that state past its TTL reads as
+// missing even when the server has not expired it yet.
+func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	k := StateKey(e.Prefix, key) + UpdateSuffix
+	what := fmt.Sprintf("update %q", key.String())
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+	}
+	l, err := e.lock(ctx, k)
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+	}
+	defer func() { <-l }()
+	keys := []string{k}
+	readArgs := []string{flag(e.ServerClock)}
+	for attempt := 1; ; attempt++ {
+		r, err := e.Run(ctx, readScript, keys, readArgs)
+		if err != nil {
+			return wrap(ctx, e.Name, what, err)
+		}
+		arr, ok := r.([]any)
+		if !ok || len(arr) == 0 || (e.ServerClock && len(arr) != 3) {
+			return fmt.Errorf("%s: %s: unexpected reply %v", e.Name, what, r)
+		}
+		t := now
+		if e.ServerClock {
+			t, err = serverTime(arr[1], arr[2])
+			if err != nil {
+				return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+			}
+		}
+		var cur []byte
+		old, found := arr[0].(string)
+		if found {
+			if len(old) < 8 {
+				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.Name, what, ratelimit.ErrCorruptState, len(old))
+			}
+			if expires := int64(binary.LittleEndian.Uint64([]byte(old[:8]))); t < expires {
+				cur = []byte(old[8:])
+			}
+		}
+		next, ttl, err := fn(cur, t)
+		if err != nil {
+			return err
+		}
+		if next == nil {
+			return nil
+		}
+		ttl = max(ttl, 1)
+		val := make([]byte, 8, 8+len(next))
+		binary.LittleEndian.PutUint64(val, uint64(t+ttl))
+		val = append(val, next...)
+		r, err = e.Run(ctx, casScript, keys, []string{flag(found), old, string(val), strconv.FormatInt(TTLMillis(ttl)+e.Slack, 10)})
+		if err != nil {
+			return wrap(ctx, e.Name, what, err)
+		}
+		if n, ok := r.(int64); ok && n == 1 {
+			return nil
+		}
+		if attempt == MaxAttempts {
+			return fmt.Errorf("%s: %s: %w: lost %d compare-and-set races to other processes", e.Name, what, ErrConflict, attempt)
+		}
+		// Another process wrote between the read and the write: back off
+		// a little, more with each attempt, and try again.
+		select {
+		case <-time.After(time.Duration(attempt*attempt) * 50 * time.Microsecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %s: %w", e.Name, what, ctx.Err())
+		}
+	}
+}
+
+func serverTime(sec, usec any) (int64, error) {
+	s, ok1 := sec.(string)
+	u, ok2 := usec.(string)
+	if !ok1 || !ok2 {
+		return 0, fmt.Errorf("unexpected TIME reply %v %v", sec, usec)
+	}
+	a, err1 := strconv.ParseInt(s, 10, 64)
+	b, err2 := strconv.ParseInt(u, 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("unexpected TIME reply: %w", err)
+	}
+	return a*1_000_000 + b, nil
+}
+
+// Delete implements ratelimit.Store: it deletes every key of the decision.
+func (e *Engine) Delete(ctx context.Context, key ratelimit.Key) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: delete %q: %w", e.Name, key.String(), err)
+	}
+	k := StateKey(e.Prefix, key)
+	if err := e.Backend.Del(ctx, k, k+UpdateSuffix); err != nil {
+		return wrap(ctx, e.Name, fmt.Sprintf("delete %q", key.String()), err)
+	}
+	return nil
+}

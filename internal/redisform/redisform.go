@@ -1,0 +1,188 @@
+// Package redisform is the code the Redis and Valkey stores share: key
+// encoding, the scripts and how they are run, reply decoding, TTL
+// conversion and the optimistic Update for algorithms without a Lua form.
+// Each store supplies a Backend over its own client; everything else lives
+// here once.
+package redisform
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// Backend is the little a store needs from its client. Replies are decoded
+// into int64, string, nil, or []any of those.
+type Backend interface {
+	// EvalSha runs the cached script with the given SHA1 (EVALSHA).
+	EvalSha(ctx context.Context, sha string, keys, args []string) (any, error)
+	// Eval runs the script's source (EVAL), which also caches it on the
+	// server that runs it.
+	Eval(ctx context.Context, src string, keys, args []string) (any, error)
+	// Del deletes keys, which share one hash slot.
+	Del(ctx context.Context, keys ...string) error
+	// NoScript reports whether err is the server's NOSCRIPT error.
+	NoScript(err error) bool
+}
+
+// Script is a Lua script and its SHA1.
+type Script struct {
+	Name string
+	Src  string
+	SHA  string
+	// Args is how many ServerArgs an algorithm's form takes.
+	Args int
+}
+
+// NewScript returns src with its SHA1.
+func NewScript(name, src string, args int) *Script {
+	sum := sha1.Sum([]byte(src))
+	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:]), Args: args}
+}
+
+// forms are the Lua forms of the built-in algorithms, by name.
+var forms = map[string]*Script{}
+
+func init() {
+	for name, args := range map[string]int{
+		"fixed_window": 2, "sliding_log": 2, "sliding_window": 2,
+		"token_bucket": 5, "leaky_bucket": 5, "gcra": 5,
+	} {
+		if src, ok := algorithms.Lua(name); ok {
+			forms[name] = NewScript(name, src, args)
+		}
+	}
+}
+
+// Form returns the Lua form of alg, or nil when alg has none: it does not
+// implement algorithms.ServerForm, no script carries its name, or its
+// ServerArgs do not match the script's.
+func Form(alg algorithms.Algorithm) (*Script, algorithms.ServerForm) {
+	sf, ok := alg.(algorithms.ServerForm)
+	if !ok {
+		return nil, nil
+	}
+	s := forms[alg.Name()]
+	if s == nil || len(sf.ServerArgs()) != s.Args {
+		return nil, nil
+	}
+	return s, sf
+}
+
+// Forms returns the Lua forms of the built-in algorithms.
+func Forms() []*Script {
+	out := make([]*Script, 0, len(forms))
+	for _, s := range forms {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Key encoding.
+//
+// A decision's keys are
+//
+//	<prefix>:{<namespace>:<escaped id>}          state of a Lua form
+//	<prefix>:{<namespace>:<escaped id>}:u        state written by Update
+//
+// The braces are the Redis Cluster hash tag: only the part between them
+// picks the slot, so every key of one decision lies in one slot. The
+// namespace holds no braces (ratelimit.Key guarantees it) and the id is
+// escaped so that it holds none either: '%', '{' and '}' become %25, %7B and
+// %7D. The escape is injective, so distinct Keys give distinct names.
+
+// UpdateSuffix ends the name of the key Update writes.
+const UpdateSuffix = ":u"
+
+// StateKey returns the name of key's state under prefix.
+func StateKey(prefix string, key ratelimit.Key) string {
+	id := key.ID
+	n := 0
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c == '{' || c == '}' || c == '%' {
+			n++
+		}
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(key.Namespace) + len(id) + 2*n + 4)
+	b.WriteString(prefix)
+	b.WriteString(":{")
+	b.WriteString(key.Namespace)
+	b.WriteByte(':')
+	if n == 0 {
+		b.WriteString(id)
+	} else {
+		for i := 0; i < len(id); i++ {
+			switch c := id[i]; c {
+			case '{':
+				b.WriteString("%7B")
+			case '}':
+				b.WriteString("%7D")
+			case '%':
+				b.WriteString("%25")
+			default:
+				b.WriteByte(c)
+			}
+		}
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// HashTag returns the part of a Redis key that picks its cluster slot, by
+// the server's rule: the bytes between the first '{' and the next '}', when
+// that is not empty; the whole key otherwise.
+func HashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+// CheckPrefix reports whether prefix may start the stores' keys: 1 to 64
+// bytes without braces (which would move the hash tag).
+func CheckPrefix(name, prefix string) error {
+	switch {
+	case prefix == "" || len(prefix) > 64:
+		return fmt.Errorf("%w: %s: key prefix %q must be 1 to 64 bytes", ratelimit.ErrInvalidParams, name, prefix)
+	case strings.ContainsAny(prefix, "{}"):
+		return fmt.Errorf("%w: %s: key prefix %q must not contain braces", ratelimit.ErrInvalidParams, name, prefix)
+	}
+	return nil
+}
+
+// TTLMillis converts a TTL in microseconds into the milliseconds of PX or
+// PEXPIRE: rounded up, and at least 1.
+func TTLMillis(us int64) int64 {
+	if us <= 1000 {
+		return 1
+	}
+	return (us + 999) / 1000
+}
+
+// Error wrapping.
+
+// wrap prefixes a backend error with the store's name and what it was
+// doing, keeping the backend error reachable, adding ctx's error when ctx
+// has ended, and ErrCorruptState when a script found state it cannot read.
+func wrap(ctx context.Context, name, what string, err error) error {
+	msg := err.Error()
+	if strings.HasPrefix(msg, algorithms.LuaErrCorrupt) || strings.HasPrefix(msg, "WRONGTYPE") {
+		return fmt.Errorf("%s: %s: %w: %w", name, what, ratelimit.ErrCorruptState, err)
+	}
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%s: %s: %w (%w)", name, what, err, cerr)
+	}
+	return fmt.Errorf("%s: %s: %w", name, what, err)
+}

@@ -1,0 +1,99 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store/redis"
+)
+
+var prefixes atomic.Int64
+
+// uniquePrefix returns a key prefix no other test uses.
+func uniquePrefix() string {
+	return fmt.Sprintf("rltest-%d-%d", time.Now().UnixNano(), prefixes.Add(1))
+}
+
+// standalone returns a client of the standalone server, closed after t.
+func standalone(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// cluster returns a client of the Redis Cluster, closed after t.
+func cluster(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: testserver.RedisClusterAddrs(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// forEachNode calls fn with a client of every master of c.
+func forEachNode(ctx context.Context, c goredis.UniversalClient, fn func(ctx context.Context, n *goredis.Client) error) error {
+	if cc, ok := c.(*goredis.ClusterClient); ok {
+		var mu sync.Mutex
+		return cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return fn(ctx, n)
+		})
+	}
+	return fn(ctx, c.(*goredis.Client))
+}
+
+// expiries lists every key under prefix with its PTTL.
+func expiries(c goredis.UniversalClient, prefix string) func(ctx context.Context) ([]conformance.Expiry, error) {
+	return func(ctx context.Context) ([]conformance.Expiry, error) {
+		var list []conformance.Expiry
+		err := forEachNode(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+			it := n.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+			for it.Next(ctx) {
+				k := it.Val()
+				now := time.Now()
+				ttl, err := n.PTTL(ctx, k).Result()
+				if err != nil {
+					return err
+				}
+				switch {
+				case ttl == -1:
+					list = append(list, conformance.Expiry{Key: k, Never: true})
+				case ttl >= 0:
+					list = append(list, conformance.Expiry{Key: k, At: now.Add(ttl)})
+				}
+			}
+			return it.Err()
+		})
+		return list, err
+	}
+}
+
+// harnessOn returns a conformance factory for stores on c, each with its own
+// prefix and the server clock off.
+func harnessOn(c goredis.UniversalClient) func(t *testing.T) conformance.Harness {
+	return func(t *testing.T) conformance.Harness {
+		prefix := uniquePrefix()
+		s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(false))
+		if err != nil {
+			t.Fatalf("redis.New: %v", err)
+		}
+		return conformance.Harness{Store: s, Expiries: expiries(c, prefix), RealTimeExpiry: true}
+	}
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	conformance.Run(t, harnessOn(standalone(t)))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	conformance.Run(t, harnessOn(cluster(t)))
+}
