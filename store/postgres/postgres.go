@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -137,7 +138,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	t := s.ident(s.table)
 	s.decideSQL = "SELECT allowed, lim, remaining, retry_after, reset_after, delay FROM " +
-		s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6)"
+		s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6, $7)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
@@ -166,6 +167,10 @@ func checkIdent(what, name string, maxLen int) error {
 	}
 	return nil
 }
+
+// lockNotAvailable is the SQLSTATE of a lock wait that outlasted
+// lock_timeout.
+const lockNotAvailable = "55P03"
 
 // zeroKey stands for "no key" in error messages.
 var zeroKey ratelimit.Key
@@ -202,8 +207,12 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if !s.requestClock {
 		now = nil // the function reads the server's clock
 	}
+	var wait any // milliseconds the server may wait for the row lock
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
+	}
 	var d algorithms.Decision
-	err := s.db.QueryRow(ctx, s.decideSQL, keyBytes(key), alg.Name(), now, req.Cost, req.Peek, sf.ServerArgs()).
+	err := s.db.QueryRow(ctx, s.decideSQL, keyBytes(key), alg.Name(), now, req.Cost, req.Peek, sf.ServerArgs(), wait).
 		Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
@@ -359,8 +368,14 @@ func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err erro
 		return fmt.Errorf("%s: %w: %w", what, ce, err)
 	}
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == algorithms.SQLErrCorrupt {
-		return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+	if errors.As(err, &pe) {
+		switch _, deadline := ctx.Deadline(); {
+		case pe.Code == algorithms.SQLErrCorrupt:
+			return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+		case pe.Code == lockNotAvailable && deadline:
+			// The lock wait was bounded by the context's deadline.
+			return fmt.Errorf("%s: %w: %w", what, context.DeadlineExceeded, err)
+		}
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }

@@ -131,10 +131,18 @@ DECLARE
     v_now   bigint;
     v_next  bigint[];
     v_ttl   bigint;
+    v_lock_timeout text;
 BEGIN
     LOOP
         -- Lock the key's row for the rest of this statement's transaction; a
         -- peek writes nothing and takes no lock.
+        IF p_wait_ms IS NOT NULL THEN
+            -- Wait for the row lock no longer than the caller's context
+            -- allows, so that a decision the caller gave up on is not
+            -- applied later; restore the setting once the lock is held.
+            v_lock_timeout := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
+        END IF;
         IF p_peek THEN
             SELECT r.vals, r.state, r.expires_at INTO v_vals, v_state, v_exp
             FROM %[1]s r WHERE r.key = p_key;
@@ -143,6 +151,9 @@ BEGIN
             FROM %[1]s r WHERE r.key = p_key FOR NO KEY UPDATE;
         END IF;
         v_found := FOUND;
+        IF p_wait_ms IS NOT NULL THEN
+            PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        END IF;
         -- The clock is read once the lock is held, so that time never runs
         -- backwards for a key.
         v_now := coalesce(p_now, ratelimit_now());
@@ -176,9 +187,10 @@ END
 	tag := dollarTag(body)
 	return fmt.Sprintf(`-- Decides one request for a key of the table: locks the row, runs the
 -- algorithm's SQL form on its live state and writes the next state with its
--- expiry. p_now NULL reads the server's clock.
+-- expiry. p_now NULL reads the server's clock; p_wait_ms bounds the wait for
+-- the row lock (NULL: lock_timeout as configured).
 CREATE OR REPLACE FUNCTION %s(
-    p_key bytea, p_alg text, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[],
+    p_key bytea, p_alg text, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint,
     OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
     OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
 LANGUAGE plpgsql VOLATILE AS %s%s%s;

@@ -1,0 +1,145 @@
+package postgres_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+func toVals(state []byte) []int64 {
+	if state == nil {
+		return nil
+	}
+	v := make([]int64, len(state)/8)
+	for i := range v {
+		v[i] = int64(binary.LittleEndian.Uint64(state[8*i:]))
+	}
+	return v
+}
+
+func fromVals(v []int64) []byte {
+	if v == nil {
+		return nil
+	}
+	b := make([]byte, 0, 8*len(v))
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, uint64(x))
+	}
+	return b
+}
+
+// sqlDecide calls alg's SQL form directly.
+func sqlDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, state []byte, req algorithms.Request) (algorithms.Step, error) {
+	var st algorithms.Step
+	var next []int64
+	var ttl *int64
+	d := &st.Decision
+	err := p.QueryRow(ctx, "SELECT * FROM "+algorithms.SQLFunction(alg.Name())+"($1, $2, $3, $4, $5)",
+		toVals(state), req.Now, req.Cost, req.Peek, alg.(algorithms.ServerForm).ServerArgs()).
+		Scan(&next, &ttl, &d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
+	if err != nil {
+		return st, err
+	}
+	st.Next = fromVals(next)
+	if ttl != nil {
+		st.TTL = *ttl
+	}
+	return st, nil
+}
+
+// TestSQLFormsEqualGoForms holds each SQL form to its Go form directly, on
+// random sequences that the conformance suite's differential test does not
+// reach: parameters changed between requests (the rate algorithms' float8
+// rescale, GCRA's fraction rescale), clocks that step backwards, large
+// costs and uneven rates.
+func TestSQLFormsEqualGoForms(t *testing.T) {
+	p := newTestPool(t, 4)
+	newStore(t, p) // installs the functions
+	ctx := context.Background()
+	const ms = time.Millisecond
+	families := [][]algorithms.Algorithm{
+		{algorithms.FixedWindow(7, 300*ms), algorithms.FixedWindow(3, 100*ms)},
+		{algorithms.SlidingLog(7, 300*ms), algorithms.SlidingLog(20, time.Second)},
+		{algorithms.SlidingWindow(7, 300*ms), algorithms.SlidingWindow(13, 700*ms), algorithms.SlidingWindow(1000, 999*ms)},
+		{algorithms.TokenBucket(3, 100*ms, 7), algorithms.TokenBucket(7, time.Second, 5), algorithms.TokenBucket(1000, 3*time.Second, 11)},
+		{algorithms.LeakyBucket(3, 100*ms, 7), algorithms.LeakyBucket(7, time.Second, 5), algorithms.LeakyBucket(999, 7*time.Second, 13)},
+		{algorithms.GCRA(3, 100*ms, 7), algorithms.GCRA(7, time.Second, 5), algorithms.GCRA(1000, 3*time.Second, 11)},
+	}
+	steps := []int64{0, 0, 1, 7, 1000, 13000, 33333, 99999, 142857, 299999, 300000, 1000000, -1, -5000}
+	for _, fam := range families {
+		t.Run(fam[0].Name(), func(t *testing.T) {
+			for seed := uint64(1); seed <= 4; seed++ {
+				rng := rand.New(rand.NewPCG(seed, 0xd1ff))
+				now := int64(1_900_000_000_000_000) + rng.Int64N(1_000_000)
+				var state []byte
+				for i := 0; i < 300; i++ {
+					alg := fam[0]
+					if rng.IntN(4) == 0 {
+						alg = fam[rng.IntN(len(fam))]
+					}
+					now += steps[rng.IntN(len(steps))]
+					cost := int64(1)
+					if rng.IntN(3) == 0 {
+						cost = 1 + rng.Int64N(alg.MaxCost())
+					}
+					req := algorithms.Request{Now: now, Cost: cost, Peek: rng.IntN(8) == 0}
+					want, werr := alg.Decide(append([]byte(nil), state...), req)
+					got, gerr := sqlDecide(ctx, p, alg, state, req)
+					if (werr != nil) != (gerr != nil) {
+						t.Fatalf("seed %d step %d: %v with state %v, %+v: Go error %v, SQL error %v", seed, i, alg, toVals(state), req, werr, gerr)
+					}
+					if werr != nil {
+						continue
+					}
+					if got.Decision != want.Decision || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
+						t.Fatalf("seed %d step %d: %v with state %v, %+v:\nSQL %+v next %v ttl %d\nGo  %+v next %v ttl %d",
+							seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, want.Decision, toVals(want.Next), want.TTL)
+					}
+					if want.Next != nil {
+						state = append([]byte(nil), want.Next...)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestSQLFormsCorruptState checks that state a form cannot read is an error
+// with SQLSTATE algorithms.SQLErrCorrupt, as it is ErrCorruptState in Go.
+func TestSQLFormsCorruptState(t *testing.T) {
+	p := newTestPool(t, 2)
+	newStore(t, p)
+	ctx := context.Background()
+	cases := []struct {
+		alg   algorithms.Algorithm
+		state []int64
+	}{
+		{algorithms.FixedWindow(3, time.Second), []int64{1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{1, 2, 3}},
+		{algorithms.SlidingLog(3, time.Second), []int64{1_900_000_000_000_000, 0}},
+		{algorithms.SlidingWindow(3, time.Second), []int64{1, 2}},
+		{algorithms.TokenBucket(3, time.Second, 3), []int64{1, 2, 0}},
+		{algorithms.LeakyBucket(3, time.Second, 3), []int64{1, 2}},
+		{algorithms.GCRA(3, time.Second, 3), []int64{1, 5, 3}},
+	}
+	for _, c := range cases {
+		req := algorithms.Request{Now: 1_900_000_000_000_000, Cost: 1}
+		_, gerr := c.alg.Decide(fromVals(c.state), req)
+		if !errors.Is(gerr, algorithms.ErrCorruptState) {
+			t.Errorf("Go form %v on %v: error %v, want ErrCorruptState", c.alg, c.state, gerr)
+		}
+		_, err := sqlDecide(ctx, p, c.alg, fromVals(c.state), req)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
+			t.Errorf("SQL form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		}
+	}
+}
