@@ -90,4 +90,3 @@ func TestConformanceStandalone(t *testing.T) {
 func TestConformanceCluster(t *testing.T) {
 	conformance.Run(t, harnessOn(cluster(t)))
 }
-
