@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -26,17 +28,13 @@ func dropTable(t testing.TB, p *testPool, name string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	s, err := postgres.New(p, postgres.WithTable(name))
-	if err != nil {
-		t.Errorf("postgres.New(WithTable(%q)): %v", name, err)
-		return
+	table := pgx.Identifier{name}.Sanitize()
+	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
+		t.Errorf("drop table %s: %v", table, err)
 	}
-	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+s.Table()); err != nil {
-		t.Errorf("drop table %s: %v", s.Table(), err)
-	}
-	fn, _ := postgres.New(p, postgres.WithTable(name+"_decide"))
-	if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn.Table()); err != nil {
-		t.Errorf("drop function %s: %v", fn.Table(), err)
+	fn := pgx.Identifier{name + "_decide"}.Sanitize()
+	if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
+		t.Errorf("drop function %s: %v", fn, err)
 	}
 }
 
