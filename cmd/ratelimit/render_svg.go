@@ -18,11 +18,9 @@ const (
 	svgPlotRight = 970
 	svgLanesTop  = 152
 	svgLaneH     = 66
-	// svgArcLift is the highest a delay's arc rises above its lane's line.
-	svgArcLift = 19
-	// svgProceedRow is how far below the line dense lanes show when
-	// delayed requests proceed.
-	svgProceedRow = 17
+	// svgProceedRow is how far below the lane's line a lane shows when
+	// its delayed requests proceed; such a lane is that much taller.
+	svgProceedRow = 40
 	// denseRadius is the mark radius below which requests are drawn as
 	// ticks rather than dots.
 	denseRadius = 2.8
@@ -139,7 +137,12 @@ func renderSVG(w io.Writer, r *result) error {
 func writeSVG(s *svgWriter, r *result) {
 	cfg := r.cfg
 	sc := newTimeScale(r)
-	lanesBottom := svgLanesTop + svgLaneH*len(r.lanes)
+	// Lanes' top edges; the last entry is the bottom of the last lane.
+	tops := []int{svgLanesTop}
+	for i := range r.lanes {
+		tops = append(tops, tops[i]+laneHeight(&r.lanes[i]))
+	}
+	lanesBottom := tops[len(r.lanes)]
 	height := lanesBottom + 78
 	title := fmt.Sprintf("Six rate limiters, same traffic: %d per %s", cfg.limit, fmtDur(cfg.period))
 
@@ -160,25 +163,19 @@ func writeSVG(s *svgWriter, r *result) {
 
 	// Lane backgrounds, then grid, then the lanes' marks on top.
 	for i := range r.lanes {
-		top := svgLanesTop + i*svgLaneH
+		top := tops[i]
 		fill := "#f6f7f9"
 		if i%2 == 1 {
 			fill = "#fff"
 		}
-		s.printf(`<rect x="10" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", top, svgWidth-20, svgLaneH, fill)
+		s.printf(`<rect x="10" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", top, svgWidth-20, laneHeight(&r.lanes[i]), fill)
 	}
 	for i := range r.lanes {
-		writePeak(s, r, &r.lanes[i], sc, svgLanesTop+i*svgLaneH)
+		writePeak(s, r, &r.lanes[i], sc, tops[i])
 	}
 	writeAxis(s, r, sc, lanesBottom)
-	maxArc := 0.0
-	for _, l := range r.lanes {
-		for i, o := range l.outcomes {
-			maxArc = max(maxArc, sc.x(r.times[i]+o.delay)-sc.x(r.times[i]))
-		}
-	}
 	for i := range r.lanes {
-		writeLane(s, r, &r.lanes[i], sc, svgLanesTop+i*svgLaneH, maxArc)
+		writeLane(s, r, &r.lanes[i], sc, tops[i])
 	}
 
 	s.printf(`<text x="20" y="%d" font-size="11.5" fill="%s">%s</text>`+"\n", height-14, colMuted,
@@ -252,6 +249,15 @@ func writeAxis(s *svgWriter, r *result, sc timeScale, bottom int) {
 	}
 }
 
+// laneHeight is the height of l's lane: taller when it has a row for
+// delayed requests.
+func laneHeight(l *lane) int {
+	if l.delayed > 0 {
+		return svgLaneH + svgProceedRow - 8
+	}
+	return svgLaneH
+}
+
 // peakColors are the text and band colours of l's busiest period: red
 // when it passed more than the limit.
 func peakColors(r *result, l *lane) (text, band string) {
@@ -270,14 +276,13 @@ func writePeak(s *svgWriter, r *result, l *lane, sc timeScale, top int) {
 	text, band := peakColors(r, l)
 	x0, x1 := sc.x(l.peakStart), sc.x(l.peakStart+r.cfg.period)
 	s.printf(`<g clip-path="url(#plot)"><rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>`,
-		x0, top+4, max(x1-x0, 1), svgLaneH-8, band)
+		x0, top+4, max(x1-x0, 1), laneHeight(l)-8, band)
 	s.printf(`<text x="%.1f" y="%d" font-size="11" fill="%s">%d in %s</text></g>`+"\n",
 		x0+4, top+16, text, l.peak, esc(fmtDur(r.cfg.period)))
 }
 
-// writeLane draws one algorithm's lane, its top edge at top. maxArc is
-// the longest delay arc in the picture, in pixels.
-func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int, maxArc float64) {
+// writeLane draws one algorithm's lane, its top edge at top.
+func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int) {
 	cfg := r.cfg
 	y := float64(top) + svgLaneH/2 + 6
 	s.printf(`<g class="lane" data-algorithm="%s">`+"\n", esc(l.name))
@@ -294,21 +299,11 @@ func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int, maxArc f
 		}
 		return "<title>" + esc(fmt.Sprintf("request %d at +%s: %s", i+1, fmtDur(r.times[i]), what)) + "</title>"
 	}
+	writeProceeds(s, r, l, sc, y, rad < denseRadius)
 	if rad < denseRadius {
 		writeDenseMarks(s, r, l, sc, y, tip)
 		s.printf("</g>\n")
 		return
-	}
-	// Delays first, so the marks sit on top of their arcs.
-	for i, o := range l.outcomes {
-		if !o.allowed || o.delay <= 0 {
-			continue
-		}
-		x0, x1 := sc.x(r.times[i]), sc.x(r.times[i]+o.delay)
-		// Longer waits rise higher, so nested arcs stay apart.
-		lift := 3 + (svgArcLift-3)*math.Sqrt((x1-x0)/maxArc)
-		s.printf(`<path d="M%.1f %.1f Q%.1f %.1f %.1f %.1f" fill="none" stroke="%s" stroke-width="1.1" stroke-opacity="0.55"/>`+"\n",
-			x0, y, (x0+x1)/2, y-2*lift, x1, y, colDelayed)
 	}
 	for i, o := range l.outcomes {
 		x := sc.x(r.times[i])
@@ -316,8 +311,6 @@ func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int, maxArc f
 		case !o.allowed:
 			s.printf(`<g>%s%s</g>`+"\n", crossMark(x, y, rad*0.85), tip(i, "denied"))
 		case o.delay > 0:
-			x1 := sc.x(r.times[i] + o.delay)
-			s.printf(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="#fff" stroke="%s" stroke-width="1.5"/>`+"\n", x1, y, rad*0.7, colDelayed)
 			s.printf(`<path d="M%.1f %.1fL%.1f %.1fL%.1f %.1fL%.1f %.1fZ" fill="%s">%s</path>`+"\n",
 				x, y-rad*1.1, x+rad*1.1, y, x, y+rad*1.1, x-rad*1.1, y, colDelayed,
 				tip(i, "admitted, waits "+fmtDurRound(o.delay)))
@@ -328,20 +321,35 @@ func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int, maxArc f
 	s.printf("</g>\n")
 }
 
+// writeProceeds draws, on a row under the lane's line, when each of the
+// leaky bucket's delayed requests proceeds, joined to its arrival by a
+// faint line: arrivals come in bursts, departures one interval apart.
+func writeProceeds(s *svgWriter, r *result, l *lane, sc timeScale, y float64, dense bool) {
+	if l.delayed == 0 {
+		return
+	}
+	row := y + svgProceedRow
+	s.printf(`<text x="%d" y="%.1f" font-size="10" fill="%s" text-anchor="end">proceeds</text>`+"\n", svgPlotLeft-6, row+3, colDelayed)
+	opacity, rad := 0.45, 2.6
+	if dense {
+		opacity, rad = 0.2, 1.8
+	}
+	for i, o := range l.outcomes {
+		if o.allowed && o.delay > 0 {
+			x0, x1 := sc.x(r.times[i]), sc.x(r.times[i]+o.delay)
+			s.printf(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="0.9" stroke-opacity="%.2f"/>`,
+				x0, y, x1, row, colDelayed, opacity)
+			s.printf(`<circle cx="%.1f" cy="%.1f" r="%.1f" fill="#fff" stroke="%s" stroke-width="1.2"/>`+"\n",
+				x1, row, rad, colDelayed)
+		}
+	}
+}
+
 // writeDenseMarks draws requests too close together for dots as ticks:
 // admitted ones rise above the lane's line, denied ones hang below it,
 // and the leaky bucket's delayed requests proceed on a row of their own.
 func writeDenseMarks(s *svgWriter, r *result, l *lane, sc timeScale, y float64, tip func(int, string) string) {
 	s.printf(`<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c4c9d0" stroke-width="0.8"/>`+"\n", svgPlotLeft, y, svgPlotRight, y)
-	if l.delayed > 0 {
-		s.printf(`<text x="%d" y="%.1f" font-size="10" fill="%s" text-anchor="end">proceeds</text>`+"\n", svgPlotLeft-6, y+svgProceedRow+3, colDelayed)
-		for i, o := range l.outcomes {
-			if o.allowed && o.delay > 0 {
-				s.printf(`<circle cx="%.1f" cy="%.1f" r="1.8" fill="none" stroke="%s" stroke-width="1"/>`+"\n",
-					sc.x(r.times[i]+o.delay), y+svgProceedRow, colDelayed)
-			}
-		}
-	}
 	for i, o := range l.outcomes {
 		x := sc.x(r.times[i])
 		switch {

@@ -139,6 +139,9 @@ func (r *result) makeTraffic() error {
 			us = append(us, micro(cfg.start)+i*micro(cfg.spacing))
 		}
 		r.traffic = fmt.Sprintf("steady: %s, one every %s", plural(n, "request"), fmtDur(cfg.spacing))
+		if cfg.spacing == 0 {
+			r.traffic = fmt.Sprintf("steady: %s, all at once", plural(n, "request"))
+		}
 	case "burst":
 		defN(6)
 		defSpacing(10)
@@ -270,7 +273,8 @@ func (r *result) writeNotes() {
 			}
 		case "token_bucket":
 			token = l
-			l.note = fmt.Sprintf("spends a full burst of %d at once, then refills %d per %s", r.cfg.burst, limit, fmtDur(r.cfg.period))
+			l.note = fmt.Sprintf("a full bucket of %d at once, then %d refilled per %s: up to %d within one period",
+				r.cfg.burst, limit, fmtDur(r.cfg.period), r.cfg.burst+r.cfg.limit)
 		case "gcra":
 			l.note = "same decisions as token_bucket, kept as one timestamp"
 			if j := firstDifference(token, l); j >= 0 {
