@@ -7,6 +7,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // maxRequests bounds -n: the sliding log copies its whole log on every
@@ -95,6 +97,8 @@ func parseCompareFlags(args []string) (config, error) {
 		return cfg, fmt.Errorf("ratelimit compare: -n %d must be between 1 and %d", cfg.n, maxRequests)
 	case cfg.spacing < 0:
 		return cfg, fmt.Errorf("ratelimit compare: -spacing %v must not be negative", cfg.spacing)
+	case cfg.spacing > algorithms.MaxPeriod:
+		return cfg, fmt.Errorf("ratelimit compare: -spacing %v exceeds the maximum %v", cfg.spacing, algorithms.MaxPeriod)
 	case cfg.spacing%time.Microsecond != 0:
 		return cfg, fmt.Errorf("ratelimit compare: -spacing %v must be a whole number of microseconds", cfg.spacing)
 	case cfg.start < 0:

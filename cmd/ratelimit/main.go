@@ -134,6 +134,8 @@ Usage:
   ratelimit compare [flags]
   ratelimit help
 
+From a clone of the repository: go run ./cmd/ratelimit compare [flags]
+
 Flags:
   -limit N        requests allowed per period (default 10)
   -period D       the period, e.g. 1s, 500ms, 1m (default 1s)
@@ -164,7 +166,7 @@ Flags:
 In the timeline, one row per algorithm, one cell per request (or per slice
 of time when there are many requests):
   █ admitted   ▒ admitted but told to wait (leaky bucket)   x denied
-  ▄ some admitted, some denied (time slices only)   │ window boundary
+  ▁ to ▇ the share admitted in a time slice   │ window boundary
 
 Examples:
   ratelimit compare

@@ -49,6 +49,7 @@ func TestRunExitCodes(t *testing.T) {
 		{[]string{"compare", "-n", "0"}, exitUsage, "-n 0 must be between 1 and 10000", "", "zero requests"},
 		{[]string{"compare", "-n", "10001"}, exitUsage, "-n 10001 must be between 1 and 10000", "", "too many requests"},
 		{[]string{"compare", "-spacing", "-5ms"}, exitUsage, "must not be negative", "", "negative spacing"},
+		{[]string{"compare", "-spacing", "100000h"}, exitUsage, "exceeds the maximum", "", "spacing beyond any period"},
 		{[]string{"compare", "-spacing", "1500ns"}, exitUsage, "whole number of microseconds", "", "sub-microsecond spacing"},
 		{[]string{"compare", "-start", "1s"}, exitUsage, "-start 1s must be less than -period 1s", "", "start outside the window"},
 		{[]string{"compare", "-svg", "x", "-html", "x"}, exitUsage, "name the same file", "", "one file for both outputs"},

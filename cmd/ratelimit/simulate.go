@@ -179,6 +179,9 @@ func (r *result) makeTraffic() error {
 		return fmt.Errorf("ratelimit compare: unknown pattern %q", cfg.pattern)
 	}
 
+	// Clumps longer than a period overlap the next clump.
+	slices.Sort(us)
+
 	// Start the timeline at a window boundary: the first at or after
 	// epochBase, moved back by whole periods if a request comes earlier.
 	base := epochBase.UnixMicro()

@@ -230,6 +230,8 @@ func TestTraffic(t *testing.T) {
 		// More requests than fit before the first boundary: the timeline
 		// starts a window earlier.
 		{[]string{"-pattern", "boundary-burst", "-limit", "2", "-n", "6", "-spacing", "400ms"}, []time.Duration{800 * ms, 1200 * ms, 1600 * ms, 2000 * ms, 2400 * ms, 2800 * ms}},
+		// Clumps that outlast the period overlap; requests stay in order.
+		{[]string{"-pattern", "burst", "-limit", "1", "-n", "4", "-spacing", "700ms"}, []time.Duration{0, 700 * ms, 1000 * ms, 1700 * ms}},
 		{[]string{"-pattern", "boundary-burst", "-limit", "2", "-spacing", "100ms", "-start", "10ms"}, []time.Duration{10 * ms, 110 * ms, 210 * ms, 310 * ms}},
 	}
 	for _, c := range cases {
