@@ -1,0 +1,340 @@
+package dynamo_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store/dynamo"
+)
+
+// dynalite is a private dynalite process that a test starts, stops and
+// starts again on the same loopback port.
+type dynalite struct {
+	t    *testing.T
+	bin  string
+	port int
+	dir  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// startDynalite starts a private dynalite on a free loopback port, from the
+// copy scripts/servers.sh installs. Without it the test skips (fails in CI).
+func startDynalite(t *testing.T) *dynalite {
+	t.Helper()
+	bin, err := filepath.Abs(filepath.Join("..", "..", "scripts", "dynalite", "node_modules", ".bin", "dynalite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, errBin := os.Stat(bin)
+	_, errNode := exec.LookPath("node")
+	if errBin != nil || errNode != nil {
+		msg := fmt.Sprintf("no dynalite at %s or no node on PATH: run `make test` (scripts/servers.sh installs it)", bin)
+		if os.Getenv(testserver.EnvCI) != "" {
+			t.Fatal(msg + " (CI is set)")
+		}
+		t.Skip(msg)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	d := &dynalite{t: t, bin: bin, port: port, dir: t.TempDir()}
+	d.start()
+	t.Cleanup(d.stop)
+	return d
+}
+
+func (d *dynalite) endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(d.port) }
+
+func (d *dynalite) start() {
+	d.t.Helper()
+	log, err := os.Create(filepath.Join(d.dir, "dynalite.log"))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer log.Close()
+	d.cmd = exec.Command(d.bin, "--host", "127.0.0.1", "--port", strconv.Itoa(d.port),
+		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
+	d.cmd.Dir = d.dir
+	d.cmd.Stdout, d.cmd.Stderr = log, log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatalf("starting dynalite: %v", err)
+	}
+	d.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(d.cmd, d.done)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", d.endpoint()[len("http://"):], 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-d.done:
+			b, _ := os.ReadFile(filepath.Join(d.dir, "dynalite.log"))
+			d.t.Fatalf("dynalite exited at start: %s", b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("dynalite did not listen on port %d within 30s", d.port)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop kills the process and waits for it; stopping twice is harmless.
+func (d *dynalite) stop() {
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Kill()
+	<-d.done
+	d.cmd = nil
+}
+
+// workers counts the store's queue workers still running.
+func workers() int {
+	buf := make([]byte, 1<<20)
+	n := runtime.Stack(buf, true)
+	return strings.Count(string(buf[:n]), "store/dynamo.(*Store).work(")
+}
+
+// checkNoWorkers fails the test if queue workers outlive the calls.
+func checkNoWorkers(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for workers() > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := workers(); n > 0 {
+		t.Errorf("%d queue workers still running after every call returned (goroutine leak)", n)
+	}
+}
+
+// TestServerStopped stops the server during a test: decisions fail within
+// their context's deadline with an error that reaches the SDK's, the
+// failure policy applies, and once the server is back (empty, as dynalite
+// in memory loses everything) and the table is recreated, the store
+// recovers.
+func TestServerStopped(t *testing.T) {
+	srv := startDynalite(t)
+	// No SDK retries: the store's own retries are under test.
+	client := newClient(srv.endpoint(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
+	ctx := context.Background()
+	const table = "ratelimit-fault"
+	if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
+		t.Fatal(err)
+	}
+	s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithBackoff(5*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc := clock.NewFake(epoch)
+	alg := algorithms.FixedWindow(100, time.Minute)
+	closed, _ := ratelimit.New(s, alg, ratelimit.WithClock(fc), ratelimit.WithName("closed"), ratelimit.WithFailurePolicy(ratelimit.FailClosed))
+	open, _ := ratelimit.New(s, alg, ratelimit.WithClock(fc), ratelimit.WithName("open"), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
+	for _, lim := range []*ratelimit.Limiter{closed, open} {
+		if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+			t.Fatalf("lim.Allow with the server up = %+v, %v", d, err)
+		}
+	}
+
+	srv.stop()
+	for _, c := range []struct {
+		lim   *ratelimit.Limiter
+		allow bool
+	}{{closed, false}, {open, true}} {
+		for _, key := range []string{"k", "unseen"} {
+			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			start := time.Now()
+			d, err := c.lim.Allow(cctx, key)
+			took := time.Since(start)
+			cancel()
+			if err == nil {
+				t.Fatalf("%s lim.Allow(%q) with the server down: no error", c.lim.Namespace(), key)
+			}
+			if took > 800*time.Millisecond {
+				t.Errorf("%s lim.Allow(%q) with the server down took %v, want within the 300ms deadline", c.lim.Namespace(), key, took)
+			}
+			if d.Allowed != c.allow {
+				t.Errorf("%s lim.Allow(%q) with the server down: allowed = %v, want %v (failure policy)", c.lim.Namespace(), key, d.Allowed, c.allow)
+			}
+			var opErr *smithy.OperationError
+			var netErr *net.OpError
+			if !errors.As(err, &opErr) || !errors.As(err, &netErr) {
+				t.Errorf("error %v does not reach the SDK's OperationError and net.OpError", err)
+			}
+			if !strings.HasPrefix(err.Error(), "dynamo: ") {
+				t.Errorf("error %q lacks the dynamo: prefix", err)
+			}
+			t.Logf("%s after %v: %v", c.lim.Namespace(), took.Round(time.Millisecond), err)
+		}
+	}
+	// Without a deadline the store gives up after its retries.
+	if err := closed.Reset(ctx, "k"); err == nil || !strings.Contains(err.Error(), "gave up after") {
+		t.Errorf("lim.Reset with the server down and no deadline = %v, want a gave-up error", err)
+	}
+
+	srv.start()
+	if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
+		t.Fatalf("CreateTable after restart: %v", err)
+	}
+	for _, lim := range []*ratelimit.Limiter{closed, open} {
+		// The store remembers state the restarted server lost: its first
+		// write fails its condition, and it recovers from the truth.
+		if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed || d.Remaining != 99 {
+			t.Errorf("%s lim.Allow after restart = %+v, %v; want allowed with remaining 99 (the server lost its data)", lim.Namespace(), d, err)
+		}
+	}
+	checkNoWorkers(t)
+}
+
+// TestNoGoroutineLeak runs decisions whose contexts end at random points,
+// in flight included, and checks that the per-key workers end once their
+// queues are empty. It uses a private dynalite, since dynalite 4.0.0 may
+// crash when a client aborts a request (index.js throws on the request's
+// "aborted" error); the store's retries are cut short so that the test
+// ends quickly either way.
+func TestNoGoroutineLeak(t *testing.T) {
+	srv := startDynalite(t)
+	client := newClient(srv.endpoint())
+	table := newTable(t, client)
+	s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithMaxRetries(1), dynamo.WithBackoff(time.Millisecond, 5*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, algorithms.TokenBucket(100, time.Second, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%3+1)*time.Millisecond)
+				lim.Allow(ctx, "key-"+strconv.Itoa(i%4))
+				cancel()
+				ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+				lim.Allow(ctx, "key-"+strconv.Itoa(i%5))
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	checkNoWorkers(t)
+	select {
+	case <-srv.done:
+		t.Logf("dynalite crashed when a client aborted a request (a known dynalite defect)")
+	default:
+	}
+}
+
+// throttler is an HTTP proxy in front of a real server that answers the
+// first n requests (all of them when n < 0) with a throttling error, as
+// DynamoDB does under load, and forwards the rest.
+type throttler struct {
+	n, seen, throttled atomic.Int64
+	code               string
+	proxy              *httputil.ReverseProxy
+}
+
+func (p *throttler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	seen := p.seen.Add(1)
+	if n := p.n.Load(); n < 0 || seen <= n {
+		io.Copy(io.Discard, r.Body)
+		p.throttled.Add(1)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"__type":"com.amazonaws.dynamodb.v20120810#%s","message":"throttled by the test proxy"}`, p.code)
+		return
+	}
+	p.proxy.ServeHTTP(w, r)
+}
+
+// TestThrottlingRetried checks that throttling errors are retried with
+// backoff, and surfaced, reachable with errors.As, when they last past the
+// context's deadline.
+func TestThrottlingRetried(t *testing.T) {
+	endpoint := testserver.DynamoDBEndpoint(t)
+	direct := newClient(endpoint)
+	table := newTable(t, direct)
+	target, _ := url.Parse(endpoint)
+	for _, code := range []string{"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"} {
+		t.Run(code, func(t *testing.T) {
+			p := &throttler{code: code, proxy: httputil.NewSingleHostReverseProxy(target)}
+			p.n.Store(3)
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs := &http.Server{Handler: p}
+			go hs.Serve(l)
+			defer hs.Close()
+			client := newClient("http://"+l.Addr().String(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
+			s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithBackoff(time.Millisecond, 20*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim, _ := ratelimit.New(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName(strings.ReplaceAll(code, "Exception", "")))
+			d, err := lim.Allow(context.Background(), "throttled")
+			if err != nil || !d.Allowed {
+				t.Fatalf("lim.Allow through 3 throttled responses = %+v, %v; want allowed", d, err)
+			}
+			if p.throttled.Load() != 3 {
+				t.Errorf("proxy throttled %d requests, want 3", p.throttled.Load())
+			}
+			p.n.Store(-1)
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			_, err = lim.Allow(ctx, "throttled")
+			if took := time.Since(start); took > 600*time.Millisecond {
+				t.Errorf("lim.Allow while always throttled took %v, want within the 200ms deadline", took)
+			}
+			var api smithy.APIError
+			if !errors.As(err, &api) || api.ErrorCode() != code {
+				t.Errorf("lim.Allow while always throttled = %v, want an error reaching the SDK's %s", err, code)
+			}
+			if code == "ProvisionedThroughputExceededException" {
+				var pte *types.ProvisionedThroughputExceededException
+				if !errors.As(err, &pte) {
+					t.Errorf("errors.As(%v, *types.ProvisionedThroughputExceededException) = false", err)
+				}
+			}
+			if retries := p.throttled.Load() - 3; retries < 3 {
+				t.Errorf("only %d attempts while always throttled within 200ms, want retries", retries)
+			}
+			t.Logf("%v", err)
+		})
+	}
+}
