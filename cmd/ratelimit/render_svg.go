@@ -161,7 +161,7 @@ func writeSVG(s *svgWriter, r *result) {
 			cfg.limit, fmtDur(cfg.period), cfg.burst, cfg.burst)))
 	writeLegend(s, 20, 106, markRadius(r.times, sc) < denseRadius)
 
-	// Lane backgrounds, then grid, then the lanes' marks on top.
+	// Lane backgrounds, busiest periods, the grid, then the marks on top.
 	for i := range r.lanes {
 		top := tops[i]
 		fill := "#f6f7f9"
@@ -286,7 +286,8 @@ func writeLane(s *svgWriter, r *result, l *lane, sc timeScale, top int) {
 	cfg := r.cfg
 	y := float64(top) + svgLaneH/2 + 6
 	s.printf(`<g class="lane" data-algorithm="%s">`+"\n", esc(l.name))
-	s.printf(`<text x="22" y="%d" font-size="15" font-weight="600" fill="%s">%s</text>`+"\n", top+24, colInk, esc(l.name))
+	s.printf(`<text x="22" y="%d" font-size="15" font-weight="600" fill="%s">%s<title>%s</title></text>`+"\n",
+		top+24, colInk, esc(l.name), esc(l.spec))
 	s.printf(`<text x="22" y="%d" font-size="12" fill="%s">%d of %d admitted</text>`+"\n", top+42, colMuted, l.admitted, len(r.times))
 	peakCol, _ := peakColors(r, l)
 	s.printf(`<text x="22" y="%d" font-size="12" fill="%s">busiest %s: %d</text>`+"\n", top+58, peakCol, esc(fmtDur(cfg.period)), l.peak)
