@@ -23,8 +23,8 @@ import (
 // benchmarks in the bench module use a real *pgxpool.Pool.
 type testPool struct {
 	cfg  *pgx.ConnConfig
-	sem  chan struct{}  // one token per connection in use
-	idle chan *pgx.Conn // connections ready for reuse
+	sem  chan struct{} // one token per connection in use
+	idle chan idleConn // connections ready for reuse
 
 	mu   sync.Mutex
 	open int // connections dialled and not yet closed
@@ -52,7 +52,7 @@ func newTestPoolURL(t testing.TB, url string, size int) *testPool {
 		t.Fatalf("pgx.ParseConfig(%q): %v", url, err)
 	}
 	cfg.ConnectTimeout = 5 * time.Second
-	p := &testPool{cfg: cfg, sem: make(chan struct{}, size), idle: make(chan *pgx.Conn, size)}
+	p := &testPool{cfg: cfg, sem: make(chan struct{}, size), idle: make(chan idleConn, size)}
 	t.Cleanup(p.Close)
 	return p
 }
@@ -65,11 +65,13 @@ func (p *testPool) acquire(ctx context.Context) (*pgx.Conn, error) {
 	}
 	for {
 		select {
-		case c := <-p.idle:
-			if !c.IsClosed() {
-				return c, nil
+		case ic := <-p.idle:
+			// Like pgxpool, ping a connection that sat idle for a
+			// second, so that one broken meanwhile is not used.
+			if !ic.c.IsClosed() && (time.Since(ic.at) < time.Second || ic.c.Ping(ctx) == nil) {
+				return ic.c, nil
 			}
-			p.closed(c)
+			p.closed(ic.c)
 			continue
 		default:
 		}
@@ -93,7 +95,7 @@ func (p *testPool) release(c *pgx.Conn) {
 		return
 	}
 	select {
-	case p.idle <- c:
+	case p.idle <- idleConn{c, time.Now()}:
 	default:
 		p.closed(c)
 	}
@@ -120,8 +122,8 @@ func (p *testPool) Open() int {
 func (p *testPool) Close() {
 	for {
 		select {
-		case c := <-p.idle:
-			p.closed(c)
+		case ic := <-p.idle:
+			p.closed(ic.c)
 		default:
 			return
 		}
@@ -181,6 +183,11 @@ func (p *testPool) Begin(ctx context.Context) (pgx.Tx, error) {
 	pt := &poolTx{Tx: tx}
 	pt.release = func() { pt.once.Do(func() { p.release(c) }) }
 	return pt, nil
+}
+
+type idleConn struct {
+	c  *pgx.Conn
+	at time.Time
 }
 
 type errRow struct{ err error }
