@@ -1,0 +1,235 @@
+// Package storetest holds the tests the Redis and Valkey stores share
+// beyond the conformance suite: keys without expiry after a concurrent load,
+// the server clock, scripts lost by SCRIPT FLUSH, and failure and recovery
+// against a private redis-server that the test stops and starts.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/conformance"
+)
+
+// Target is a store package under test, on one server (or cluster).
+type Target struct {
+	// NewStore returns a store with the given prefix and clock choice.
+	NewStore func(t *testing.T, prefix string, serverClock bool) ratelimit.Store
+	// Expiries lists the keys under prefix with their expiry.
+	Expiries func(prefix string) func(ctx context.Context) ([]conformance.Expiry, error)
+	// FlushScripts runs SCRIPT FLUSH on every node.
+	FlushScripts func(ctx context.Context) error
+}
+
+// Algorithms are the six built-ins with small limits.
+func Algorithms() []algorithms.Algorithm {
+	return []algorithms.Algorithm{
+		algorithms.FixedWindow(20, time.Second),
+		algorithms.SlidingLog(20, time.Second),
+		algorithms.SlidingWindow(20, time.Second),
+		algorithms.TokenBucket(10, time.Second, 20),
+		algorithms.LeakyBucket(10, time.Second, 20),
+		algorithms.GCRA(10, time.Second, 20),
+	}
+}
+
+// counter is a user's algorithm without a Lua form, so it runs through
+// Update: at most limit units per key, ever (for the TTL's life).
+type counter struct{ limit int64 }
+
+func (counter) Name() string     { return "own_counter" }
+func (counter) Validate() error  { return nil }
+func (c counter) MaxCost() int64 { return c.limit }
+func (c counter) String() string { return fmt.Sprintf("counter(%d)", c.limit) }
+func (c counter) Decide(state []byte, req algorithms.Request) (algorithms.Step, error) {
+	n := int64(len(state))
+	d := algorithms.Decision{Limit: c.limit, Allowed: n+req.Cost <= c.limit, ResetAfter: int64(2 * time.Second / time.Microsecond)}
+	if !d.Allowed || req.Peek {
+		d.Remaining = c.limit - n
+		return algorithms.Step{Decision: d}, nil
+	}
+	d.Remaining = c.limit - n - req.Cost
+	next := make([]byte, n+req.Cost)
+	return algorithms.Step{Decision: d, Next: next, TTL: d.ResetAfter}, nil
+}
+
+// NoKeyWithoutTTL runs a concurrent load on many keys with every algorithm
+// (and one without a Lua form), with allows, peeks and resets, then scans
+// the keyspace: no key may lack an expiry.
+func NoKeyWithoutTTL(t *testing.T, tg Target, prefix string) {
+	ctx := context.Background()
+	s := tg.NewStore(t, prefix, true)
+	algs := append(Algorithms(), counter{limit: 5})
+	var lims []*ratelimit.Limiter
+	for _, a := range algs {
+		lim, err := ratelimit.New(s, a, ratelimit.WithName("ttl"))
+		if err != nil {
+			t.Fatalf("ratelimit.New(%v): %v", a, err)
+		}
+		lims = append(lims, lim)
+	}
+	const workers, calls, keys = 32, 150, 500
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for i := 0; i < calls; i++ {
+				lim := lims[rng.IntN(len(lims))]
+				key := fmt.Sprintf("user-%d", rng.IntN(keys))
+				var err error
+				switch r := rng.IntN(20); {
+				case r == 0:
+					_, err = lim.Peek(ctx, key)
+				case r == 1:
+					err = lim.Reset(ctx, key)
+				default:
+					_, err = lim.AllowN(ctx, key, 1+rng.IntN(3))
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i < 5 {
+			t.Errorf("load: %v", err)
+		}
+	}
+	list, err := tg.Expiries(prefix)(ctx)
+	if err != nil {
+		t.Fatalf("scanning %s:*: %v", prefix, err)
+	}
+	if len(list) < 100 {
+		t.Errorf("after %d×%d calls on %d keys the scan found only %d keys", workers, calls, keys, len(list))
+	}
+	for _, e := range list {
+		if e.Never {
+			t.Errorf("key %q has TTL -1 after a concurrent load (rule: every key written carries an expiry)", e.Key)
+		}
+	}
+	t.Logf("%d keys scanned, none without an expiry", len(list))
+}
+
+// ServerClock checks that a store on the server's clock makes sane
+// decisions and ignores the limiter's (fake) clock.
+func ServerClock(t *testing.T, tg Target, prefix string) {
+	ctx := context.Background()
+	s := tg.NewStore(t, prefix, true)
+	// A fake clock stuck in 2001: a store that used it would see no time
+	// pass, and would give decades-long TTLs measured against real time.
+	fake := clock.NewFake(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, a := range Algorithms() {
+		t.Run(a.Name(), func(t *testing.T) {
+			lim, err := ratelimit.New(s, a, ratelimit.WithClock(fake))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "server-clock"
+			if a.Name() == "fixed_window" || a.Name() == "sliding_window" {
+				// Start early in a window (the server runs on this
+				// machine's clock), so the window does not change under
+				// the checks below.
+				if us := time.Now().UnixMicro() % 1e6; us > 300_000 {
+					time.Sleep(time.Duration(1e6-us) * time.Microsecond)
+				}
+			}
+			for i := 0; i < 20; i++ {
+				d, err := lim.Allow(ctx, key)
+				if err != nil {
+					t.Fatalf("lim.Allow(%q) #%d: %v", key, i, err)
+				}
+				if !d.Allowed {
+					t.Fatalf("lim.Allow(%q) #%d = denied, want allowed (limit 20)", key, i)
+				}
+				if d.ResetAfter > 2*time.Second+time.Millisecond || d.Delay > 2*time.Second {
+					t.Fatalf("lim.Allow(%q) #%d = reset after %v, delay %v: not sane for a 1s policy", key, i, d.ResetAfter, d.Delay)
+				}
+			}
+			d, err := lim.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 2*time.Second {
+				t.Fatalf("lim.Allow(%q) after 20 = %v, retry after %v; want denied with 0 < retry ≤ 2s", key, d.Allowed, d.RetryAfter)
+			}
+			// Moving the fake clock changes nothing: the server's clock
+			// decides.
+			fake.Advance(time.Hour)
+			if d, err := lim.Allow(ctx, key); err != nil || d.Allowed {
+				t.Fatalf("lim.Allow(%q) after the fake clock moved 1h = %v, %v; want denied (the server clock has not moved)", key, d.Allowed, err)
+			}
+			// Real time passing does.
+			time.Sleep(d.RetryAfter + 20*time.Millisecond)
+			if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed {
+				t.Fatalf("lim.Allow(%q) after waiting its retry-after %v = %v, %v; want allowed", key, d.RetryAfter, d.Allowed, err)
+			}
+			list, err := tg.Expiries(prefix)(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range list {
+				if e.Never || time.Until(e.At) > 2*time.Second+100*time.Millisecond {
+					t.Errorf("key %q expires at %v (never: %v); want within 2s of the server's now", e.Key, e.At, e.Never)
+				}
+			}
+		})
+	}
+}
+
+// ScriptFlush checks that decisions go on, with their state, after the
+// server forgets its scripts.
+func ScriptFlush(t *testing.T, tg Target, prefix string) {
+	ctx := context.Background()
+	s := tg.NewStore(t, prefix, false)
+	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, a := range Algorithms() {
+		lim, err := ratelimit.New(s, a, ratelimit.WithClock(fake))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 3; i++ {
+			if i > 0 {
+				if err := tg.FlushScripts(ctx); err != nil {
+					t.Fatalf("SCRIPT FLUSH: %v", err)
+				}
+			}
+			d, err := lim.AllowN(ctx, "flush", 5)
+			if err != nil {
+				t.Fatalf("%v: lim.AllowN(key, 5) after SCRIPT FLUSH: %v", a, err)
+			}
+			if !d.Allowed || d.Remaining != 20-5*(i+1) {
+				t.Fatalf("%v: lim.AllowN(key, 5) #%d after SCRIPT FLUSH = %v with remaining %d, want allowed with %d", a, i, d.Allowed, d.Remaining, 20-5*(i+1))
+			}
+		}
+	}
+}
+
+// Unsupported checks that an algorithm without a Lua form gets
+// ErrUnsupported from Decide.
+func Unsupported(t *testing.T, tg Target, prefix string) {
+	s := tg.NewStore(t, prefix, true)
+	dec, ok := s.(ratelimit.Decider)
+	if !ok {
+		t.Fatal("store does not implement ratelimit.Decider")
+	}
+	_, err := dec.Decide(context.Background(), ratelimit.Key{Namespace: "x:own_counter", ID: "k"}, counter{limit: 1}, algorithms.Request{Now: 1, Cost: 1})
+	if !errors.Is(err, ratelimit.ErrUnsupported) {
+		t.Errorf("Decide with an algorithm without a Lua form = %v, want ErrUnsupported", err)
+	}
+}

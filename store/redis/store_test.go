@@ -1,0 +1,66 @@
+package redis_test
+
+import (
+	"context"
+	"testing"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisform/storetest"
+	"github.com/ratelimitkit/ratelimit/store/redis"
+)
+
+func target(c goredis.UniversalClient) storetest.Target {
+	return storetest.Target{
+		NewStore: func(t *testing.T, prefix string, serverClock bool) ratelimit.Store {
+			s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(serverClock))
+			if err != nil {
+				t.Fatalf("redis.New: %v", err)
+			}
+			return s
+		},
+		Expiries: func(prefix string) func(ctx context.Context) ([]conformance.Expiry, error) {
+			return expiries(c, prefix)
+		},
+		FlushScripts: func(ctx context.Context) error {
+			return forEachNode(ctx, c, func(ctx context.Context, n *goredis.Client) error {
+				return n.ScriptFlush(ctx).Err()
+			})
+		},
+	}
+}
+
+// servers runs fn against the standalone server and the cluster.
+func servers(t *testing.T, fn func(t *testing.T, tg storetest.Target)) {
+	t.Run("standalone", func(t *testing.T) { fn(t, target(standalone(t))) })
+	t.Run("cluster", func(t *testing.T) { fn(t, target(cluster(t))) })
+}
+
+func TestNoKeyWithoutTTL(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.NoKeyWithoutTTL(t, tg, uniquePrefix()) })
+}
+
+func TestServerClock(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.ServerClock(t, tg, uniquePrefix()) })
+}
+
+func TestScriptFlush(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.ScriptFlush(t, tg, uniquePrefix()) })
+}
+
+func TestUnsupported(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Unsupported(t, tg, uniquePrefix()) })
+}
+
+func TestFailure(t *testing.T) {
+	storetest.Failure(t, "redis", func(t *testing.T, addr string) (ratelimit.Store, func()) {
+		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		s, err := redis.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, func() { c.Close() }
+	})
+}

@@ -1,0 +1,72 @@
+package valkey_test
+
+import (
+	"context"
+	"testing"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisform/storetest"
+	"github.com/ratelimitkit/ratelimit/store/valkey"
+)
+
+func target(c vk.Client) storetest.Target {
+	return storetest.Target{
+		NewStore: func(t *testing.T, prefix string, serverClock bool) ratelimit.Store {
+			s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(serverClock))
+			if err != nil {
+				t.Fatalf("valkey.New: %v", err)
+			}
+			return s
+		},
+		Expiries: func(prefix string) func(ctx context.Context) ([]conformance.Expiry, error) {
+			return expiries(c, prefix)
+		},
+		FlushScripts: func(ctx context.Context) error {
+			for _, n := range c.Nodes() {
+				if err := n.Do(ctx, n.B().ScriptFlush().Build()).Error(); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// servers runs fn against the standalone server and the cluster.
+func servers(t *testing.T, fn func(t *testing.T, tg storetest.Target)) {
+	t.Run("standalone", func(t *testing.T) { fn(t, target(standalone(t))) })
+	t.Run("cluster", func(t *testing.T) { fn(t, target(cluster(t))) })
+}
+
+func TestNoKeyWithoutTTL(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.NoKeyWithoutTTL(t, tg, uniquePrefix()) })
+}
+
+func TestServerClock(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.ServerClock(t, tg, uniquePrefix()) })
+}
+
+func TestScriptFlush(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.ScriptFlush(t, tg, uniquePrefix()) })
+}
+
+func TestUnsupported(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Unsupported(t, tg, uniquePrefix()) })
+}
+
+func TestFailure(t *testing.T) {
+	storetest.Failure(t, "valkey", func(t *testing.T, addr string) (ratelimit.Store, func()) {
+		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := valkey.New(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, c.Close
+	})
+}
