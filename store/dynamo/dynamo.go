@@ -32,7 +32,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -63,7 +62,8 @@ const (
 	AttrKey = "pk"
 	// AttrState is the algorithm's state, of type B.
 	AttrState = "state"
-	// AttrVersion is the item's version, of type N; every write changes it.
+	// AttrVersion is the item's version, of type N: a random number from
+	// 1 to 2^62, new on every write.
 	AttrVersion = "version"
 	// AttrExpires is when the state expires, in microseconds since the Unix
 	// epoch on the limiter's clock, of type N. The store treats an item
@@ -485,7 +485,9 @@ func ttlSeconds(expires int64) int64 {
 	return s
 }
 
-// newVersion returns a random starting version for an item being created,
-// so that a key deleted and created again does not reuse a version that a
-// process may still remember (which would let its stale write through).
-func newVersion() int64 { return rand.Int64N(math.MaxInt64/2) + 1 }
+// newVersion returns a random version for an item being written. Versions
+// are random rather than counted so that no two writes ever share one: a
+// key deleted and created again cannot reuse a version a process still
+// remembers (which would let its stale write through), and a write whose
+// response was lost recognises itself in the item a retry fails against.
+func newVersion() int64 { return rand.Int64N(1<<62) + 1 }

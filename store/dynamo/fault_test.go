@@ -338,3 +338,82 @@ func TestThrottlingRetried(t *testing.T) {
 		})
 	}
 }
+
+// dropper is an HTTP proxy in front of a real server that forwards the
+// request numbered drop and then cuts the connection instead of answering,
+// as when a response is lost on the network after the table applied the
+// write.
+type dropper struct {
+	drop, seen atomic.Int64
+	target     *url.URL
+}
+
+func (p *dropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p.seen.Add(1) != p.drop.Load() {
+		httputil.NewSingleHostReverseProxy(p.target).ServeHTTP(w, r)
+		return
+	}
+	rec := &discard{header: http.Header{}}
+	httputil.NewSingleHostReverseProxy(p.target).ServeHTTP(rec, r)
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+type discard struct{ header http.Header }
+
+func (d *discard) Header() http.Header         { return d.header }
+func (d *discard) Write(b []byte) (int, error) { return len(b), nil }
+func (d *discard) WriteHeader(int)             {}
+
+// TestLostResponse checks that a write whose response is lost, and which
+// the store therefore retries, is counted once: the retry fails its
+// condition against the item the first attempt wrote, and the store
+// recognises its own version there.
+func TestLostResponse(t *testing.T) {
+	endpoint := testserver.DynamoDBEndpoint(t)
+	table := newTable(t, newClient(endpoint))
+	target, _ := url.Parse(endpoint)
+	for _, cold := range []bool{false, true} {
+		p := &dropper{target: target}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := &http.Server{Handler: p}
+		go hs.Serve(l)
+		client := &counter{Client: newClient("http://"+l.Addr().String(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })}
+		s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithBackoff(time.Millisecond, 10*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fc := clock.NewFake(epoch)
+		lim, _ := ratelimit.New(s, algorithms.FixedWindow(10, time.Minute), ratelimit.WithClock(fc), ratelimit.WithName(fmt.Sprintf("lost-%v", cold)))
+		ctx := context.Background()
+		p.drop.Store(1) // the conditional create of a new key
+		if !cold {
+			if _, err := lim.Allow(ctx, "k"); err != nil {
+				t.Fatal(err)
+			}
+			p.drop.Store(2) // the conditional update of a known key
+		}
+		d, err := lim.Allow(ctx, "k")
+		if err != nil || !d.Allowed {
+			t.Fatalf("lim.Allow with a lost response = %+v, %v; want allowed", d, err)
+		}
+		want := 9
+		if !cold {
+			want = 8
+		}
+		if d.Remaining != want {
+			t.Errorf("lim.Allow with a lost response (new key: %v) = remaining %d, want %d (the decision counted once)", cold, d.Remaining, want)
+		}
+		d, err = lim.Allow(ctx, "k")
+		if err != nil || d.Remaining != want-1 {
+			t.Errorf("next lim.Allow = %+v, %v; want remaining %d", d, err, want-1)
+		}
+		t.Logf("new key %v: %d reads, %d writes", cold, client.gets.Load(), client.puts.Load())
+		hs.Close()
+	}
+}

@@ -208,10 +208,6 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		version := newVersion()
 		byVersion := known && from.present && from.expires > minNow
 		if byVersion {
-			version = from.version + 1
-			if version <= 0 {
-				version = 1
-			}
 			in.ConditionExpression = aws.String("#v = :v")
 			in.ExpressionAttributeNames = map[string]string{"#v": AttrVersion}
 			in.ExpressionAttributeValues = map[string]types.AttributeValue{
@@ -279,6 +275,12 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 			}
 			known = true
 			s.remember(sh, pk, base, minNow)
+		}
+		if base.present && base.version == version {
+			// The item is this very write: an earlier attempt that
+			// failed on the network did reach the table. Versions are
+			// random, so no other writer made this one.
+			return nil
 		}
 		if conflicts > 1 {
 			// Several losses in a row: writers in other processes are
