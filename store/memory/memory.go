@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strings"
 	"sync"
 
@@ -75,7 +76,7 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 56 bytes; the padding gives each shard 128, so no two shards'
+// fields take 64 bytes; the padding gives each shard 128, so no two shards'
 // fields share a cache line (or an adjacent-line prefetch pair) whatever
 // the Store's alignment.
 type shard struct {
@@ -88,10 +89,13 @@ type shard struct {
 	// now is the latest request time this shard has seen; sweeping and
 	// eviction judge expiry by it.
 	now int64
+	// earliest is a lower bound on the entries' expiries: while now is
+	// before it, nothing has expired and insertions skip reclaiming.
+	earliest int64
 	// scratch receives a copy of the state being decided, so that an
 	// algorithm writing into it leaves the entry untouched until put.
 	scratch []byte
-	_       [72]byte
+	_       [64]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -114,6 +118,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	for i := range s.shards {
 		s.shards[i].index = make(map[uint64]*entry)
+		s.shards[i].earliest = math.MaxInt64
 		s.shards[i].scratch = make([]byte, 0, inlineState)
 	}
 	return s, nil
@@ -131,7 +136,7 @@ func MustNew(opts ...Option) *Store {
 // hash returns key's hash: its top bits pick the shard, and the whole of it
 // indexes the shard's map, so a key is hashed once per call.
 func (s *Store) hash(k ratelimit.Key) uint64 {
-	return maphash.String(s.seed, k.ID) ^ maphash.String(s.seed, k.Namespace)*0x9e3779b97f4a7c15
+	return maphash.Comparable(s.seed, k)
 }
 
 // lock returns key's hash and its shard, locked.
@@ -229,6 +234,7 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 		e.state = append(e.state[:0], next...)
 	}
 	e.expires = now + ttl
+	sh.earliest = min(sh.earliest, e.expires)
 	return nil
 }
 
@@ -271,16 +277,22 @@ func (sh *shard) remove(h uint64, e *entry) {
 // entry is head, and returns how many it deleted. The caller holds sh.mu;
 // it may be iterating over sh.index.
 func (sh *shard) reclaim(h uint64, head *entry) int {
-	var keep *entry
-	link := &keep
 	n := 0
 	for e := head; e != nil; e = e.next {
 		if e.expires <= sh.now {
 			n++
-			continue
 		}
-		*link = e
-		link = &e.next
+	}
+	if n == 0 {
+		return 0 // and write nothing
+	}
+	var keep *entry
+	link := &keep
+	for e := head; e != nil; e = e.next {
+		if e.expires > sh.now {
+			*link = e
+			link = &e.next
+		}
 	}
 	*link = nil
 	switch {
@@ -298,6 +310,9 @@ func (sh *shard) reclaim(h uint64, head *entry) int {
 // holds sh.mu. Map iteration starts at a random place, so the samples
 // cover the shard over time.
 func (s *Store) makeRoom(sh *shard) {
+	if sh.n < s.maxPerShard && sh.now < sh.earliest {
+		return // nothing to reclaim, and room to spare
+	}
 	var victim *entry
 	var victimHash uint64
 	seen := 0
@@ -326,8 +341,12 @@ func (s *Store) Sweep() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		sh.earliest = math.MaxInt64
 		for h, head := range sh.index {
 			n += sh.reclaim(h, head)
+			for e := sh.index[h]; e != nil; e = e.next {
+				sh.earliest = min(sh.earliest, e.expires)
+			}
 		}
 		sh.mu.Unlock()
 	}

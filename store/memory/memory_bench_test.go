@@ -149,7 +149,8 @@ func BenchmarkFootprint(b *testing.B) {
 				ctx := context.Background()
 				var perKey float64
 				for range b.N {
-					lim, err := ratelimit.New(memory.MustNew(memory.WithMaxKeys(n)), a.alg)
+					// Room to spare, so nothing is evicted.
+					lim, err := ratelimit.New(memory.MustNew(memory.WithMaxKeys(4*n)), a.alg)
 					if err != nil {
 						b.Fatal(err)
 					}
