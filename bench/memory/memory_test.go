@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -181,4 +182,52 @@ func walk(b *testing.B, allow func(key string)) {
 			}
 		}
 	})
+}
+
+// BenchmarkFootprint measures the heap a map of rate.Limiters holds per
+// key, for comparison with the memory store's own BenchmarkFootprint (in
+// store/memory): the HeapAlloc growth, after a garbage collection, from an
+// empty map to one holding every key, divided by the number of keys. Key
+// strings are made beforehand and not counted.
+//
+//	go test -run '^$' -bench Footprint -benchtime 1x ./memory/
+func BenchmarkFootprint(b *testing.B) {
+	keys := make([]string, 1_000_000)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%07d", i)
+	}
+	b.Run("x-time-rate-syncmap", func(b *testing.B) {
+		var perKey float64
+		for range b.N {
+			before := heapAlloc()
+			var limiters sync.Map
+			for _, k := range keys {
+				limiters.Store(k, rate.NewLimiter(1, 1))
+			}
+			perKey = float64(heapAlloc()-before) / float64(len(keys))
+			runtime.KeepAlive(&limiters)
+		}
+		b.ReportMetric(perKey, "bytes/key")
+	})
+	b.Run("x-time-rate-mutexmap", func(b *testing.B) {
+		var perKey float64
+		for range b.N {
+			before := heapAlloc()
+			limiters := make(map[string]*rate.Limiter)
+			for _, k := range keys {
+				limiters[k] = rate.NewLimiter(1, 1)
+			}
+			perKey = float64(heapAlloc()-before) / float64(len(keys))
+			runtime.KeepAlive(limiters)
+		}
+		b.ReportMetric(perKey, "bytes/key")
+	})
+}
+
+func heapAlloc() int64 {
+	var m runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }

@@ -1,0 +1,74 @@
+package memory
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+func TestShardSize(t *testing.T) {
+	if size := unsafe.Sizeof(shard{}); size != 128 {
+		t.Errorf("shard is %d bytes, want 128: adjust its padding", size)
+	}
+}
+
+// TestHashCollisions puts keys with one hash into one shard, as a 64-bit
+// hash collision would, and checks that each keeps its own state through
+// lookup, removal, reclamation, Sweep, Len and Expiries.
+func TestHashCollisions(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	const h = 42
+	keys := []ratelimit.Key{{Namespace: "a:x", ID: "1"}, {Namespace: "a:x", ID: "2"}, {Namespace: "b:x", ID: "1"}, {Namespace: "a:x", ID: "3"}}
+	for i, k := range keys {
+		e := &entry{key: k, expires: int64(10 * (i + 1))} // 10, 20, 30, 40
+		e.state = append(e.inline[:0], byte(i))
+		sh.add(h, e)
+	}
+	check := func(wantIDs ...int) {
+		t.Helper()
+		for i, k := range keys {
+			e := sh.get(h, k)
+			want := false
+			for _, w := range wantIDs {
+				want = want || w == i
+			}
+			switch {
+			case want && (e == nil || e.state[0] != byte(i)):
+				t.Errorf("get(%v) = %v, want its own entry", k, e)
+			case !want && e != nil:
+				t.Errorf("get(%v) = %v, want nil", k, e)
+			}
+		}
+		if sh.n != len(wantIDs) {
+			t.Errorf("n = %d, want %d", sh.n, len(wantIDs))
+		}
+		if got := s.Len(); got != len(wantIDs) {
+			t.Errorf("Len = %d, want %d", got, len(wantIDs))
+		}
+		seen := 0
+		s.Expiries(func(ratelimit.Key, int64) { seen++ })
+		if seen != len(wantIDs) {
+			t.Errorf("Expiries lists %d keys, want %d", seen, len(wantIDs))
+		}
+	}
+	check(0, 1, 2, 3)
+	sh.remove(h, sh.get(h, keys[1])) // from the middle of the chain
+	check(0, 2, 3)
+	sh.now = 10 // the first key's state expires
+	if n := sh.reclaim(h, sh.index[h]); n != 1 {
+		t.Errorf("reclaim = %d, want 1", n)
+	}
+	check(2, 3)
+	sh.now = 30
+	if n := s.Sweep(); n != 1 {
+		t.Errorf("Sweep = %d, want 1", n)
+	}
+	check(3)
+	sh.remove(h, sh.get(h, keys[3]))
+	check()
+	if _, ok := sh.index[h]; ok {
+		t.Error("an empty chain is left in the index")
+	}
+}
