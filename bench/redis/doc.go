@@ -1,0 +1,15 @@
+// Package redis benchmarks the SDK's Redis and Valkey stores against peer
+// libraries and a bare script round trip, on the same server with the same
+// client settings, in one process: store/redis against
+// github.com/go-redis/redis_rate/v10 and github.com/throttled/throttled/v2,
+// and store/valkey against INCR+PEXPIRE in one Lua script sent through
+// valkey-go. It also counts over-admission on a hot key.
+//
+// The benchmarks read RATELIMIT_REDIS_ADDR and RATELIMIT_VALKEY_ADDR and
+// skip when they are unset; scripts/with-servers.sh sets them. Run
+//
+//	bash scripts/with-servers.sh bash -c 'cd bench && go test -run ^$ -bench . -benchmem ./redis/'
+//
+// for the raw figures, and with RATELIMIT_BENCH_REPORT=1 and -run TestReport
+// for the table of ratios in docs/benchmarks.md.
+package redis

@@ -1,0 +1,224 @@
+package redis_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/throttled/throttled/v2"
+	"github.com/throttled/throttled/v2/store/goredisstore.v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
+	rlvalkey "github.com/ratelimitkit/ratelimit/store/valkey"
+)
+
+// TestReport runs every contender of a group in interleaved rounds (so
+// that drifting load on a shared machine hits all of them alike) and prints
+// a markdown table of decisions/s, p99 latency, failures and the ratios the
+// issue's bars are about. It runs only with RATELIMIT_BENCH_REPORT=1.
+func TestReport(t *testing.T) {
+	if os.Getenv("RATELIMIT_BENCH_REPORT") == "" {
+		t.Skip("set RATELIMIT_BENCH_REPORT=1 to print the comparison table")
+	}
+	const rounds = 6
+	groups := []struct {
+		name     string
+		cs       []contender
+		baseline string
+	}{
+		{"Redis (go-redis v9, one client, pool 64)", redisContenders, "redis_rate"},
+		{"Valkey (valkey-go, one client)", valkeyContenders, "incr-pexpire"},
+	}
+	var out strings.Builder
+	for _, g := range groups {
+		fmt.Fprintf(&out, "\n%s; ratio = decisions/s ÷ %s's, p99 ratio = p99 ÷ %s's\n\n", g.name, g.baseline, g.baseline)
+		fmt.Fprintf(&out, "| workload | contender | decisions/s | p99 | failures | throughput ratio | p99 ratio |\n|---|---|---:|---:|---:|---:|---:|\n")
+		for _, sh := range shapes {
+			n := 1500
+			if sh.callers > 1 {
+				n = 8000
+			}
+			decide := make([]decideFunc, len(g.cs))
+			for i, c := range g.cs {
+				decide[i] = c.make(t, prefix())
+				run(decide[i], 300, sh.callers, sh.hot) // warm up
+			}
+			type acc struct {
+				ops      int
+				elapsed  time.Duration
+				lat      []time.Duration
+				failures int64
+			}
+			accs := make([]acc, len(g.cs))
+			for r := 0; r < rounds; r++ {
+				for i := range g.cs {
+					res, lat := runLat(decide[i], n, sh.callers, sh.hot)
+					accs[i].ops += res.ops
+					accs[i].elapsed += res.elapsed
+					accs[i].failures += res.failures
+					accs[i].lat = append(accs[i].lat, lat...)
+				}
+			}
+			var baseRate float64
+			var baseP99 time.Duration
+			rates := make([]float64, len(g.cs))
+			p99s := make([]time.Duration, len(g.cs))
+			for i, c := range g.cs {
+				slices.Sort(accs[i].lat)
+				p99s[i] = accs[i].lat[len(accs[i].lat)*99/100]
+				rates[i] = float64(accs[i].ops) / accs[i].elapsed.Seconds()
+				if c.name == g.baseline {
+					baseRate, baseP99 = rates[i], p99s[i]
+				}
+			}
+			for i, c := range g.cs {
+				fmt.Fprintf(&out, "| %s | %s | %.0f | %v | %d | %.2f | %.2f |\n", sh.name, c.name, rates[i],
+					p99s[i].Round(time.Microsecond), accs[i].failures, rates[i]/baseRate, float64(p99s[i])/float64(baseP99))
+			}
+		}
+	}
+	t.Log(out.String())
+}
+
+// runLat is run that also returns every latency.
+func runLat(decide decideFunc, n, callers int, hot bool) (result, []time.Duration) {
+	ctx := context.Background()
+	var next, failures atomic.Int64
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, n/callers+1)
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					break
+				}
+				key := keys[0]
+				if !hot {
+					key = keys[(i*7919)%nKeys]
+				}
+				t0 := time.Now()
+				if err := decide(ctx, key); err != nil {
+					failures.Add(1)
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			lat[c] = mine
+		}()
+	}
+	wg.Wait()
+	return result{ops: n, elapsed: time.Since(start), failures: failures.Load()}, slices.Concat(lat...)
+}
+
+// TestOverAdmission sends 32 concurrent callers at one hot key for every
+// algorithm on both stores, with the limiter's clock frozen (the store on
+// the limiter's clock), and requires exactly the limit admitted. The peers,
+// which read the server's clock, get a policy whose refill during the test
+// is negligible (limit per hour), and are reported, not judged.
+func TestOverAdmission(t *testing.T) {
+	const limit, callers, each = 500, 32, 40 // 1280 requests for 500 slots
+	frozen := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	algs := []algorithms.Algorithm{
+		algorithms.FixedWindow(limit, time.Hour),
+		algorithms.SlidingLog(limit, time.Hour),
+		algorithms.SlidingWindow(limit, time.Hour),
+		algorithms.TokenBucket(limit, time.Hour, limit),
+		algorithms.LeakyBucket(limit, time.Hour, limit),
+		algorithms.GCRA(limit, time.Hour, limit),
+	}
+	count := func(decide func(ctx context.Context) (bool, error)) (admitted, failures int64) {
+		var a, f atomic.Int64
+		var wg sync.WaitGroup
+		for c := 0; c < callers; c++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					ok, err := decide(context.Background())
+					switch {
+					case err != nil:
+						f.Add(1)
+					case ok:
+						a.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return a.Load(), f.Load()
+	}
+	var out strings.Builder
+	out.WriteString("\n| store | algorithm | admitted | limit | over-admitted | failed calls |\n|---|---|---:|---:|---:|---:|\n")
+	stores := []struct {
+		name string
+		make func(p string) ratelimit.Store
+	}{
+		{"store/redis", func(p string) ratelimit.Store {
+			s, err := rlredis.New(goredisClient(t), rlredis.WithPrefix(p), rlredis.WithServerClock(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+		{"store/valkey", func(p string) ratelimit.Store {
+			s, err := rlvalkey.New(valkeyClient(t), rlvalkey.WithPrefix(p), rlvalkey.WithServerClock(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}},
+	}
+	for _, st := range stores {
+		for _, a := range algs {
+			lim, err := ratelimit.New(st.make(prefix()), a, ratelimit.WithClock(frozen))
+			if err != nil {
+				t.Fatal(err)
+			}
+			admitted, failures := count(func(ctx context.Context) (bool, error) {
+				d, err := lim.Allow(ctx, "hot")
+				return d.Allowed, err
+			})
+			fmt.Fprintf(&out, "| %s | %s | %d | %d | %d | %d |\n", st.name, a.Name(), admitted, limit, max(admitted-limit, 0), failures)
+			if admitted != limit || failures != 0 {
+				t.Errorf("%s %v: %d callers × %d on one key at a frozen time admitted %d with %d failures, want exactly %d and none",
+					st.name, a, callers, each, admitted, failures, limit)
+			}
+		}
+	}
+	p := prefix()
+	rr := redis_rate.NewLimiter(goredisClient(t))
+	admitted, failures := count(func(ctx context.Context) (bool, error) {
+		r, err := rr.Allow(ctx, p+":hot", redis_rate.PerHour(limit))
+		return err == nil && r.Allowed > 0, err
+	})
+	fmt.Fprintf(&out, "| redis_rate | GCRA | %d | %d | %d | %d |\n", admitted, limit, max(admitted-limit, 0), failures)
+	st, err := goredisstore.NewCtx(goredisClient(t), p+":")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// throttled admits MaxBurst+1 at once.
+	th, err := throttled.NewGCRARateLimiterCtx(st, throttled.RateQuota{MaxRate: throttled.PerHour(limit), MaxBurst: limit - 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted, failures = count(func(ctx context.Context) (bool, error) {
+		limited, _, err := th.RateLimitCtx(ctx, "hot", 1)
+		return err == nil && !limited, err
+	})
+	fmt.Fprintf(&out, "| throttled | GCRA | %d | %d | %d | %d |\n", admitted, limit, max(admitted-limit, 0), failures)
+	t.Log(out.String())
+}
