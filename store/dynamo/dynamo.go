@@ -348,8 +348,11 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	case err := <-o.done:
 		return err
 	default:
-		return fmt.Errorf("dynamo: update %q: %w while its write was in flight (it may have been stored)", truncate(key.String()), ctx.Err())
 	}
+	if last := o.last.Load(); last != nil {
+		return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored); last failure: %w", truncate(key.String()), ctx.Err(), *last)
+	}
+	return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored)", truncate(key.String()), ctx.Err())
 }
 
 // Delete implements ratelimit.Store with a DeleteItem, retried like writes.

@@ -27,6 +27,20 @@ type op struct {
 	done  chan error // buffered: the worker never blocks on it
 	taken bool       // the worker has taken it (guarded by the shard's mu)
 	err   error      // fn's error in the current attempt
+	// last is the latest failed request made for it, for the error of a
+	// call whose context ends while its request is in flight.
+	last atomic.Pointer[error]
+}
+
+// failed records a failed request on behalf of ops.
+func failed(ops []*op, err error) {
+	var ccf *types.ConditionalCheckFailedException
+	if err == nil || errors.As(err, &ccf) {
+		return
+	}
+	for _, o := range ops {
+		o.last.Store(&err)
+	}
 }
 
 // queue holds the calls waiting on one key. While it has calls, exactly one
@@ -189,7 +203,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 				return nil
 			}
 			var err error
-			if base, err = s.read(ctx, pk); err != nil {
+			if base, err = s.read(ctx, pk, ops); err != nil {
 				s.forget(sh, pk)
 				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
 			}
@@ -229,6 +243,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		}
 		err := s.retry(ctx, func(ctx context.Context) error {
 			_, err := s.client.PutItem(ctx, in)
+			failed(ops, err)
 			return err
 		})
 		if err == nil {
@@ -269,7 +284,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 			base = nil
 		}
 		if !known {
-			if base, err = s.read(ctx, pk); err != nil {
+			if base, err = s.read(ctx, pk, ops); err != nil {
 				s.forget(sh, pk)
 				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
 			}
@@ -323,7 +338,7 @@ func run(ops []*op, base *item) (next []byte, expires int64, writes bool) {
 }
 
 // read fetches pk's item with a strongly consistent read.
-func (s *Store) read(ctx context.Context, pk string) (*item, error) {
+func (s *Store) read(ctx context.Context, pk string, ops []*op) (*item, error) {
 	var out *dynamodb.GetItemOutput
 	err := s.retry(ctx, func(ctx context.Context) error {
 		var err error
@@ -332,6 +347,7 @@ func (s *Store) read(ctx context.Context, pk string) (*item, error) {
 			Key:            map[string]types.AttributeValue{AttrKey: &types.AttributeValueMemberB{Value: []byte(pk)}},
 			ConsistentRead: aws.Bool(true),
 		})
+		failed(ops, err)
 		return err
 	})
 	if err != nil {
