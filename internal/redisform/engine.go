@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -62,6 +65,9 @@ type Engine struct {
 	seed  maphash.Seed
 	locks []chan struct{}
 	slack string
+
+	paramCache sync.Map // *int64 → cachedParams
+	paramCount atomic.Int64
 }
 
 // DefaultSlack is the Slack of a store on the limiter's clock: the server
@@ -116,16 +122,14 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
 	}
-	params := sf.ServerArgs()
+	params := e.params(sf.ServerArgs())
 	args := make([]string, algorithms.LuaFixedArgs, algorithms.LuaFixedArgs+len(params))
 	args[0] = strconv.FormatInt(req.Now, 10)
 	args[1] = strconv.FormatInt(req.Cost, 10)
 	args[2] = flag(req.Peek)
 	args[3] = flag(e.ServerClock)
 	args[4] = e.slack
-	for _, p := range params {
-		args = append(args, strconv.FormatInt(p, 10))
-	}
+	args = append(args, params...)
 	r, err := e.Run(ctx, s, []string{StateKey(e.Prefix, key)}, args)
 	if err != nil {
 		return algorithms.Decision{}, wrap(ctx, e.Name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
@@ -142,6 +146,37 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 		ResetAfter: f[algorithms.LuaReplyResetAfter],
 		Delay:      f[algorithms.LuaReplyDelay],
 	}, nil
+}
+
+// maxCachedParams bounds the cache of formatted ServerArgs.
+const maxCachedParams = 1024
+
+// params returns p formatted as decimal strings. ServerArgs returns the
+// same slice on every call (its doc says so), so the strings are cached by
+// the slice's address.
+func (e *Engine) params(p []int64) []string {
+	if len(p) == 0 {
+		return nil
+	}
+	if v, ok := e.paramCache.Load(&p[0]); ok {
+		if c := v.(cachedParams); slices.Equal(c.vals, p) {
+			return c.strs
+		}
+	}
+	strs := make([]string, len(p))
+	for i, v := range p {
+		strs[i] = strconv.FormatInt(v, 10)
+	}
+	if e.paramCount.Load() < maxCachedParams {
+		e.paramCount.Add(1)
+		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), strs: strs})
+	}
+	return strs
+}
+
+type cachedParams struct {
+	vals []int64
+	strs []string
 }
 
 // Ints decodes a script's array reply of integers into dst, which must
