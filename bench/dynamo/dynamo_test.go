@@ -1,0 +1,317 @@
+// Package dynamo_test benchmarks the DynamoDB store against a bare
+// UpdateItem ADD on the same endpoint, with 16 concurrent callers on one hot
+// key and on 10,000 keys. It counts the DynamoDB requests the store makes
+// per decision through a wrapper around the real client, and checks that a
+// hot key shared by 16 callers never admits more than its limit.
+//
+// It needs a DynamoDB endpoint in RATELIMIT_DYNAMODB_ENDPOINT and skips
+// without one:
+//
+//	bash scripts/with-servers.sh bash -c 'cd bench && go test -run ^$ -bench . -benchmem ./dynamo/'
+package dynamo_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store/dynamo"
+)
+
+// callers is the number of concurrent callers in every benchmark.
+const callers = 16
+
+// manyKeys is the number of distinct keys in the many-key benchmarks.
+const manyKeys = 10_000
+
+var keys = func() []string {
+	k := make([]string, manyKeys)
+	for i := range k {
+		k[i] = fmt.Sprintf("user-%05d", i)
+	}
+	return k
+}()
+
+// counter wraps the real client and counts every request the store makes.
+type counter struct {
+	dynamo.Client
+	n atomic.Int64
+}
+
+func (c *counter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.GetItem(ctx, in, opts...)
+}
+
+func (c *counter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.PutItem(ctx, in, opts...)
+}
+
+func (c *counter) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	c.n.Add(1)
+	return c.Client.DeleteItem(ctx, in, opts...)
+}
+
+// server is the endpoint and table shared by the benchmarks of one run.
+var server struct {
+	once   sync.Once
+	client *dynamodb.Client
+	table  string
+	err    error
+}
+
+func setup(b *testing.B) (*dynamodb.Client, string) {
+	b.Helper()
+	endpoint := os.Getenv("RATELIMIT_DYNAMODB_ENDPOINT")
+	if endpoint == "" {
+		b.Skip("RATELIMIT_DYNAMODB_ENDPOINT is not set: run with scripts/with-servers.sh")
+	}
+	server.once.Do(func() {
+		cfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider("test", "test", "")}
+		server.client = dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(endpoint)
+		})
+		server.table = fmt.Sprintf("ratelimit-bench-%d", time.Now().UnixNano())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, server.err = dynamo.CreateTable(ctx, server.client, server.table)
+	})
+	if server.err != nil {
+		b.Fatalf("CreateTable: %v", server.err)
+	}
+	return server.client, server.table
+}
+
+// parallel runs b.N calls of fn from callers goroutines and returns how
+// many failed.
+func parallel(b *testing.B, fn func(i int) error) int64 {
+	b.ResetTimer()
+	failed := run(b, 0, b.N, fn)
+	b.StopTimer()
+	return failed
+}
+
+// run calls fn(i) for i in [from, to) from callers goroutines and returns
+// how many calls failed, reporting the first failure.
+func run(b *testing.B, from, to int, fn func(i int) error) int64 {
+	var next, failed atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= to {
+					return
+				}
+				if err := fn(i); err != nil {
+					if failed.Add(1) == 1 {
+						b.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return failed.Load()
+}
+
+// A fixture is a store and limiter that live across the rounds of one
+// benchmark, as in a long-running process: its cache is warm after the
+// first round.
+type fixture struct {
+	counter *counter
+	lim     *ratelimit.Limiter
+}
+
+var fixtures sync.Map // name → *fixture
+
+func getFixture(b *testing.B, name string, opts ...dynamo.Option) *fixture {
+	client, table := setup(b)
+	if f, ok := fixtures.Load(name); ok {
+		return f.(*fixture)
+	}
+	c := &counter{Client: client}
+	s, err := dynamo.New(c, append([]dynamo.Option{dynamo.WithTable(table)}, opts...)...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	// A limit nothing reaches admits everything, so that every decision
+	// writes, and an hour's window outlives the run, so that decisions on
+	// a key seen before work on live state.
+	lim, err := ratelimit.New(s, algorithms.FixedWindow(1e9, time.Hour), ratelimit.WithName(name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := &fixture{counter: c, lim: lim}
+	fixtures.Store(name, f)
+	return f
+}
+
+// workloads are the key patterns of the throughput benchmarks.
+var workloads = []struct {
+	name string
+	key  func(i int) string
+}{
+	{"hot-key", func(int) string { return "hot" }},
+	{"10k-keys", func(i int) string { return keys[i%manyKeys] }},
+}
+
+// BenchmarkStoreVsAdd measures decisions through the store with 16 callers,
+// on one hot key and spread over 10,000 keys, against the baseline of a
+// bare UpdateItem that ADDs one to a counter (the cheapest write DynamoDB
+// offers: no condition, no expiry) with the same callers and keys on the
+// same endpoint. The two alternate in slices of 256 calls so that both see
+// the same machine load; ns/op covers one decision and one ADD.
+//
+// It reports the store's DynamoDB requests per decision, the decisions and
+// ADDs per second, and their ratio. The store and its cache live across the
+// benchmark's rounds, as in a long-running process.
+func BenchmarkStoreVsAdd(b *testing.B) {
+	const slice = 256
+	for _, w := range workloads {
+		b.Run(w.name, func(b *testing.B) {
+			client, table := setup(b)
+			f := getFixture(b, w.name)
+			ctx := context.Background()
+			decide := func(i int) error {
+				d, err := f.lim.Allow(ctx, w.key(i))
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("lim.Allow denied with a limit nothing reaches")
+				}
+				return err
+			}
+			one := &types.AttributeValueMemberN{Value: "1"}
+			add := func(i int) error {
+				_, err := client.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+					TableName:                 &table,
+					Key:                       map[string]types.AttributeValue{dynamo.AttrKey: &types.AttributeValueMemberB{Value: []byte("baseline-" + w.key(i))}},
+					UpdateExpression:          aws.String("ADD #n :one"),
+					ExpressionAttributeNames:  map[string]string{"#n": "n"},
+					ExpressionAttributeValues: map[string]types.AttributeValue{":one": one},
+				})
+				return err
+			}
+			before := f.counter.n.Load()
+			var storeTime, addTime time.Duration
+			var failed int64
+			b.ResetTimer()
+			for from := 0; from < b.N; from += slice {
+				to := min(from+slice, b.N)
+				t0 := time.Now()
+				failed += run(b, from, to, decide)
+				t1 := time.Now()
+				failed += run(b, from, to, add)
+				storeTime += t1.Sub(t0)
+				addTime += time.Since(t1)
+			}
+			b.StopTimer()
+			requests := f.counter.n.Load() - before
+			storeRate := float64(b.N) / storeTime.Seconds()
+			addRate := float64(b.N) / addTime.Seconds()
+			b.ReportMetric(float64(requests)/float64(b.N), "requests/decision")
+			b.ReportMetric(storeRate, "decisions/s")
+			b.ReportMetric(addRate, "adds/s")
+			b.ReportMetric(storeRate/addRate, "ratio")
+			b.ReportMetric(float64(failed), "errors")
+		})
+	}
+}
+
+// BenchmarkColdCache measures decisions spread over 10,000 keys that already
+// hold state, by a store created afresh (empty cache) for every round: the
+// worst case, a process that has just started. Each first decision on a key
+// costs a failed conditional create and the write, plus, on endpoints that
+// do not return the item with a failed condition (dynalite), a read.
+func BenchmarkColdCache(b *testing.B) {
+	client, table := setup(b)
+	// Give every key live state first.
+	warm := getFixture(b, "cold")
+	ctx := context.Background()
+	if failed := run(b, 0, manyKeys, func(i int) error { _, err := warm.lim.Allow(ctx, keys[i]); return err }); failed > 0 {
+		b.Fatalf("%d warm-up decisions failed", failed)
+	}
+	fixtures.Delete("cold")
+	f := getFixture(b, "cold")
+	fixtures.Delete("cold")
+	_, _ = client, table
+	failed := parallel(b, func(i int) error {
+		_, err := f.lim.Allow(ctx, keys[i%manyKeys])
+		return err
+	})
+	b.ReportMetric(float64(f.counter.n.Load())/float64(b.N), "requests/decision")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(failed), "errors")
+}
+
+// BenchmarkOverAdmission sends b.N requests from 16 callers to one fresh
+// key with a limit of 50, on a clock that stands still, and reports how
+// many more than min(b.N, 50) were admitted: it must be zero. "two-stores"
+// splits the callers over two stores on the same table, as two processes
+// would be, so that conditional writes really conflict.
+func BenchmarkOverAdmission(b *testing.B) {
+	const limit = 50
+	for _, stores := range []int{1, 2} {
+		name := "one-store"
+		if stores == 2 {
+			name = "two-stores"
+		}
+		b.Run(name, func(b *testing.B) {
+			client, table := setup(b)
+			fc := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+			alg := algorithms.FixedWindow(limit, time.Hour)
+			var lims []*ratelimit.Limiter
+			var counters []*counter
+			for i := 0; i < stores; i++ {
+				c := &counter{Client: client}
+				s, err := dynamo.New(c, dynamo.WithTable(table), dynamo.WithMaxConflicts(1000))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lim, err := ratelimit.New(s, alg, ratelimit.WithClock(fc), ratelimit.WithName("overadmit"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				lims, counters = append(lims, lim), append(counters, c)
+			}
+			key := "round-" + strconv.FormatUint(rand.Uint64(), 36)
+			var admitted atomic.Int64
+			ctx := context.Background()
+			failed := parallel(b, func(i int) error {
+				d, err := lims[i%stores].Allow(ctx, key)
+				if err == nil && d.Allowed {
+					admitted.Add(1)
+				}
+				return err
+			})
+			want := int64(min(b.N, limit))
+			if failed == 0 && admitted.Load() != want {
+				b.Errorf("%d requests from %d callers admitted %d, want exactly %d", b.N, callers, admitted.Load(), want)
+			}
+			var requests int64
+			for _, c := range counters {
+				requests += c.n.Load()
+			}
+			b.ReportMetric(float64(admitted.Load()-want), "over-admitted")
+			b.ReportMetric(float64(requests)/float64(b.N), "requests/decision")
+			b.ReportMetric(float64(failed), "errors")
+		})
+	}
+}
