@@ -137,12 +137,11 @@ func New(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	t := s.ident(s.table)
-	s.decideSQL = "SELECT allowed, lim, remaining, retry_after, reset_after, delay FROM " +
-		s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6, $7)"
+	s.decideSQL = "SELECT " + s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6, $7)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
-	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, expires_at = $3 WHERE key = $1"
+	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, dec = NULL, expires_at = $3 WHERE key = $1"
 	s.insertSQL = "INSERT INTO " + t + " (key, state, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	s.deleteSQL = "DELETE FROM " + t + " WHERE key = $1"
 	s.expiredSQL = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
@@ -211,13 +210,15 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	var d algorithms.Decision
+	var v [6]int64
 	err := s.db.QueryRow(ctx, s.decideSQL, keyBytes(key), alg.Name(), now, req.Cost, req.Peek, sf.ServerArgs(), wait).
-		Scan(&d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
+		Scan(&v)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
 	}
-	return d, nil
+	return algorithms.Decision{
+		Allowed: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4], Delay: v[5],
+	}, nil
 }
 
 // Update implements ratelimit.Store with one transaction: it locks the key's

@@ -58,15 +58,19 @@ func (s *Store) SchemaSQL() string {
 -- and the caller's key, as bytes. The built-in algorithms keep their state
 -- in vals; Update (users' own algorithms) keeps it in state. expires_at is
 -- in microseconds since the Unix epoch, on the clock the store decides by:
--- a row whose expires_at is not after now is treated as absent.
+-- a row whose expires_at is not after now is treated as absent. dec is the
+-- decision of the request that wrote the row, which the decide function
+-- returns from its upsert.
 -- fillfactor leaves room on each page so that decisions update rows in
 -- place (HOT updates, no index churn).
-CREATE %sTABLE IF NOT EXISTS %s (
+CREATE %[1]sTABLE IF NOT EXISTS %[2]s (
     key        bytea    PRIMARY KEY,
     vals       bigint[],
     state      bytea,
-    expires_at bigint   NOT NULL
+    expires_at bigint   NOT NULL,
+    dec        bigint[]
 ) WITH (fillfactor = 70);
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS dec bigint[];
 
 -- The server's clock in microseconds since the Unix epoch.
 CREATE OR REPLACE FUNCTION ratelimit_now() RETURNS bigint
@@ -82,7 +86,7 @@ DECLARE
     v   bigint;
 BEGIN
     IF length(b) %% 8 <> 0 THEN
-        RAISE EXCEPTION USING ERRCODE = '%s',
+        RAISE EXCEPTION USING ERRCODE = '%[3]s',
             MESSAGE = format('ratelimit: corrupt state: %%s bytes, not a multiple of 8', length(b));
     END IF;
     FOR i IN 0 .. length(b) / 8 - 1 LOOP
@@ -108,92 +112,100 @@ $$;
 
 // decideFunctionSQL is the table's decide function: the one statement of a
 // decision calls it.
+//
+// A request that may consume (not a peek) runs as one upsert: INSERT of the
+// state a fresh key would get, ON CONFLICT DO UPDATE with the algorithm
+// applied to the existing row, under the row lock the upsert takes itself,
+// and only WHERE the algorithm admits the request. Concurrent first
+// requests for a key cannot both insert: the loser's insert turns into the
+// update of the winner's row, decided on its state. The admitted request's
+// decision comes back through the row's dec column (RETURNING sees only the
+// new row). When the upsert writes nothing (the request is denied), or for
+// a peek, the function decides on the latest committed state without a
+// lock and writes nothing; should that state admit the request after all
+// (it changed in between: a Reset, an expiry), it goes round again.
 func (s *Store) decideFunctionSQL() string {
 	t := s.ident(s.table)
 	fn := s.ident(s.table + "_decide")
-	var calls strings.Builder
+	live := "CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END"
+	dec := "ARRAY[g.allowed::int::bigint, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]"
+	var upserts, reads strings.Builder
 	for i, name := range builtins {
 		kw := "ELSIF"
 		if i == 0 {
 			kw = "IF"
 		}
-		fmt.Fprintf(&calls, `
-        %s p_alg = '%s' THEN
-            SELECT * INTO v_next, v_ttl, allowed, lim, remaining, retry_after, reset_after, delay
-            FROM %s(v_vals, v_now, p_cost, p_peek, p_args);`, kw, name, algorithms.SQLFunction(name))
+		f := algorithms.SQLFunction(name)
+		fmt.Fprintf(&upserts, `
+            %[1]s p_alg = '%[2]s' THEN
+                INSERT INTO %[3]s AS r (key, vals, expires_at, dec)
+                SELECT p_key, g.next_state, v_now + g.ttl, %[6]s
+                FROM %[4]s(NULL, v_now, p_cost, false, p_args) g
+                WHERE g.next_state IS NOT NULL
+                ON CONFLICT (key) DO UPDATE SET (vals, state, expires_at, dec) = (
+                    SELECT g.next_state, NULL::bytea, v_now + g.ttl, %[6]s
+                    FROM %[4]s(%[5]s, v_now, p_cost, false, p_args) g)
+                WHERE (%[4]s(%[5]s, v_now, p_cost, false, p_args)).next_state IS NOT NULL
+                RETURNING r.dec INTO v_dec;`, kw, name, t, f, live, dec)
+		fmt.Fprintf(&reads, `
+        %[1]s p_alg = '%[2]s' THEN
+            SELECT g.* INTO d FROM %[3]s r RIGHT JOIN (SELECT) one ON r.key = p_key,
+                LATERAL %[4]s(%[5]s, v_now, p_cost, p_peek, p_args) g;`, kw, name, t, f, live)
 	}
 	body := fmt.Sprintf(`
 DECLARE
-    v_vals  bigint[];
-    v_state bytea;
-    v_exp   bigint;
-    v_found boolean;
-    v_now   bigint;
-    v_next  bigint[];
-    v_ttl   bigint;
+    v_now          bigint := coalesce(p_now, ratelimit_now());
+    v_dec          bigint[];
     v_lock_timeout text;
+    d              record;
 BEGIN
+    IF p_wait_ms IS NOT NULL THEN
+        -- Wait for the row lock no longer than the caller's context allows,
+        -- so that a decision the caller gave up on is not applied later.
+        v_lock_timeout := current_setting('lock_timeout');
+        PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
+    END IF;
     LOOP
-        -- Lock the key's row for the rest of this statement's transaction; a
-        -- peek writes nothing and takes no lock.
-        IF p_wait_ms IS NOT NULL THEN
-            -- Wait for the row lock no longer than the caller's context
-            -- allows, so that a decision the caller gave up on is not
-            -- applied later; restore the setting once the lock is held.
-            v_lock_timeout := current_setting('lock_timeout');
-            PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
+        IF NOT p_peek THEN
+            %[1]s
+            ELSE
+                RAISE EXCEPTION USING ERRCODE = '22023',
+                    MESSAGE = format('ratelimit: algorithm %%s has no SQL form', p_alg);
+            END IF;
+            IF FOUND THEN
+                EXIT; -- admitted and written
+            END IF;
         END IF;
-        IF p_peek THEN
-            SELECT r.vals, r.state, r.expires_at INTO v_vals, v_state, v_exp
-            FROM %[1]s r WHERE r.key = p_key;
-        ELSE
-            SELECT r.vals, r.state, r.expires_at INTO v_vals, v_state, v_exp
-            FROM %[1]s r WHERE r.key = p_key FOR NO KEY UPDATE;
-        END IF;
-        v_found := FOUND;
-        IF p_wait_ms IS NOT NULL THEN
-            PERFORM set_config('lock_timeout', v_lock_timeout, true);
-        END IF;
-        -- The clock is read once the lock is held, so that time never runs
-        -- backwards for a key.
-        v_now := coalesce(p_now, ratelimit_now());
-        IF NOT v_found OR v_exp <= v_now THEN
-            v_vals := NULL; -- no state, or expired state: absent
-        ELSIF v_vals IS NULL THEN
-            v_vals := ratelimit_int8s(v_state); -- written by Update
-        END IF;
+        -- A peek, or a request the upsert did not admit: decide on the
+        -- latest committed state, writing nothing.
         %[2]s
         ELSE
             RAISE EXCEPTION USING ERRCODE = '22023',
                 MESSAGE = format('ratelimit: algorithm %%s has no SQL form', p_alg);
         END IF;
-        IF v_next IS NULL THEN
-            RETURN; -- a peek or a denial: nothing to write
+        IF p_peek OR d.next_state IS NULL THEN
+            v_dec := ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
+            EXIT;
         END IF;
-        IF v_found THEN
-            UPDATE %[1]s SET vals = v_next, state = NULL, expires_at = v_now + v_ttl WHERE key = p_key;
-            RETURN;
-        END IF;
-        INSERT INTO %[1]s (key, vals, expires_at) VALUES (p_key, v_next, v_now + v_ttl)
-        ON CONFLICT (key) DO NOTHING;
-        IF FOUND THEN
-            RETURN;
-        END IF;
-        -- A concurrent request created the row first (the insert waited for
-        -- it to commit): decide again on its state.
+        -- The state changed since the upsert (a Reset, an expiry) and now
+        -- admits the request: go round again to write it.
     END LOOP;
+    IF p_wait_ms IS NOT NULL THEN
+        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+    END IF;
+    RETURN v_dec;
 END
-`, t, strings.TrimSpace(calls.String()))
+`, strings.TrimSpace(upserts.String()), strings.TrimSpace(reads.String()))
 	tag := dollarTag(body)
-	return fmt.Sprintf(`-- Decides one request for a key of the table: locks the row, runs the
--- algorithm's SQL form on its live state and writes the next state with its
--- expiry. p_now NULL reads the server's clock; p_wait_ms bounds the wait for
--- the row lock (NULL: lock_timeout as configured).
+	return fmt.Sprintf(`-- Decides one request for a key of the table and returns the decision as
+-- [allowed (1 or 0), limit, remaining, retry_after, reset_after, delay]. An
+-- admitted request writes the next state with its expiry in one upsert,
+-- under the row lock the upsert takes; a peek or a denied request writes
+-- nothing. p_now NULL reads the server's clock; p_wait_ms bounds the wait
+-- for the row lock (NULL: lock_timeout as configured).
 CREATE OR REPLACE FUNCTION %s(
-    p_key bytea, p_alg text, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint,
-    OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
-    OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
-LANGUAGE plpgsql VOLATILE AS %s%s%s;
+    p_key bytea, p_alg text, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS %s%s%s;
 `, fn, tag, body, tag)
 }
 

@@ -1,0 +1,244 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store/postgres"
+)
+
+// The store accepts a pool.
+var _ postgres.DB = (*pgxpool.Pool)(nil)
+
+// callers is the exact number of goroutines that make decisions at once.
+const callers = 16
+
+// keyCount is the number of distinct keys of the spread benchmarks.
+const keyCount = 10000
+
+func pool(b *testing.B) *pgxpool.Pool {
+	b.Helper()
+	url := os.Getenv("RATELIMIT_POSTGRES_URL")
+	if url == "" {
+		b.Skip("RATELIMIT_POSTGRES_URL is not set: run under scripts/with-servers.sh")
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns = callers
+	cfg.MinConns = callers
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(p.Close)
+	return p
+}
+
+var seq atomic.Int64
+
+// table returns a fresh table name, dropped with its function at the end.
+func table(b *testing.B, p *pgxpool.Pool) string {
+	b.Helper()
+	name := fmt.Sprintf("rl_bench_%d_%d", os.Getpid(), seq.Add(1))
+	b.Cleanup(func() {
+		ctx := context.Background()
+		_, _ = p.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
+		_, _ = p.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_decide"}.Sanitize())
+	})
+	return name
+}
+
+// run calls fn b.N times in total from exactly callers goroutines and
+// reports decisions per second.
+func run(b *testing.B, fn func(i int) error) {
+	b.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	var firstErr atomic.Value
+	b.ReportAllocs()
+	b.ResetTimer()
+	for g := 0; g < callers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				if err := fn(int(i)); err != nil {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d of %d calls failed; first: %v", n, b.N, firstErr.Load())
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// keys are the 10,000 keys of the spread benchmarks.
+var keys = func() []string {
+	k := make([]string, keyCount)
+	for i := range k {
+		k[i] = "user-" + strconv.Itoa(i)
+	}
+	return k
+}()
+
+func keyFor(spread bool, i int) string {
+	if !spread {
+		return "hot"
+	}
+	return keys[(i*7919)%keyCount]
+}
+
+// algs are the algorithms benchmarked, with limits no benchmark reaches, so
+// that every decision admits and writes, like the baseline; the sliding log,
+// whose state grows with its limit, keeps at most about 100 entries.
+func algs() []algorithms.Algorithm {
+	return []algorithms.Algorithm{
+		algorithms.GCRA(1_000_000, time.Second, 1_000_000),
+		algorithms.TokenBucket(1_000_000, time.Second, 1_000_000),
+		algorithms.FixedWindow(1_000_000_000, time.Second),
+		algorithms.SlidingWindow(1_000_000_000, time.Second),
+		algorithms.LeakyBucket(1_000_000, time.Second, 1_000_000),
+		algorithms.SlidingLog(100_000, 20*time.Millisecond),
+	}
+}
+
+// BenchmarkPostgres compares decisions per second of the store (server
+// clock, one statement per decision) with a bare upsert counter on the same
+// pool, with 16 concurrent callers on one hot key and on 10,000 keys.
+func BenchmarkPostgres(b *testing.B) {
+	p := pool(b)
+	ctx := context.Background()
+	for _, spread := range []bool{false, true} {
+		name := "hot-key"
+		if spread {
+			name = "10k-keys"
+		}
+		b.Run(name, func(b *testing.B) {
+			b.Run("baseline-upsert", func(b *testing.B) {
+				t := pgx.Identifier{table(b, p)}.Sanitize()
+				if _, err := p.Exec(ctx, "CREATE TABLE "+t+" (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+					b.Fatal(err)
+				}
+				q := "INSERT INTO " + t + " AS c (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 RETURNING n"
+				run(b, func(i int) error {
+					var n int64
+					return p.QueryRow(ctx, q, keyFor(spread, i)).Scan(&n)
+				})
+			})
+			for _, alg := range algs() {
+				b.Run(alg.Name(), func(b *testing.B) {
+					s, err := postgres.New(p, postgres.WithTable(table(b, p)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Migrate(ctx); err != nil {
+						b.Fatal(err)
+					}
+					lim, err := ratelimit.New(s, alg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					var denied atomic.Int64
+					run(b, func(i int) error {
+						d, err := lim.Allow(ctx, keyFor(spread, i))
+						if err == nil && !d.Allowed {
+							denied.Add(1)
+						}
+						return err
+					})
+					b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkPostgresOverAdmission counts what 16 concurrent callers get
+// admitted on one hot key with the clock standing still (the limiter's fake
+// clock, WithRequestClock): exactly the limit, never more. Each iteration
+// uses a new key; every caller asks more often than the limit allows.
+func BenchmarkPostgresOverAdmission(b *testing.B) {
+	p := pool(b)
+	ctx := context.Background()
+	const limit = 100
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.GCRA(limit, time.Hour, limit),
+		algorithms.TokenBucket(limit, time.Hour, limit),
+		algorithms.FixedWindow(limit, time.Hour),
+		algorithms.SlidingWindow(limit, time.Hour),
+		algorithms.LeakyBucket(limit, time.Hour, limit),
+		algorithms.SlidingLog(limit, time.Hour),
+	} {
+		b.Run(alg.Name(), func(b *testing.B) {
+			s, err := postgres.New(p, postgres.WithTable(table(b, p)), postgres.WithRequestClock())
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.Migrate(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lim, err := ratelimit.New(s, alg, ratelimit.WithClock(clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))))
+			if err != nil {
+				b.Fatal(err)
+			}
+			var over, admittedTotal int64
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				key := fmt.Sprintf("hot-%d", n)
+				var admitted atomic.Int64
+				var wg sync.WaitGroup
+				start := make(chan struct{})
+				for g := 0; g < callers; g++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						for i := 0; i < 2*limit/callers+1; i++ {
+							d, err := lim.Allow(ctx, key)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				if a := admitted.Load(); a != limit {
+					b.Errorf("%d callers on one key admitted %d, want exactly %d", callers, a, limit)
+				}
+				admittedTotal += admitted.Load()
+				over += max(admitted.Load()-limit, 0)
+			}
+			b.ReportMetric(float64(admittedTotal)/float64(b.N), "admitted/key")
+			b.ReportMetric(float64(over)/float64(b.N), "over-admitted/key")
+		})
+	}
+}
