@@ -6,15 +6,16 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local function fmt(x) return string.format('%.0f', x) end
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local function fmt(x) return format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 local slack = tonumber(ARGV[5])
 local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return math.max(idiv(us + 999, 1000), 1) + slack
+  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -30,7 +31,7 @@ local start, count = 0, 0
 local fresh = true
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, s, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  local x, s, c = match(raw, '^(%d+):(%d+):(%d+)$')
   if not x then
     return redis.error_reply('CORRUPT fixed_window state ' .. raw)
   end
@@ -51,11 +52,11 @@ local reset = finish - now
 if count == 0 then reset = 0 end
 local allowed = count + cost <= limit
 if not allowed then
-  return {0, limit, math.max(limit - count, 0), finish - now, reset, 0, now}
+  return {0, limit, max(limit - count, 0), finish - now, reset, 0, now}
 end
 if peek then
-  return {1, limit, math.max(limit - count, 0), 0, reset, 0, now}
+  return {1, limit, max(limit - count, 0), 0, reset, 0, now}
 end
 count = count + cost
-redis.call('SET', KEYS[1], fmt(finish) .. ':' .. fmt(start) .. ':' .. fmt(count), 'PX', fmt(ms(finish - now)))
+redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f', finish, start, count), 'PX', ms(finish - now))
 return {1, limit, limit - count, 0, finish - now, 0, now}

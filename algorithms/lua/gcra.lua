@@ -8,16 +8,17 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local function fmt(x) return string.format('%.0f', x) end
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local function fmt(x) return format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
 local slack = tonumber(ARGV[5])
 local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return math.max(idiv(us + 999, 1000), 1) + slack
+  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -33,7 +34,7 @@ local unit, drip, capacity, fill, burst =
 local ahead = 0 -- units by which the TAT lies ahead of now
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, t, f, d = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  local x, t, f, d = match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   local tat, frac, sdrip
   if not x then
     return redis.error_reply('CORRUPT gcra state ' .. raw)
@@ -48,18 +49,18 @@ if raw then
   if now < x and tat >= now then
     -- A TAT further ahead than the capacity (a clock behind the one that
     -- stored it, or a smaller burst than before) is capped.
-    local us = math.min(tat - now, fill)
+    local us = min(tat - now, fill)
     if sdrip ~= drip then
       -- The same doubles as the Go form: frac ÷ stored drip × drip, floored.
-      frac = math.floor(frac / sdrip * drip)
+      frac = floor(frac / sdrip * drip)
     end
-    ahead = math.min(us * drip + frac, capacity)
+    ahead = min(us * drip + frac, capacity)
   end
 end
 local need = cost * unit
 local allowed = ahead + need <= capacity
 if allowed and not peek then ahead = ahead + need end
-local remaining = idiv(math.max(capacity - ahead, 0), unit)
+local remaining = idiv(max(capacity - ahead, 0), unit)
 local reset = ceildiv(ahead, drip)
 if not allowed then
   return {0, burst, remaining, ceildiv(ahead + need - capacity, drip), reset, 0, now}
@@ -68,5 +69,5 @@ if peek then
   return {1, burst, remaining, 0, reset, 0, now}
 end
 local whole = idiv(ahead, drip)
-redis.call('SET', KEYS[1], fmt(now + reset) .. ':' .. fmt(now + whole) .. ':' .. fmt(ahead - whole * drip) .. ':' .. fmt(drip), 'PX', fmt(ms(reset)))
+redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f:%.0f', now + reset, now + whole, ahead - whole * drip, drip), 'PX', ms(reset))
 return {1, burst, remaining, 0, reset, 0, now}

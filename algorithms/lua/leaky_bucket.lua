@@ -7,16 +7,17 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local function fmt(x) return string.format('%.0f', x) end
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local function fmt(x) return format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 local function ceildiv(a, b) return idiv(a + b - 1, b) end
 local slack = tonumber(ARGV[5])
 local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return math.max(idiv(us + 999, 1000), 1) + slack
+  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -31,20 +32,20 @@ local unit, drip, capacity, fill, burst =
 
 -- rate.rescale: the same doubles as the Go form, level ÷ from × unit, floored.
 local function rescale(level, from)
-  if from == unit then return math.min(level, capacity) end
-  return math.min(math.floor(level / from * unit), capacity)
+  if from == unit then return min(level, capacity) end
+  return min(floor(level / from * unit), capacity)
 end
 -- rate.drain
 local function drain(level, elapsed)
   if elapsed <= 0 then return level end
   if elapsed >= fill then return 0 end
-  return math.max(level - elapsed * drip, 0)
+  return max(level - elapsed * drip, 0)
 end
 
 local level, last = 0, now
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, v, l, u = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  local x, v, l, u = match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   if not x then
     return redis.error_reply('CORRUPT leaky_bucket state ' .. raw)
   end
@@ -57,7 +58,7 @@ if raw then
   end
   if now < x then
     level = drain(rescale(v, u), now - l)
-    last = math.max(l, now)
+    last = max(l, now)
   end
 end
 local need = cost * unit
@@ -75,5 +76,5 @@ end
 if peek then
   return {1, burst, remaining, 0, reset, delay, now}
 end
-redis.call('SET', KEYS[1], fmt(now + reset) .. ':' .. fmt(level) .. ':' .. fmt(last) .. ':' .. fmt(unit), 'PX', fmt(ms(reset)))
+redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f:%.0f', now + reset, level, last, unit), 'PX', ms(reset))
 return {1, burst, remaining, 0, reset, delay, now}

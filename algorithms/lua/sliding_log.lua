@@ -11,15 +11,16 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local function fmt(x) return string.format('%.0f', x) end
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local function fmt(x) return format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 local slack = tonumber(ARGV[5])
 local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return math.max(idiv(us + 999, 1000), 1) + slack
+  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -37,7 +38,7 @@ local live = {}
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 local stale = false
 if #head > 0 then
-  local x = string.match(head[1], '^x:(%d+)$')
+  local x = match(head[1], '^x:(%d+)$')
   if not x or head[2] ~= '-inf' then
     return redis.error_reply('CORRUPT sliding_log without its expiry member')
   end
@@ -51,7 +52,7 @@ local n = #live / 2
 local ats, costs = {}, {}
 local used, newest, seq = 0, -1, 0
 for i = 1, n do
-  local s, c = string.match(live[2 * i - 1], '^(%d+):(%-?%d+)$')
+  local s, c = match(live[2 * i - 1], '^(%d+):(%-?%d+)$')
   if not s then
     return redis.error_reply('CORRUPT sliding_log member ' .. live[2 * i - 1])
   end
@@ -62,7 +63,7 @@ for i = 1, n do
   ats[i], costs[i] = at, ec
   used = used + ec
   newest = at -- the set is ordered by time, so the last live entry is the newest
-  seq = math.max(seq, tonumber(s))
+  seq = max(seq, tonumber(s))
 end
 
 local reset = 0
@@ -78,12 +79,12 @@ if used + cost > limit then
       break
     end
   end
-  return {0, limit, math.max(limit - used, 0), retry, reset, 0, now}
+  return {0, limit, max(limit - used, 0), retry, reset, 0, now}
 end
 if peek then
-  return {1, limit, math.max(limit - used, 0), 0, reset, 0, now}
+  return {1, limit, max(limit - used, 0), 0, reset, 0, now}
 end
-newest = math.max(newest, now)
+newest = max(newest, now)
 reset = newest + period - now
 if stale then
   redis.call('DEL', KEYS[1])
@@ -93,4 +94,4 @@ else
 end
 redis.call('ZADD', KEYS[1], fmt(now), fmt(seq + 1) .. ':' .. fmt(cost), '-inf', 'x:' .. fmt(now + reset))
 redis.call('PEXPIRE', KEYS[1], fmt(ms(reset)))
-return {1, limit, math.max(limit - used - cost, 0), 0, reset, 0, now}
+return {1, limit, max(limit - used - cost, 0), 0, reset, 0, now}

@@ -7,15 +7,16 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local function fmt(x) return string.format('%.0f', x) end
+local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
+local function fmt(x) return format('%.0f', x) end
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
 end
 local slack = tonumber(ARGV[5])
 local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return math.max(idiv(us + 999, 1000), 1) + slack
+  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -30,7 +31,7 @@ local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
 -- The previous window's weight after elapsed of the current one: the same
 -- doubles as the Go form, prev × (period − elapsed), then ÷ period, floored.
 local function weighted(prev, elapsed)
-  return math.floor(prev * (period - elapsed) / period)
+  return floor(prev * (period - elapsed) / period)
 end
 
 -- The smallest e ≥ from within a window with weighted(prev, e) ≤ room, or
@@ -39,8 +40,8 @@ local function wait(prev, room, from)
   if room < 0 then return period end
   local e = from
   if prev > 0 then
-    local est = period - math.floor((room + 1) * period / prev)
-    e = math.max(from, est)
+    local est = period - floor((room + 1) * period / prev)
+    e = max(from, est)
   end
   while e > from and weighted(prev, e - 1) <= room do e = e - 1 end
   while e < period and weighted(prev, e) > room do e = e + 1 end
@@ -50,7 +51,7 @@ end
 local start, curr, prev = idiv(now, period) * period, 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, s, c, p = string.match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
+  local x, s, c, p = match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
   if not x then
     return redis.error_reply('CORRUPT sliding_window state ' .. raw)
   end
@@ -66,11 +67,11 @@ if raw then
     start, curr, prev = s + period, 0, c
   end
 end
-local elapsed = math.max(now - start, 0)
+local elapsed = max(now - start, 0)
 local w = weighted(prev, elapsed)
 local allowed = w + curr + cost <= limit
 if allowed and not peek then curr = curr + cost end
-local remaining = math.max(limit - w - curr, 0)
+local remaining = max(limit - w - curr, 0)
 local reset = 0
 if curr > 0 then
   reset = start + 2 * period - now
@@ -93,5 +94,5 @@ if peek then
   return {1, limit, remaining, 0, reset, 0, now}
 end
 local ttl = start + 2 * period - now
-redis.call('SET', KEYS[1], fmt(now + ttl) .. ':' .. fmt(start) .. ':' .. fmt(curr) .. ':' .. fmt(prev), 'PX', fmt(ms(ttl)))
+redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f:%.0f', now + ttl, start, curr, prev), 'PX', ms(ttl))
 return {1, limit, remaining, 0, reset, 0, now}

@@ -33,9 +33,12 @@ type Backend interface {
 
 // Script is a Lua script and its SHA1.
 type Script struct {
+	// Name is the algorithm's name, or what the script is for.
 	Name string
-	Src  string
-	SHA  string
+	// Src is the script's source.
+	Src string
+	// SHA is the hex SHA1 of Src, as EVALSHA wants it.
+	SHA string
 	// Args is how many ServerArgs an algorithm's form takes.
 	Args int
 }

@@ -3,6 +3,7 @@ package redis_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -30,6 +31,9 @@ func target(c goredis.UniversalClient) storetest.Target {
 				return n.ScriptFlush(ctx).Err()
 			})
 		},
+		Set: func(ctx context.Context, key, value string) error {
+			return c.Set(ctx, key, value, time.Minute).Err()
+		},
 	}
 }
 
@@ -53,6 +57,10 @@ func TestScriptFlush(t *testing.T) {
 
 func TestUnsupported(t *testing.T) {
 	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Unsupported(t, tg, uniquePrefix()) })
+}
+
+func TestCorrupt(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Corrupt(t, tg, uniquePrefix()) })
 }
 
 func TestFailure(t *testing.T) {

@@ -3,6 +3,7 @@ package valkey_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -32,6 +33,9 @@ func target(c vk.Client) storetest.Target {
 			}
 			return nil
 		},
+		Set: func(ctx context.Context, key, value string) error {
+			return c.Do(ctx, c.B().Set().Key(key).Value(value).Px(time.Minute).Build()).Error()
+		},
 	}
 }
 
@@ -55,6 +59,10 @@ func TestScriptFlush(t *testing.T) {
 
 func TestUnsupported(t *testing.T) {
 	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Unsupported(t, tg, uniquePrefix()) })
+}
+
+func TestCorrupt(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.Corrupt(t, tg, uniquePrefix()) })
 }
 
 func TestFailure(t *testing.T) {

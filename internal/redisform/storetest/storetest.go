@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisform"
 )
 
 // Target is a store package under test, on one server (or cluster).
@@ -27,6 +28,41 @@ type Target struct {
 	Expiries func(prefix string) func(ctx context.Context) ([]conformance.Expiry, error)
 	// FlushScripts runs SCRIPT FLUSH on every node.
 	FlushScripts func(ctx context.Context) error
+	// Set writes a raw string value to key, with a PX of one minute.
+	Set func(ctx context.Context, key, value string) error
+}
+
+// Corrupt checks that state the scripts cannot read is an error wrapping
+// ratelimit.ErrCorruptState, not a panic or a silent answer, and that a
+// fail-open limiter does not admit on it.
+func Corrupt(t *testing.T, tg Target, prefix string) {
+	ctx := context.Background()
+	s := tg.NewStore(t, prefix, false)
+	algs := append(Algorithms(), counter{limit: 5})
+	for _, a := range algs {
+		for _, val := range []string{"garbage", "1:2", "-1:-2:-3:-4", "99999999999999999999:1:1:1", "{}", ""} {
+			lim, err := ratelimit.New(s, a, ratelimit.WithName("corrupt"), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := redisform.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"})
+			if _, ok := a.(algorithms.ServerForm); !ok {
+				// Through Update only the expiry header is the store's to
+				// read; the rest is the user's algorithm's business.
+				if len(val) >= 8 {
+					continue
+				}
+				key += redisform.UpdateSuffix
+			}
+			if err := tg.Set(ctx, key, val); err != nil {
+				t.Fatal(err)
+			}
+			d, err := lim.Allow(ctx, "k")
+			if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
+				t.Errorf("%v: lim.Allow(k) on stored %q = allowed %v, %v; want denied with ErrCorruptState", a, val, d.Allowed, err)
+			}
+		}
+	}
 }
 
 // Algorithms are the six built-ins with small limits.
