@@ -191,10 +191,10 @@ func WithCacheSize(n int) Option {
 }
 
 // Store is a ratelimit.Store on a DynamoDB table. Create it with New; the
-// zero value is not usable. It is safe for concurrent use, across
-// goroutines, processes and machines sharing the table. It starts a
-// goroutine only while requests for a key are queued, so it needs no
-// closing.
+// zero value is not usable. Most callers only pass it to ratelimit.New and
+// use the Limiter. It is safe for concurrent use, across goroutines,
+// processes and machines sharing the table. It starts a goroutine only
+// while requests for a key are queued, so it needs no closing.
 //
 // Store does not implement ratelimit.Decider: DynamoDB cannot run an
 // algorithm next to its data, so every algorithm, built-in or not, runs
