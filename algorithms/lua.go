@@ -28,13 +28,17 @@ package algorithms
 // its retry search, the rate algorithms' rescale and GCRA's fraction
 // rescale).
 //
-// State is kept in a form native to the server: the fixed-size states are a
-// string of the Go form's fields as decimal integers joined by ':', and the
-// sliding log is a sorted set scored by time whose members "seq:cost" stay
-// unique even for two requests in the same microsecond. Every write sets the
+// State is kept in a form native to the server: each fixed-size state is a
+// string of little-endian doubles (Lua's struct.pack "<ddd" or "<dddd"; every
+// value is an integer below MaxExact, so a double holds it exactly): when the
+// state's TTL passes, then the Go form's fields in order. Packing and
+// unpacking them costs the server far less than formatting and parsing
+// decimals. The sliding log is a sorted set scored by time whose members
+// "seq:cost" stay unique even for two requests in the same microsecond, plus
+// one member "x:<expires>" scored -inf. Every write sets the
 // key's expiry in the same script (PX or PEXPIRE, in milliseconds: the TTL in
-// microseconds rounded up, at least 1, plus the slack). The state also
-// records when its TTL passes on the clock that decided, and a script treats
+// microseconds rounded up, at least 1, plus the slack). The state records
+// when its TTL passes on the clock that decided, and a script treats
 // state past that time as missing, as Decide treats nil state, whether or
 // not the server has expired the key yet: correctness never depends on the
 // key's expiry. A peek writes nothing, and neither does a denied request. State a script cannot read is answered with an

@@ -1,23 +1,20 @@
 -- leaky_bucket: the Lua form of algorithms.LeakyBucket (rate.go).
 -- Calling convention: see algorithms/lua.go.
---   KEYS[1]  state: a string "expires:level:last:unit"; expires is when its
---            TTL passes, on the clock that wrote it, after which it counts as
---            missing
+--   KEYS[1]  state: a string of 4 little-endian doubles (struct '<dddd'):
+--            expires (when the state's TTL passes, on the clock that wrote
+--            it; after it the state counts as missing), the queued level,
+--            the last update in µs, and the unit it is measured in
 --   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, capacity in requests
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+-- Hot path: no closures but idiv, and binary state, since every
+-- allocation costs server time on each decision.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
-local function fmt(x) return format('%.0f', x) end
+local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
-end
-local function ceildiv(a, b) return idiv(a + b - 1, b) end
-local slack = tonumber(ARGV[5])
-local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -27,37 +24,39 @@ if ARGV[4] == '1' then
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
+local slack = tonumber(ARGV[5])
 local unit, drip, capacity, fill, burst =
   tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
-
--- rate.rescale: the same doubles as the Go form, level ÷ from × unit, floored.
-local function rescale(level, from)
-  if from == unit then return min(level, capacity) end
-  return min(floor(level / from * unit), capacity)
-end
--- rate.drain
-local function drain(level, elapsed)
-  if elapsed <= 0 then return level end
-  if elapsed >= fill then return 0 end
-  return max(level - elapsed * drip, 0)
-end
 
 local level, last = 0, now
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, v, l, u = match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
-  if not x then
-    return redis.error_reply('CORRUPT leaky_bucket state ' .. raw)
+  if #raw ~= 32 then
+    return redis.error_reply('CORRUPT leaky_bucket state of ' .. #raw .. ' bytes')
   end
-  x, v, l, u = tonumber(x), tonumber(v), tonumber(l), tonumber(u)
-  if x > MAX or v > MAX or l > MAX or u > MAX then
-    return redis.error_reply('CORRUPT leaky_bucket state ' .. raw)
+  local x, v, l, u = struct.unpack('<dddd', raw)
+  if not (x >= 0 and x <= MAX and floor(x) == x and v >= 0 and v <= MAX and floor(v) == v
+      and l >= 0 and l <= MAX and floor(l) == l and u <= MAX and floor(u) == u) then
+    return redis.error_reply('CORRUPT leaky_bucket state')
   end
-  if u <= 0 then
-    return redis.error_reply('CORRUPT leaky_bucket unit ' .. fmt(u))
+  if not (u > 0) then
+    return redis.error_reply('CORRUPT leaky_bucket unit ' .. u)
   end
   if now < x then
-    level = drain(rescale(v, u), now - l)
+    -- rate.rescale: the same doubles as the Go form, level ÷ from × unit,
+    -- floored, capped at the capacity.
+    if u == unit then
+      level = min(v, capacity)
+    else
+      level = min(floor(v / u * unit), capacity)
+    end
+    -- rate.drain
+    local elapsed = now - l
+    if elapsed >= fill then
+      level = 0
+    elseif elapsed > 0 then
+      level = max(level - elapsed * drip, 0)
+    end
     last = max(l, now)
   end
 end
@@ -65,16 +64,17 @@ local need = cost * unit
 local allowed = level + need <= capacity
 local delay = 0
 if allowed then
-  delay = ceildiv(level, drip)
+  delay = idiv(level + drip - 1, drip)
   if not peek then level = level + need end
 end
 local remaining = idiv(capacity - level, unit)
-local reset = ceildiv(level, drip)
+local reset = idiv(level + drip - 1, drip)
 if not allowed then
-  return {0, burst, remaining, ceildiv(level + need - capacity, drip), reset, 0, now}
+  return {0, burst, remaining, idiv(level + need - capacity + drip - 1, drip), reset, 0, now}
 end
 if peek then
   return {1, burst, remaining, 0, reset, delay, now}
 end
-redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f:%.0f', now + reset, level, last, unit), 'PX', ms(reset))
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + reset, level, last, unit),
+  'PX', max(idiv(reset + 999, 1000), 1) + slack)
 return {1, burst, remaining, 0, reset, delay, now}

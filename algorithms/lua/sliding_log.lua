@@ -11,16 +11,11 @@
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
-local function fmt(x) return format('%.0f', x) end
+local floor, max, format, match, tonumber = math.floor, math.max, string.format, string.match, tonumber
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
-end
-local slack = tonumber(ARGV[5])
-local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -30,6 +25,7 @@ if ARGV[4] == '1' then
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
+local slack = tonumber(ARGV[5])
 local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
 
 -- An entry counts while now < at + period, that is at > now - period.
@@ -43,7 +39,7 @@ if #head > 0 then
     return redis.error_reply('CORRUPT sliding_log without its expiry member')
   end
   if now < tonumber(x) then
-    live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. fmt(cutoff), '+inf', 'WITHSCORES')
+    live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES')
   else
     stale = true
   end
@@ -90,8 +86,8 @@ if stale then
   redis.call('DEL', KEYS[1])
 else
   -- Drop the expired entries, and the expiry member with them.
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(cutoff))
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', format('%.0f', cutoff))
 end
-redis.call('ZADD', KEYS[1], fmt(now), fmt(seq + 1) .. ':' .. fmt(cost), '-inf', 'x:' .. fmt(now + reset))
-redis.call('PEXPIRE', KEYS[1], fmt(ms(reset)))
+redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq + 1) .. ':' .. format('%.0f', cost), '-inf', 'x:' .. format('%.0f', now + reset))
+redis.call('PEXPIRE', KEYS[1], max(idiv(reset + 999, 1000), 1) + slack)
 return {1, limit, max(limit - used - cost, 0), 0, reset, 0, now}

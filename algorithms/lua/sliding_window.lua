@@ -1,22 +1,19 @@
 -- sliding_window: the Lua form of algorithms.SlidingWindow (slidingwindow.go).
 -- Calling convention: see algorithms/lua.go.
---   KEYS[1]  state: a string "expires:start:current:previous"; expires is
---            when its TTL passes, on the clock that wrote it, after which it
---            counts as missing
+--   KEYS[1]  state: a string of 4 little-endian doubles (struct '<dddd'):
+--            expires (when the state's TTL passes, on the clock that wrote
+--            it; after it the state counts as missing), the current
+--            window's start in µs, its count, and the previous window's count
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+-- Hot path: binary state, and closures only for the retry search.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
-local floor, max, min, format, match, tonumber = math.floor, math.max, math.min, string.format, string.match, tonumber
-local function fmt(x) return format('%.0f', x) end
+local floor, max, tonumber = math.floor, math.max, tonumber
 local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
   local q = floor(a / b)
   if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
   return q
-end
-local slack = tonumber(ARGV[5])
-local function ms(us) -- PX from a TTL in µs: ceil(us/1000), at least 1, plus the slack
-  return max(idiv(us + 999, 1000), 1) + slack
 end
 
 local now = tonumber(ARGV[1])
@@ -26,38 +23,19 @@ if ARGV[4] == '1' then
 end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
+local slack = tonumber(ARGV[5])
 local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
-
--- The previous window's weight after elapsed of the current one: the same
--- doubles as the Go form, prev × (period − elapsed), then ÷ period, floored.
-local function weighted(prev, elapsed)
-  return floor(prev * (period - elapsed) / period)
-end
-
--- The smallest e ≥ from within a window with weighted(prev, e) ≤ room, or
--- period when there is none.
-local function wait(prev, room, from)
-  if room < 0 then return period end
-  local e = from
-  if prev > 0 then
-    local est = period - floor((room + 1) * period / prev)
-    e = max(from, est)
-  end
-  while e > from and weighted(prev, e - 1) <= room do e = e - 1 end
-  while e < period and weighted(prev, e) > room do e = e + 1 end
-  return e
-end
 
 local start, curr, prev = idiv(now, period) * period, 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then
-  local x, s, c, p = match(raw, '^(%d+):(%d+):(%d+):(%d+)$')
-  if not x then
-    return redis.error_reply('CORRUPT sliding_window state ' .. raw)
+  if #raw ~= 32 then
+    return redis.error_reply('CORRUPT sliding_window state of ' .. #raw .. ' bytes')
   end
-  x, s, c, p = tonumber(x), tonumber(s), tonumber(c), tonumber(p)
-  if x > MAX or s > MAX or c > MAX or p > MAX then
-    return redis.error_reply('CORRUPT sliding_window state ' .. raw)
+  local x, s, c, p = struct.unpack('<dddd', raw)
+  if not (x >= 0 and x <= MAX and floor(x) == x and s >= 0 and s <= MAX and floor(s) == s
+      and c >= 0 and c <= MAX and floor(c) == c and p >= 0 and p <= MAX and floor(p) == p) then
+    return redis.error_reply('CORRUPT sliding_window state')
   end
   if now >= x then
     -- expired: as if there were no state
@@ -68,7 +46,9 @@ if raw then
   end
 end
 local elapsed = max(now - start, 0)
-local w = weighted(prev, elapsed)
+-- The previous window's weight after elapsed of the current one: the same
+-- doubles as the Go form, prev × (period − elapsed), then ÷ period, floored.
+local w = floor(prev * (period - elapsed) / period)
 local allowed = w + curr + cost <= limit
 if allowed and not peek then curr = curr + cost end
 local remaining = max(limit - w - curr, 0)
@@ -79,6 +59,25 @@ elseif prev > 0 then
   reset = start + period - now
 end
 if not allowed then
+  -- The previous window's weight after elapsed of the current one: the same
+  -- doubles as the Go form, prev × (period − elapsed), then ÷ period, floored.
+  local function weighted(prev, elapsed)
+    return floor(prev * (period - elapsed) / period)
+  end
+
+  -- The smallest e ≥ from within a window with weighted(prev, e) ≤ room, or
+  -- period when there is none.
+  local function wait(prev, room, from)
+    if room < 0 then return period end
+    local e = from
+    if prev > 0 then
+      local est = period - floor((room + 1) * period / prev)
+      e = max(from, est)
+    end
+    while e > from and weighted(prev, e - 1) <= room do e = e - 1 end
+    while e < period and weighted(prev, e) > room do e = e + 1 end
+    return e
+  end
   -- First try later in this window, as prev decays; failing that, in the
   -- next window, where this window's count becomes prev.
   local retry
@@ -94,5 +93,5 @@ if peek then
   return {1, limit, remaining, 0, reset, 0, now}
 end
 local ttl = start + 2 * period - now
-redis.call('SET', KEYS[1], format('%.0f:%.0f:%.0f:%.0f', now + ttl, start, curr, prev), 'PX', ms(ttl))
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, start, curr, prev), 'PX', max(idiv(ttl + 999, 1000), 1) + slack)
 return {1, limit, remaining, 0, reset, 0, now}
