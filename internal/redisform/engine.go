@@ -64,7 +64,7 @@ type Engine struct {
 
 	seed  maphash.Seed
 	locks []chan struct{}
-	slack string
+	slack any
 
 	paramCache sync.Map // *int64 → cachedParams
 	paramCount atomic.Int64
@@ -92,7 +92,7 @@ func (e *Engine) Init() {
 
 // Run runs s by its SHA and, when the server does not have it (after a
 // restart or SCRIPT FLUSH), once more by its source, which reloads it.
-func (e *Engine) Run(ctx context.Context, s *Script, keys, args []string) (any, error) {
+func (e *Engine) Run(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
 	r, err := e.Backend.EvalSha(ctx, s.SHA, keys, args)
 	if err != nil && e.Backend.NoScript(err) {
 		r, err = e.Backend.Eval(ctx, s.Src, keys, args)
@@ -100,11 +100,17 @@ func (e *Engine) Run(ctx context.Context, s *Script, keys, args []string) (any, 
 	return r, err
 }
 
-func flag(b bool) string {
+// Boxed once, so that passing them as script arguments allocates nothing.
+var (
+	argTrue  any = "1"
+	argFalse any = "0"
+)
+
+func flag(b bool) any {
 	if b {
-		return "1"
+		return argTrue
 	}
-	return "0"
+	return argFalse
 }
 
 // Decide implements ratelimit.Decider.
@@ -123,9 +129,9 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
 	}
 	params := e.params(sf.ServerArgs())
-	args := make([]string, algorithms.LuaFixedArgs, algorithms.LuaFixedArgs+len(params))
-	args[0] = strconv.FormatInt(req.Now, 10)
-	args[1] = strconv.FormatInt(req.Cost, 10)
+	args := make([]any, algorithms.LuaFixedArgs, algorithms.LuaFixedArgs+len(params))
+	args[0] = req.Now
+	args[1] = req.Cost
 	args[2] = flag(req.Peek)
 	args[3] = flag(e.ServerClock)
 	args[4] = e.slack
@@ -151,10 +157,10 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 // maxCachedParams bounds the cache of formatted ServerArgs.
 const maxCachedParams = 1024
 
-// params returns p formatted as decimal strings. ServerArgs returns the
-// same slice on every call (its doc says so), so the strings are cached by
-// the slice's address.
-func (e *Engine) params(p []int64) []string {
+// params returns p formatted as decimal strings, boxed. ServerArgs returns
+// the same slice on every call (its doc says so), so the strings are cached
+// by the slice's address.
+func (e *Engine) params(p []int64) []any {
 	if len(p) == 0 {
 		return nil
 	}
@@ -163,7 +169,7 @@ func (e *Engine) params(p []int64) []string {
 			return c.strs
 		}
 	}
-	strs := make([]string, len(p))
+	strs := make([]any, len(p))
 	for i, v := range p {
 		strs[i] = strconv.FormatInt(v, 10)
 	}
@@ -176,7 +182,7 @@ func (e *Engine) params(p []int64) []string {
 
 type cachedParams struct {
 	vals []int64
-	strs []string
+	strs []any
 }
 
 // Ints decodes a script's array reply of integers into dst, which must
@@ -226,7 +232,7 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 	}
 	defer func() { <-l }()
 	keys := []string{k}
-	readArgs := []string{flag(e.ServerClock)}
+	readArgs := []any{flag(e.ServerClock)}
 	for attempt := 1; ; attempt++ {
 		r, err := e.Run(ctx, readScript, keys, readArgs)
 		if err != nil {
@@ -264,7 +270,7 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 		val := make([]byte, 8, 8+len(next))
 		binary.LittleEndian.PutUint64(val, uint64(t+ttl))
 		val = append(val, next...)
-		r, err = e.Run(ctx, casScript, keys, []string{flag(found), old, string(val), strconv.FormatInt(TTLMillis(ttl)+e.Slack, 10)})
+		r, err = e.Run(ctx, casScript, keys, []any{flag(found), old, string(val), TTLMillis(ttl) + e.Slack})
 		if err != nil {
 			return wrap(ctx, e.Name, what, err)
 		}

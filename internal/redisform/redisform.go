@@ -11,20 +11,22 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
-// Backend is the little a store needs from its client. Replies are decoded
-// into int64, string, nil, or []any of those.
+// Backend is the little a store needs from its client. Script arguments
+// are strings or int64s; replies are decoded into int64, string, nil, or
+// []any of those.
 type Backend interface {
 	// EvalSha runs the cached script with the given SHA1 (EVALSHA).
-	EvalSha(ctx context.Context, sha string, keys, args []string) (any, error)
+	EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error)
 	// Eval runs the script's source (EVAL), which also caches it on the
 	// server that runs it.
-	Eval(ctx context.Context, src string, keys, args []string) (any, error)
+	Eval(ctx context.Context, src string, keys []string, args []any) (any, error)
 	// Del deletes keys, which share one hash slot.
 	Del(ctx context.Context, keys ...string) error
 	// NoScript reports whether err is the server's NOSCRIPT error.
@@ -83,6 +85,23 @@ func Forms() []*Script {
 	out := make([]*Script, 0, len(forms))
 	for _, s := range forms {
 		out = append(out, s)
+	}
+	return out
+}
+
+// Strings converts script arguments (strings and int64s) to strings, for
+// clients that take only strings.
+func Strings(args []any) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case string:
+			out[i] = v
+		case int64:
+			out[i] = strconv.FormatInt(v, 10)
+		default:
+			out[i] = fmt.Sprint(v)
+		}
 	}
 	return out
 }

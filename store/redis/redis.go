@@ -129,12 +129,12 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 
 type backend struct{ c goredis.UniversalClient }
 
-func (b backend) EvalSha(ctx context.Context, sha string, keys, args []string) (any, error) {
-	return b.c.EvalSha(ctx, sha, keys, anys(args)...).Result()
+func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
+	return b.c.EvalSha(ctx, sha, keys, args...).Result()
 }
 
-func (b backend) Eval(ctx context.Context, src string, keys, args []string) (any, error) {
-	return b.c.Eval(ctx, src, keys, anys(args)...).Result()
+func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
+	return b.c.Eval(ctx, src, keys, args...).Result()
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
@@ -143,12 +143,4 @@ func (b backend) Del(ctx context.Context, keys ...string) error {
 
 func (b backend) NoScript(err error) bool {
 	return goredis.HasErrorPrefix(err, "NOSCRIPT") || strings.HasPrefix(err.Error(), "NOSCRIPT")
-}
-
-func anys(args []string) []any {
-	out := make([]any, len(args))
-	for i, a := range args {
-		out[i] = a
-	}
-	return out
 }

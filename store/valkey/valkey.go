@@ -128,13 +128,13 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 
 type backend struct{ c vk.Client }
 
-func (b backend) EvalSha(ctx context.Context, sha string, keys, args []string) (any, error) {
-	cmd := b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
+	cmd := b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(redisform.Strings(args)...).Build()
 	return b.c.Do(ctx, cmd).ToAny()
 }
 
-func (b backend) Eval(ctx context.Context, src string, keys, args []string) (any, error) {
-	cmd := b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
+func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
+	cmd := b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(redisform.Strings(args)...).Build()
 	return b.c.Do(ctx, cmd).ToAny()
 }
 
