@@ -319,6 +319,10 @@ type item struct {
 // write is in flight, Update returns the context's error at once, and the
 // write may still succeed: the decision is then counted without being
 // reported, which errs on the side of denying.
+//
+// fn runs on a goroutine that serves the key. If it panics, Update panics
+// with the same value in the caller's goroutine, and the other calls
+// batched with it are unaffected.
 func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
 	if fn == nil {
 		return fmt.Errorf("%w: dynamo: nil update function", ratelimit.ErrInvalidParams)
@@ -334,6 +338,9 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	sh, q := s.enqueue(string(pk), o)
 	select {
 	case err := <-o.done:
+		if err == errPanicked {
+			panic(o.panicked)
+		}
 		return err
 	case <-ctx.Done():
 	}
@@ -346,6 +353,9 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	sh.mu.Unlock()
 	select {
 	case err := <-o.done:
+		if err == errPanicked {
+			panic(o.panicked)
+		}
 		return err
 	default:
 	}

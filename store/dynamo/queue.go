@@ -30,7 +30,13 @@ type op struct {
 	// last is the latest failed request made for it, for the error of a
 	// call whose context ends while its request is in flight.
 	last atomic.Pointer[error]
+	// panicked holds what fn panicked with, for Update to panic with in
+	// the caller's goroutine rather than crash the worker's.
+	panicked any
 }
+
+// errPanicked tells Update that its fn panicked.
+var errPanicked = errors.New("dynamo: update function panicked")
 
 // failed records a failed request on behalf of ops.
 func failed(ops []*op, err error) {
@@ -323,7 +329,7 @@ func run(ops []*op, base *item) (next []byte, expires int64, writes bool) {
 		if present && curExp > o.now {
 			in = bytes.Clone(cur)
 		}
-		n, ttl, err := o.fn(in, o.now)
+		n, ttl, err := call(o, in)
 		o.err = err
 		if err != nil || n == nil {
 			continue
@@ -335,6 +341,19 @@ func run(ops []*op, base *item) (next []byte, expires int64, writes bool) {
 		cur, curExp, present, writes = bytes.Clone(n), o.now+ttl, true, true
 	}
 	return cur, curExp, writes
+}
+
+// call runs o's fn on in, turning a panic into errPanicked (its value kept
+// in o.panicked) so that one caller's faulty function cannot bring down the
+// worker, and with it every caller queued on the key.
+func call(o *op, in []byte) (next []byte, ttl int64, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			o.panicked = r
+			next, ttl, err = nil, 0, errPanicked
+		}
+	}()
+	return o.fn(in, o.now)
 }
 
 // read fetches pk's item with a strongly consistent read.

@@ -406,3 +406,22 @@ func TestFnErrorStoresNothing(t *testing.T) {
 }
 
 var _ = aws.String
+
+// TestFnPanic checks that a panicking fn panics in its caller's goroutine,
+// not in the store's worker, and leaves the calls batched with it alone.
+func TestFnPanic(t *testing.T) {
+	s, _, _, _, _, _ := setup(t, algorithms.GCRA(1, time.Second, 1))
+	key := ratelimit.Key{Namespace: "p:gcra", ID: "k"}
+	func() {
+		defer func() {
+			if r := recover(); r != "boom" {
+				t.Errorf("recover() = %v, want the fn's panic value", r)
+			}
+		}()
+		s.Update(context.Background(), key, 1, func(cur []byte, now int64) ([]byte, int64, error) { panic("boom") })
+		t.Errorf("Update returned after fn panicked")
+	}()
+	if err := s.Update(context.Background(), key, 1, func(cur []byte, now int64) ([]byte, int64, error) { return []byte("ok"), 1e6, nil }); err != nil {
+		t.Errorf("Update after a panic: %v", err)
+	}
+}
