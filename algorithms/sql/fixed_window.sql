@@ -3,55 +3,50 @@
 -- args: [limit, period µs]. state: [window start µs, count], or NULL for a
 -- key with no live state. Every value is a bigint below 2^53, computed with
 -- the Go form's integer operations in the Go form's order.
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
-    OUT next_state bigint[], OUT ttl bigint, OUT allowed boolean, OUT lim bigint,
-    OUT remaining bigint, OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-    a_limit  bigint := args[1];
-    a_period bigint := args[2];
-    ws       bigint := 0;
-    cnt      bigint := 0;
-    fresh    boolean := true;
-    we       bigint;
+--
+-- Written for speed as PL/pgSQL: few statements, each a single expression,
+-- since a PL/pgSQL expression costs most the first time it runs in a
+-- transaction, and every decision is a transaction of its own.
+-- The result type shared by every SQL form, and the error raised for state a
+-- form cannot read. Each form's file creates them if missing, so that any
+-- file runs on its own.
+DO $$ BEGIN
+    CREATE TYPE ratelimit_step AS (
+        next_state bigint[], ttl bigint, allowed boolean, lim bigint,
+        remaining bigint, retry_after bigint, reset_after bigint, delay bigint);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    IF state IS NOT NULL THEN
-        IF cardinality(state) <> 2 THEN
-            RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: fixed window of %s fields, want 2', cardinality(state));
-        END IF;
-        ws := state[1];
-        cnt := state[2];
-        fresh := now_us >= ws + a_period;
+    RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    -- The stored window is current while now < start + period; otherwise a
+    -- new window aligned to period starts with a count of zero.
+    ws bigint := CASE
+        WHEN state IS NULL THEN now_us - now_us % args[2]
+        WHEN cardinality(state) <> 2 THEN
+            ratelimit_corrupt(format('fixed window of %s fields, want 2', cardinality(state)))
+        WHEN now_us >= state[1] + args[2] THEN now_us - now_us % args[2]
+        ELSE state[1] END;
+    cnt bigint := CASE WHEN state IS NULL OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END;
+    ok boolean := cnt + cost <= args[1];
+BEGIN
+    IF ok AND NOT peek THEN
+        cnt := cnt + cost;
+        RETURN ROW(ARRAY[ws, cnt], ws + args[2] - now_us, true, args[1], args[1] - cnt,
+            0, ws + args[2] - now_us, 0)::ratelimit_step;
     END IF;
-    IF fresh THEN
-        ws := now_us - now_us % a_period;
-        cnt := 0;
-    END IF;
-    we := ws + a_period;
-    lim := a_limit;
-    remaining := 0;
-    retry_after := 0;
-    reset_after := we - now_us;
-    delay := 0;
-    IF cnt = 0 THEN
-        reset_after := 0;
-    END IF;
-    allowed := cnt + cost <= a_limit;
-    IF NOT allowed THEN
-        remaining := greatest(a_limit - cnt, 0);
-        retry_after := we - now_us;
-        RETURN;
-    END IF;
-    IF peek THEN
-        remaining := greatest(a_limit - cnt, 0);
-        RETURN;
-    END IF;
-    cnt := cnt + cost;
-    remaining := a_limit - cnt;
-    reset_after := we - now_us;
-    next_state := ARRAY[ws, cnt];
-    ttl := we - now_us;
+    -- Denied, or a peek: nothing to store.
+    RETURN ROW(NULL, NULL, ok, args[1], greatest(args[1] - cnt, 0),
+        CASE WHEN ok THEN 0 ELSE ws + args[2] - now_us END,
+        CASE WHEN cnt = 0 THEN 0 ELSE ws + args[2] - now_us END, 0)::ratelimit_step;
 END
 $$;

@@ -5,6 +5,26 @@
 -- previous count], or NULL for a key with no live state. The weighted
 -- estimate and the retry search use float8, with the Go form's operations in
 -- the Go form's order, so that floor gives the same integers.
+--
+-- Written for speed as PL/pgSQL: few statements, each a single expression,
+-- since a PL/pgSQL expression costs most the first time it runs in a
+-- transaction, and every decision is a transaction of its own.
+-- The result type shared by every SQL form, and the error raised for state a
+-- form cannot read. Each form's file creates them if missing, so that any
+-- file runs on its own.
+DO $$ BEGIN
+    CREATE TYPE ratelimit_step AS (
+        next_state bigint[], ttl bigint, allowed boolean, lim bigint,
+        remaining bigint, retry_after bigint, reset_after bigint, delay bigint);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
+END
+$$;
 
 -- ratelimit_sliding_window_weighted is the previous window's contribution
 -- after elapsed µs of the current one: floor(prev × (period − elapsed) ÷ period).
@@ -37,69 +57,50 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
-    OUT next_state bigint[], OUT ttl bigint, OUT allowed boolean, OUT lim bigint,
-    OUT remaining bigint, OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+-- ratelimit_sliding_window_retry is a denied request's retry-after: first
+-- later in this window, as prev decays; failing that, in the next window,
+-- where this window's count becomes prev.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_retry(
+    prev bigint, curr bigint, cost bigint, elapsed bigint, lim bigint, period bigint)
+RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    a_limit  bigint := args[1];
-    a_period bigint := args[2];
-    ws       bigint := now_us - now_us % a_period;
-    curr     bigint := 0;
-    prev     bigint := 0;
-    elapsed  bigint;
-    weighted bigint;
-    e        bigint;
+    e bigint := ratelimit_sliding_window_wait(prev, lim - curr - cost, elapsed, period);
 BEGIN
-    IF state IS NOT NULL THEN
-        IF cardinality(state) <> 3 THEN
-            RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: sliding window of %s fields, want 3', cardinality(state));
-        END IF;
-        IF now_us < state[1] + a_period THEN
-            -- the current window (or one ahead of our clock)
-            ws := state[1];
-            curr := state[2];
-            prev := state[3];
-        ELSIF (now_us - state[1]) / a_period = 1 THEN
-            -- the stored window is the previous one
-            ws := state[1] + a_period;
-            curr := 0;
-            prev := state[2];
-        END IF;
+    IF e < period THEN
+        RETURN e - elapsed;
     END IF;
-    elapsed := greatest(now_us - ws, 0);
-    weighted := ratelimit_sliding_window_weighted(prev, elapsed, a_period);
-    lim := a_limit;
-    retry_after := 0;
-    reset_after := 0;
-    delay := 0;
-    allowed := weighted + curr + cost <= a_limit;
-    IF allowed AND NOT peek THEN
+    RETURN period - elapsed + ratelimit_sliding_window_wait(curr, lim - cost, 0, period);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    -- 1: the stored window is current (or ahead of our clock); 2: it is the
+    -- previous one; 0: it is older, or there is none.
+    k integer := CASE
+        WHEN state IS NULL THEN 0
+        WHEN cardinality(state) <> 3 THEN
+            ratelimit_corrupt(format('sliding window of %s fields, want 3', cardinality(state)))
+        WHEN now_us < state[1] + args[2] THEN 1
+        WHEN (now_us - state[1]) / args[2] = 1 THEN 2
+        ELSE 0 END;
+    ws bigint := CASE k WHEN 1 THEN state[1] WHEN 2 THEN state[1] + args[2] ELSE now_us - now_us % args[2] END;
+    curr bigint := CASE k WHEN 1 THEN state[2] ELSE 0 END;
+    prev bigint := CASE k WHEN 1 THEN state[3] WHEN 2 THEN state[2] ELSE 0 END;
+    elapsed bigint := greatest(now_us - ws, 0);
+    weighted bigint := ratelimit_sliding_window_weighted(prev, elapsed, args[2]);
+    ok boolean := weighted + curr + cost <= args[1];
+BEGIN
+    IF ok AND NOT peek THEN
         curr := curr + cost;
+        RETURN ROW(ARRAY[ws, curr, prev], ws + 2*args[2] - now_us, true, args[1],
+            greatest(args[1] - weighted - curr, 0), 0, ws + 2*args[2] - now_us, 0)::ratelimit_step;
     END IF;
-    remaining := greatest(a_limit - weighted - curr, 0);
-    IF curr > 0 THEN
-        reset_after := ws + 2*a_period - now_us;
-    ELSIF prev > 0 THEN
-        reset_after := ws + a_period - now_us;
-    END IF;
-    IF NOT allowed THEN
-        -- First try later in this window, as prev decays; failing that, in
-        -- the next window, where this window's count becomes prev.
-        e := ratelimit_sliding_window_wait(prev, a_limit - curr - cost, elapsed, a_period);
-        IF e < a_period THEN
-            retry_after := e - elapsed;
-        ELSE
-            retry_after := a_period - elapsed + ratelimit_sliding_window_wait(curr, a_limit - cost, 0, a_period);
-        END IF;
-        RETURN;
-    END IF;
-    IF peek THEN
-        RETURN;
-    END IF;
-    next_state := ARRAY[ws, curr, prev];
-    ttl := ws + 2*a_period - now_us;
+    RETURN ROW(NULL, NULL, ok, args[1], greatest(args[1] - weighted - curr, 0),
+        CASE WHEN ok THEN 0 ELSE ratelimit_sliding_window_retry(prev, curr, cost, elapsed, args[1], args[2]) END,
+        CASE WHEN curr > 0 THEN ws + 2*args[2] - now_us WHEN prev > 0 THEN ws + args[2] - now_us ELSE 0 END,
+        0)::ratelimit_step;
 END
 $$;

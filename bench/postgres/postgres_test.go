@@ -57,7 +57,9 @@ func table(b *testing.B, p *pgxpool.Pool) string {
 	b.Cleanup(func() {
 		ctx := context.Background()
 		_, _ = p.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{name}.Sanitize())
-		_, _ = p.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_decide"}.Sanitize())
+		for _, alg := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"} {
+			_, _ = p.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{name + "_decide_" + alg}.Sanitize())
+		}
 	})
 	return name
 }

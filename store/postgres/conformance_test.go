@@ -32,9 +32,11 @@ func dropTable(t testing.TB, p *testPool, name string) {
 	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 		t.Errorf("drop table %s: %v", table, err)
 	}
-	fn := pgx.Identifier{name + "_decide"}.Sanitize()
-	if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
-		t.Errorf("drop function %s: %v", fn, err)
+	for _, alg := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"} {
+		fn := pgx.Identifier{name + "_decide_" + alg}.Sanitize()
+		if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
+			t.Errorf("drop function %s: %v", fn, err)
+		}
 	}
 }
 

@@ -58,14 +58,14 @@ const DefaultTable = "ratelimit"
 // MaxTableLen is the longest table name WithTable accepts, in bytes. The
 // store derives function names from it, and PostgreSQL cuts identifiers at
 // 63 bytes.
-const MaxTableLen = 48
+const MaxTableLen = 40
 
 // Option configures a Store.
 type Option func(*Store) error
 
 // WithTable sets the name of the table that holds the state (default
-// DefaultTable). The store also creates a function named after it, with
-// "_decide" appended. Any name of 1 to MaxTableLen bytes without NUL is
+// DefaultTable). The store also creates functions named after it, with
+// "_decide_" and an algorithm's name appended. Any name of 1 to MaxTableLen bytes without NUL is
 // accepted; it is always quoted as an identifier, never spliced into SQL
 // as text.
 func WithTable(name string) Option {
@@ -119,8 +119,9 @@ type Store struct {
 	requestClock bool
 
 	// SQL built once from the quoted identifiers.
-	decideSQL, selectSQL, selectLockSQL, clockSQL string
-	updateSQL, insertSQL, deleteSQL, expiredSQL   string
+	decideSQL                                   map[string]string // by algorithm name
+	selectSQL, selectLockSQL, clockSQL          string
+	updateSQL, insertSQL, deleteSQL, expiredSQL string
 }
 
 // New returns a store that keeps its state in db. It does not contact the
@@ -137,7 +138,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	t := s.ident(s.table)
-	s.decideSQL = "SELECT " + s.ident(s.table+"_decide") + "($1, $2, $3, $4, $5, $6, $7)"
+	s.decideSQL = make(map[string]string, len(builtins))
+	for _, name := range builtins {
+		s.decideSQL[name] = "SELECT " + s.decideFunction(name) + "($1, $2, $3, $4, $5, $6)"
+	}
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
@@ -196,7 +200,8 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
-	if _, ok := algorithms.SQL(alg.Name()); !ok {
+	query, ok := s.decideSQL[alg.Name()]
+	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
@@ -211,7 +216,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
 	}
 	var v [6]int64
-	err := s.db.QueryRow(ctx, s.decideSQL, keyBytes(key), alg.Name(), now, req.Cost, req.Peek, sf.ServerArgs(), wait).
+	err := s.db.QueryRow(ctx, query, keyBytes(key), now, req.Cost, req.Peek, sf.ServerArgs(), wait).
 		Scan(&v)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)

@@ -60,7 +60,7 @@ func (s *Store) SchemaSQL() string {
 -- in microseconds since the Unix epoch, on the clock the store decides by:
 -- a row whose expires_at is not after now is treated as absent. dec is the
 -- decision of the request that wrote the row, which the decide function
--- returns from its upsert.
+-- returns from its upsert (RETURNING sees only the new row).
 -- fillfactor leaves room on each page so that decisions update rows in
 -- place (HOT updates, no index churn).
 CREATE %[1]sTABLE IF NOT EXISTS %[2]s (
@@ -70,7 +70,6 @@ CREATE %[1]sTABLE IF NOT EXISTS %[2]s (
     expires_at bigint   NOT NULL,
     dec        bigint[]
 ) WITH (fillfactor = 70);
-ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS dec bigint[];
 
 -- The server's clock in microseconds since the Unix epoch.
 CREATE OR REPLACE FUNCTION ratelimit_now() RETURNS bigint
@@ -110,8 +109,8 @@ $$;
 	return b.String()
 }
 
-// decideFunctionSQL is the table's decide function: the one statement of a
-// decision calls it.
+// decideFunctionSQL returns the table's decide functions, one per
+// algorithm: the one statement of a decision calls one of them.
 //
 // A request that may consume (not a peek) runs as one upsert: INSERT of the
 // state a fresh key would get, ON CONFLICT DO UPDATE with the algorithm
@@ -125,64 +124,53 @@ $$;
 // lock and writes nothing; should that state admit the request after all
 // (it changed in between: a Reset, an expiry), it goes round again.
 func (s *Store) decideFunctionSQL() string {
-	t := s.ident(s.table)
-	fn := s.ident(s.table + "_decide")
-	live := "CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END"
-	dec := "ARRAY[g.allowed::int::bigint, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]"
-	var upserts, reads strings.Builder
-	for i, name := range builtins {
-		kw := "ELSIF"
-		if i == 0 {
-			kw = "IF"
-		}
-		f := algorithms.SQLFunction(name)
-		fmt.Fprintf(&upserts, `
-            %[1]s p_alg = '%[2]s' THEN
-                INSERT INTO %[3]s AS r (key, vals, expires_at, dec)
-                SELECT p_key, g.next_state, v_now + g.ttl, %[6]s
-                FROM %[4]s(NULL, v_now, p_cost, false, p_args) g
-                WHERE g.next_state IS NOT NULL
-                ON CONFLICT (key) DO UPDATE SET (vals, state, expires_at, dec) = (
-                    SELECT g.next_state, NULL::bytea, v_now + g.ttl, %[6]s
-                    FROM %[4]s(%[5]s, v_now, p_cost, false, p_args) g)
-                WHERE (%[4]s(%[5]s, v_now, p_cost, false, p_args)).next_state IS NOT NULL
-                RETURNING r.dec INTO v_dec;`, kw, name, t, f, live, dec)
-		fmt.Fprintf(&reads, `
-        %[1]s p_alg = '%[2]s' THEN
-            SELECT g.* INTO d FROM %[3]s r RIGHT JOIN (SELECT) one ON r.key = p_key,
-                LATERAL %[4]s(%[5]s, v_now, p_cost, p_peek, p_args) g;`, kw, name, t, f, live)
+	var b strings.Builder
+	for _, name := range builtins {
+		b.WriteString(s.decideFunctionSQLFor(name))
 	}
+	return b.String()
+}
+
+func (s *Store) decideFunctionSQLFor(name string) string {
+	t := s.ident(s.table)
+	fn := s.decideFunction(name)
+	alg := algorithms.SQLFunction(name)
+	live := "CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END"
 	body := fmt.Sprintf(`
 DECLARE
-    v_now          bigint := coalesce(p_now, ratelimit_now());
-    v_dec          bigint[];
-    v_lock_timeout text;
-    d              record;
+    v_now  bigint := coalesce(p_now, ratelimit_now());
+    v_dec  bigint[];
+    v_lock text;
+    d      ratelimit_step;
 BEGIN
     IF p_wait_ms IS NOT NULL THEN
         -- Wait for the row lock no longer than the caller's context allows,
         -- so that a decision the caller gave up on is not applied later.
-        v_lock_timeout := current_setting('lock_timeout');
+        v_lock := current_setting('lock_timeout');
         PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
     END IF;
     LOOP
         IF NOT p_peek THEN
-            %[1]s
-            ELSE
-                RAISE EXCEPTION USING ERRCODE = '22023',
-                    MESSAGE = format('ratelimit: algorithm %%s has no SQL form', p_alg);
-            END IF;
+            INSERT INTO %[1]s AS r (key, vals, expires_at, dec)
+            SELECT p_key, g.next_state, v_now + g.ttl,
+                ARRAY[1, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]
+            FROM %[2]s(NULL, v_now, p_cost, false, p_args) g
+            WHERE g.next_state IS NOT NULL
+            ON CONFLICT (key) DO UPDATE SET (vals, state, expires_at, dec) = (
+                SELECT g.next_state, NULL::bytea, v_now + g.ttl,
+                    ARRAY[1, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]
+                FROM %[2]s(%[3]s, v_now, p_cost, false, p_args) g)
+            WHERE (%[2]s(%[3]s, v_now, p_cost, false, p_args)).next_state IS NOT NULL
+            RETURNING r.dec INTO v_dec;
             IF FOUND THEN
                 EXIT; -- admitted and written
             END IF;
         END IF;
         -- A peek, or a request the upsert did not admit: decide on the
         -- latest committed state, writing nothing.
-        %[2]s
-        ELSE
-            RAISE EXCEPTION USING ERRCODE = '22023',
-                MESSAGE = format('ratelimit: algorithm %%s has no SQL form', p_alg);
-        END IF;
+        SELECT g.* INTO d
+        FROM (SELECT) one LEFT JOIN %[1]s r ON r.key = p_key,
+            LATERAL %[2]s(%[3]s, v_now, p_cost, p_peek, p_args) g;
         IF p_peek OR d.next_state IS NULL THEN
             v_dec := ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
             EXIT;
@@ -191,22 +179,29 @@ BEGIN
         -- admits the request: go round again to write it.
     END LOOP;
     IF p_wait_ms IS NOT NULL THEN
-        PERFORM set_config('lock_timeout', v_lock_timeout, true);
+        PERFORM set_config('lock_timeout', v_lock, true);
     END IF;
     RETURN v_dec;
 END
-`, strings.TrimSpace(upserts.String()), strings.TrimSpace(reads.String()))
+`, t, alg, live)
 	tag := dollarTag(body)
-	return fmt.Sprintf(`-- Decides one request for a key of the table and returns the decision as
--- [allowed (1 or 0), limit, remaining, retry_after, reset_after, delay]. An
--- admitted request writes the next state with its expiry in one upsert,
--- under the row lock the upsert takes; a peek or a denied request writes
--- nothing. p_now NULL reads the server's clock; p_wait_ms bounds the wait
--- for the row lock (NULL: lock_timeout as configured).
-CREATE OR REPLACE FUNCTION %s(
-    p_key bytea, p_alg text, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
-RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS %s%s%s;
-`, fn, tag, body, tag)
+	return fmt.Sprintf(`
+-- Decides one request of %[1]s for a key of the table and returns the
+-- decision as [allowed (1 or 0), limit, remaining, retry_after, reset_after,
+-- delay]. An admitted request writes the next state with its expiry in one
+-- upsert, under the row lock the upsert takes; a peek or a denied request
+-- writes nothing. p_now NULL reads the server's clock; p_wait_ms bounds the
+-- wait for the row lock (NULL: lock_timeout as configured).
+CREATE OR REPLACE FUNCTION %[2]s(
+    p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
+RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS %[3]s%[4]s%[3]s;
+`, name, fn, tag, body)
+}
+
+// decideFunction is the quoted name of the table's decide function for the
+// algorithm with the given name.
+func (s *Store) decideFunction(alg string) string {
+	return s.ident(s.table + "_decide_" + alg)
 }
 
 // dollarTag returns a dollar-quoting tag that does not occur in body, which
