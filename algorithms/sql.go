@@ -9,17 +9,21 @@ package algorithms
 //	    now_us bigint,    -- microseconds since the Unix epoch
 //	    cost   bigint,    -- at least 1 and at most the algorithm's MaxCost
 //	    peek   boolean,   -- decide without consuming
-//	    args   bigint[],  -- the algorithm's ServerArgs, in order
-//	    OUT next_state bigint[], OUT ttl bigint,
-//	    OUT allowed boolean, OUT lim bigint, OUT remaining bigint,
-//	    OUT retry_after bigint, OUT reset_after bigint, OUT delay bigint)
+//	    args   bigint[])  -- the algorithm's ServerArgs, in order
+//	RETURNS ratelimit_step
+//
+//	CREATE TYPE ratelimit_step AS (
+//	    next_state bigint[], ttl bigint,
+//	    allowed boolean, lim bigint, remaining bigint,
+//	    retry_after bigint, reset_after bigint, delay bigint)
 //
 // where <name> is the algorithm's Name (SQLFunction returns it). The
-// functions are pure (IMMUTABLE): they read no table and write nothing. The
+// functions are pure (IMMUTABLE): they read no table and write nothing. A
 // store reads the row, calls the function and writes next_state with an
-// expiry of now_us + ttl, all inside one server-side call; a NULL next_state
-// (a peek, or a denied request) means the stored row stays exactly as it is.
-// The OUT fields after ttl are Decision's fields in declaration order.
+// expiry of now_us + ttl, all inside one server-side statement; a NULL
+// next_state (a peek, or a denied request) means the stored row stays
+// exactly as it is. The fields after ttl are Decision's fields in
+// declaration order.
 //
 // State is a bigint[] holding the Go form's fields in the Go form's order:
 // [window start, count] for the fixed window, [start, current, previous]
@@ -35,12 +39,16 @@ package algorithms
 // weighted estimate and its retry search, the rate algorithms' rescale and
 // GCRA's fraction rescale), the same float8 operations in the same order
 // followed by floor. State a function cannot read raises an error with
-// SQLSTATE SQLErrCorrupt.
+// SQLSTATE SQLErrCorrupt (through the helper ratelimit_corrupt).
 //
-// A file may define helper functions before its main one (the sliding
-// window's weighted estimate and retry search); all of its functions are
-// named ratelimit_<name> or ratelimit_<name>_<helper>, and executing the file
-// creates or replaces them, so it can run again at every migration.
+// Each file first creates the shared type and helper if they are missing,
+// then may define helper functions before its main one (the sliding
+// window's weighted estimate and retry search), all named ratelimit_<name>
+// or ratelimit_<name>_<helper>; executing a file creates or replaces them,
+// so it can run again at every migration. The forms are written as a few
+// statements of one expression each: PL/pgSQL prepares each expression the
+// first time it runs in a transaction, and a store's decision is usually a
+// transaction of its own.
 
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.

@@ -3,12 +3,18 @@
 // State lives in one table with a row per key. Each built-in algorithm's SQL
 // form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function,
 // and a decision is one statement: a call to a function generated for the
-// table that locks the key's row, runs the algorithm and writes the result
-// before it returns. The row lock is taken and released inside the server,
-// never held across a round trip to the client (unless the caller passes
-// its own transaction), and concurrent first requests for a new key neither
-// fail nor over-admit. A user's own algorithm runs through Update, a short
-// transaction with SELECT ... FOR NO KEY UPDATE.
+// table and algorithm, which runs one upsert (INSERT ... ON CONFLICT DO
+// UPDATE ... WHERE the algorithm admits the request) that locks the key's
+// row, runs the algorithm on it and writes the result. The row lock is taken
+// and released inside the server, never held across a round trip to the
+// client (unless the caller passes its own transaction), and concurrent
+// first requests for a new key neither fail nor over-admit. A user's own
+// algorithm runs through Update, a short transaction with SELECT ... FOR NO
+// KEY UPDATE.
+//
+// The table and functions are created in the first schema of the
+// connection's search_path; set search_path in the connection string to
+// use another schema.
 //
 // Create the table and functions once with Migrate (or run SchemaSQL with
 // your own migration tool), then build a limiter:
@@ -96,9 +102,13 @@ func WithUnlogged() Option {
 // request (its clock, see ratelimit.WithClock) instead of the server's
 // clock. Use it in tests with a fake clock, and for the conformance suite.
 //
-// By default the store reads PostgreSQL's clock_timestamp() after taking the
-// key's row lock, so every application server shares one clock whatever
-// their own clocks say.
+// By default the store reads PostgreSQL's clock_timestamp(), in
+// microseconds, once per decision (for Update: after taking the row lock),
+// so every application server shares one clock whatever their own clocks
+// say. A decision that waited for a concurrent one may then decide at a time
+// a few microseconds before the time the other stored; the algorithms treat
+// state from a clock ahead of theirs conservatively, so this never admits
+// more.
 func WithRequestClock() Option {
 	return func(s *Store) error {
 		s.requestClock = true
@@ -188,10 +198,14 @@ func keyBytes(k ratelimit.Key) []byte {
 }
 
 // Decide implements ratelimit.Decider for the built-in algorithms: one
-// statement that calls the table's decide function, which locks the key's
-// row, treats an expired row as absent, runs the algorithm's SQL form and
-// writes the next state with its expiry, unless the request is a peek or is
-// denied. A peek takes no lock.
+// statement that calls the table's decide function for alg. For a request
+// that may consume, the function's upsert locks the key's row, treats an
+// expired row as absent, runs the algorithm's SQL form on it and writes the
+// next state with its expiry only when the request is admitted. A denied
+// request or a peek is decided on the latest committed state and writes
+// nothing. When ctx has a deadline, the server waits for the row lock no
+// longer than it (lock_timeout), so a decision the caller has given up on is
+// not applied afterwards; such an error wraps context.DeadlineExceeded.
 //
 // For an algorithm without a SQL form it returns an error wrapping
 // ratelimit.ErrUnsupported without contacting the server.
