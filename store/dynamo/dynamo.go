@@ -79,6 +79,12 @@ const (
 // for a key whose encoding is longer (see Store.EncodeKey).
 const MaxKeyBytes = 2048
 
+// MaxStateBytes is the largest state an item holds: DynamoDB's 400 KB item
+// limit, less room for the key and the other attributes. Only a sliding log
+// with a limit above about 25,000 reaches it; Update returns an error for
+// such a state without sending it.
+const MaxStateBytes = 400*1024 - MaxKeyBytes - 256
+
 // Defaults of a Store created without the matching options.
 const (
 	// DefaultTable is the table name.

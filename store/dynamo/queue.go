@@ -338,6 +338,10 @@ func run(ops []*op, base *item) (next []byte, expires int64, writes bool) {
 			o.err = fmt.Errorf("dynamo: state for %q written with ttl %d µs at %d µs", truncate(o.key.String()), ttl, o.now)
 			continue
 		}
+		if len(n) > MaxStateBytes {
+			o.err = fmt.Errorf("dynamo: state for %q of %d bytes exceeds the %d an item can hold", truncate(o.key.String()), len(n), MaxStateBytes)
+			continue
+		}
 		cur, curExp, present, writes = bytes.Clone(n), o.now+ttl, true, true
 	}
 	return cur, curExp, writes

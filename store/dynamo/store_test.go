@@ -403,6 +403,19 @@ func TestFnErrorStoresNothing(t *testing.T) {
 	if err == nil || !strings.HasPrefix(err.Error(), "dynamo:") {
 		t.Errorf("Update with ttl 0 = %v, want a dynamo error", err)
 	}
+	big := make([]byte, dynamo.MaxStateBytes+1)
+	err = s.Update(context.Background(), key, 1, func(cur []byte, now int64) ([]byte, int64, error) { return big, 1e6, nil })
+	if err == nil || !strings.Contains(err.Error(), "exceeds") {
+		t.Errorf("Update with a %d-byte state = %v, want a size error", len(big), err)
+	}
+	if c.puts.Load() != 0 {
+		t.Errorf("failed updates led to %d writes", c.puts.Load())
+	}
+	// The largest state fits.
+	err = s.Update(context.Background(), key, 1, func(cur []byte, now int64) ([]byte, int64, error) { return big[:dynamo.MaxStateBytes], 1e6, nil })
+	if err != nil {
+		t.Errorf("Update with a %d-byte state: %v", dynamo.MaxStateBytes, err)
+	}
 }
 
 var _ = aws.String
