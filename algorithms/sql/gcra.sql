@@ -8,6 +8,7 @@
 -- Written for speed as PL/pgSQL: few statements, each a single expression,
 -- since a PL/pgSQL expression costs most the first time it runs in a
 -- transaction, and every decision is a transaction of its own.
+
 -- The result type shared by every SQL form, and the error raised for state a
 -- form cannot read. Each form's file creates them if missing, so that any
 -- file runs on its own.
