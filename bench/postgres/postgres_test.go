@@ -68,19 +68,28 @@ func table(b *testing.B, p *pgxpool.Pool) string {
 // reports decisions per second.
 func run(b *testing.B, fn func(i int) error) {
 	b.Helper()
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := spreadCalls(b.N, fn); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// spread calls fn n times in total from exactly callers goroutines.
+func spreadCalls(n int, fn func(i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	var firstErr atomic.Value
-	b.ReportAllocs()
-	b.ResetTimer()
 	for g := 0; g < callers; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(b.N) {
+				if i >= int64(n) {
 					return
 				}
 				if err := fn(int(i)); err != nil {
@@ -91,11 +100,26 @@ func run(b *testing.B, fn func(i int) error) {
 		}()
 	}
 	wg.Wait()
-	b.StopTimer()
-	if n := failed.Load(); n > 0 {
-		b.Fatalf("%d of %d calls failed; first: %v", n, b.N, firstErr.Load())
+	if f := failed.Load(); f > 0 {
+		return fmt.Errorf("%d of %d calls failed; first: %v", f, n, firstErr.Load())
 	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+	return nil
+}
+
+// baseline is the bare single-statement upsert counter the store is
+// compared with, on its own table of the same pool.
+func baseline(b *testing.B, p *pgxpool.Pool, spreadKeys bool) func(i int) error {
+	b.Helper()
+	ctx := context.Background()
+	t := pgx.Identifier{table(b, p)}.Sanitize()
+	if _, err := p.Exec(ctx, "CREATE TABLE "+t+" (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+		b.Fatal(err)
+	}
+	q := "INSERT INTO " + t + " AS c (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 RETURNING n"
+	return func(i int) error {
+		var n int64
+		return p.QueryRow(ctx, q, keyFor(spreadKeys, i)).Scan(&n)
+	}
 }
 
 // keys are the 10,000 keys of the spread benchmarks.
@@ -141,15 +165,7 @@ func BenchmarkPostgres(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			b.Run("baseline-upsert", func(b *testing.B) {
-				t := pgx.Identifier{table(b, p)}.Sanitize()
-				if _, err := p.Exec(ctx, "CREATE TABLE "+t+" (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
-					b.Fatal(err)
-				}
-				q := "INSERT INTO " + t + " AS c (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = c.n + 1 RETURNING n"
-				run(b, func(i int) error {
-					var n int64
-					return p.QueryRow(ctx, q, keyFor(spread, i)).Scan(&n)
-				})
+				run(b, baseline(b, p, spread))
 			})
 			for _, alg := range algs() {
 				b.Run(alg.Name(), func(b *testing.B) {
@@ -165,13 +181,40 @@ func BenchmarkPostgres(b *testing.B) {
 						b.Fatal(err)
 					}
 					var denied atomic.Int64
-					run(b, func(i int) error {
+					decide := func(i int) error {
 						d, err := lim.Allow(ctx, keyFor(spread, i))
 						if err == nil && !d.Allowed {
 							denied.Add(1)
 						}
 						return err
-					})
+					}
+					// The baseline runs the same number of calls right
+					// before and after, on the same pool, so that the
+					// ratio compares like with like on a machine whose
+					// load drifts.
+					base := baseline(b, p, spread)
+					timed := func(fn func(int) error) time.Duration {
+						start := time.Now()
+						if err := spreadCalls(b.N, fn); err != nil {
+							b.Fatal(err)
+						}
+						return time.Since(start)
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					b.StopTimer()
+					before := timed(base)
+					b.StartTimer()
+					start := time.Now()
+					if err := spreadCalls(b.N, decide); err != nil {
+						b.Fatal(err)
+					}
+					ours := time.Since(start)
+					b.StopTimer()
+					after := timed(base)
+					b.ReportMetric(float64(b.N)/ours.Seconds(), "decisions/s")
+					b.ReportMetric(float64(b.N)/((before+after)/2).Seconds(), "baseline/s")
+					b.ReportMetric(((before+after)/2).Seconds()/ours.Seconds(), "ratio")
 					b.ReportMetric(float64(denied.Load())/float64(b.N), "denied/op")
 				})
 			}
