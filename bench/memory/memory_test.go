@@ -13,6 +13,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/bench/memory"
 	memstore "github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -86,9 +87,7 @@ func BenchmarkHotKey(b *testing.B) {
 				b.Run("x-time-rate", func(b *testing.B) {
 					lim := rate.NewLimiter(m.limit, m.burst)
 					lim.Allow()
-					b.ReportAllocs()
-					b.ResetTimer()
-					b.RunParallel(func(pb *testing.PB) {
+					parallel(b, func(pb *testing.PB) {
 						for pb.Next() {
 							lim.Allow()
 						}
@@ -100,9 +99,7 @@ func BenchmarkHotKey(b *testing.B) {
 					if _, err := lim.Allow(ctx, "hot"); err != nil {
 						b.Fatal(err)
 					}
-					b.ReportAllocs()
-					b.ResetTimer()
-					b.RunParallel(func(pb *testing.PB) {
+					parallel(b, func(pb *testing.PB) {
 						for pb.Next() {
 							lim.Allow(ctx, "hot")
 						}
@@ -174,9 +171,7 @@ func walk(b *testing.B, allow func(key string)) {
 		allow(k)
 	}
 	var goroutines atomic.Int64
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
+	parallel(b, func(pb *testing.PB) {
 		i := int(goroutines.Add(1)-1) * 7919 % len(keys)
 		for pb.Next() {
 			allow(keys[i])
@@ -185,6 +180,19 @@ func walk(b *testing.B, allow func(key string)) {
 			}
 		}
 	})
+}
+
+// parallel runs body with b.RunParallel, reporting allocations and, beside
+// ns/op, the process's CPU time per call as cpu-ns/op.
+func parallel(b *testing.B, body func(*testing.PB)) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := memory.CPUTime()
+	b.RunParallel(body)
+	b.StopTimer()
+	if used := memory.CPUTime() - start; used > 0 {
+		b.ReportMetric(float64(used)/float64(b.N), "cpu-ns/op")
+	}
 }
 
 // BenchmarkFootprint measures the heap a map of rate.Limiters holds per

@@ -1,15 +1,16 @@
 // Command ratios reads the output of the memory store's side-by-side
 // benchmarks (go test -bench in bench/memory) and prints, for each SDK
-// algorithm and GOMAXPROCS, the median ns/op and allocs/op beside the median
-// of golang.org/x/time/rate measured in the same run, the ratio, and
-// whether the bars hold: ns/op within 1.5× of x/time/rate, and 0 allocs/op
-// for every algorithm but the sliding log.
+// algorithm and GOMAXPROCS, the median ns/op, cpu-ns/op and allocs/op
+// beside those of golang.org/x/time/rate measured in the same run, the
+// ratios, and whether the bars hold: 0 allocs/op for every algorithm but
+// the sliding log, and a time within 1.5× of x/time/rate's, judged on wall
+// time (ns/op) and on CPU time (cpu-ns/op) separately.
 //
-// The ratio is the median of paired ratios: the i-th sample of a benchmark
+// A ratio is the median of paired ratios: the i-th sample of a benchmark
 // divided by the i-th sample of its baseline. Run the benchmarks in rounds
-// (go test -count 1, repeated) and each pair was measured seconds apart, so
-// the ratio holds up on a machine whose load changes from minute to minute;
-// with -count N the pairs are N consecutive samples of each side.
+// (go test -count 1, repeated), and each pair was measured seconds apart,
+// so the ratio holds up on a machine whose load changes from minute to
+// minute; with -count N the pairs are N consecutive samples of each side.
 //
 //	for i in 1 2 3 4 5 6 7 8; do
 //		go test -run '^$' -bench 'HotKey|ManyKeys' -benchmem -benchtime 300ms -cpu 1,2 -count 1 ./memory/
@@ -23,6 +24,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -30,7 +32,7 @@ import (
 	"strings"
 )
 
-// maxRatio is the bar for ns/op relative to x/time/rate.
+// maxRatio is the bar for time relative to x/time/rate.
 const maxRatio = 1.5
 
 // Baselines are the x/time/rate sub-benchmarks each group compares with.
@@ -39,15 +41,16 @@ var baselines = map[string][]string{
 	"ManyKeys": {"x-time-rate-syncmap", "x-time-rate-mutexmap"},
 }
 
-// line matches "BenchmarkGroup/mode/algorithm/side-P  N  X ns/op ... Y
-// allocs/op", where side is sdk or a baseline; the -P suffix is absent when
-// GOMAXPROCS is 1.
-var line = regexp.MustCompile(`^Benchmark(\w+)/(\w+/\w+)/([\w-]+?)(?:-(\d+))?\s+\d+\s+([\d.]+) ns/op(?:.*?\s([\d.]+) allocs/op)?`)
+// name matches "BenchmarkGroup/mode/algorithm/side-P", where side is sdk or
+// a baseline; the -P suffix is absent when GOMAXPROCS is 1.
+var name = regexp.MustCompile(`^Benchmark(\w+)/(\w+/\w+)/([\w-]+?)(?:-(\d+))?$`)
 
-// key names one benchmark: mode is "admit/gcra" and the like, name the side.
-type key struct{ group, mode, name, procs string }
+// key names one benchmark: mode is "admit/gcra" and the like, side is sdk
+// or a baseline.
+type key struct{ group, mode, side, procs string }
 
-type samples struct{ ns, allocs []float64 }
+// samples holds a benchmark's results in input order, by unit.
+type samples map[string][]float64
 
 func main() {
 	if err := run(os.Stdin, os.Stdout); err != nil {
@@ -57,11 +60,15 @@ func main() {
 }
 
 func run(in io.Reader, out io.Writer) error {
-	results := map[key]*samples{}
+	results := map[key]samples{}
 	var order []key
 	sc := bufio.NewScanner(in)
 	for sc.Scan() {
-		m := line.FindStringSubmatch(sc.Text())
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 {
+			continue
+		}
+		m := name.FindStringSubmatch(f[0])
 		if m == nil {
 			continue
 		}
@@ -71,14 +78,18 @@ func run(in io.Reader, out io.Writer) error {
 		}
 		s := results[k]
 		if s == nil {
-			s = new(samples)
+			s = samples{}
 			results[k] = s
 			order = append(order, k)
 		}
-		ns, _ := strconv.ParseFloat(m[5], 64)
-		allocs, _ := strconv.ParseFloat(m[6], 64)
-		s.ns = append(s.ns, ns)
-		s.allocs = append(s.allocs, allocs)
+		// After the name and the iteration count come value-unit pairs.
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				return fmt.Errorf("%s: %q is not a number", f[0], f[i])
+			}
+			s[f[i+1]] = append(s[f[i+1]], v)
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return err
@@ -86,42 +97,63 @@ func run(in io.Reader, out io.Writer) error {
 	if len(order) == 0 {
 		return fmt.Errorf("no benchmark results in the input")
 	}
-	fmt.Fprintln(out, "| benchmark | procs | ns/op | allocs/op | x/time/rate ns/op | ratio | bar |")
-	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	fmt.Fprintln(out, "| benchmark | procs | allocs/op | ns/op | x/time/rate ns/op | ratio | cpu-ns/op | x/time/rate cpu-ns/op | ratio | bar (wall) | bar (CPU) |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range order {
 		bases, ok := baselines[k.group]
-		if !ok || k.name != "sdk" {
+		if !ok || k.side != "sdk" {
 			continue
 		}
 		s := results[k]
-		ns, allocs := median(s.ns), median(s.allocs)
-		var cols, ratios []string
-		met := allocs == 0 || strings.HasSuffix(k.mode, "/sliding_log")
-		for _, b := range bases {
-			base := results[key{k.group, k.mode, b, k.procs}]
-			if base == nil {
-				return fmt.Errorf("no %s/%s/%s result for GOMAXPROCS %s", k.group, k.mode, b, k.procs)
+		allocs := median(s["allocs/op"])
+		allocsOK := allocs == 0 || strings.HasSuffix(k.mode, "/sliding_log")
+		row := []string{k.group + "/" + k.mode, k.procs, fmt.Sprintf("%g", allocs)}
+		var verdicts []string
+		for _, unit := range []string{"ns/op", "cpu-ns/op"} {
+			var baseCol, ratioCol []string
+			met := allocsOK
+			for _, b := range bases {
+				base := results[key{k.group, k.mode, b, k.procs}]
+				if base == nil {
+					return fmt.Errorf("no %s/%s/%s result for GOMAXPROCS %s", k.group, k.mode, b, k.procs)
+				}
+				r := pairedRatio(s[unit], base[unit])
+				baseCol = append(baseCol, fmt.Sprintf("%.0f", median(base[unit])))
+				ratioCol = append(ratioCol, fmt.Sprintf("%.2f", r))
+				met = met && r <= maxRatio
 			}
-			var paired []float64
-			for i := range min(len(s.ns), len(base.ns)) {
-				paired = append(paired, s.ns[i]/base.ns[i])
-			}
-			r := median(paired)
-			cols = append(cols, fmt.Sprintf("%.0f (%s)", median(base.ns), strings.TrimPrefix(b, "x-time-rate-")))
-			ratios = append(ratios, fmt.Sprintf("%.2f", r))
-			met = met && r <= maxRatio
+			row = append(row, fmt.Sprintf("%.0f", median(s[unit])), strings.Join(baseCol, ", "), strings.Join(ratioCol, ", "))
+			verdicts = append(verdicts, verdict(met))
 		}
-		verdict := "met"
-		if !met {
-			verdict = "**not met**"
-		}
-		fmt.Fprintf(out, "| %s/%s | %s | %.0f | %g | %s | %s | %s |\n",
-			k.group, k.mode, k.procs, ns, allocs, strings.Join(cols, ", "), strings.Join(ratios, ", "), verdict)
+		row = append(row, verdicts...)
+		fmt.Fprintf(out, "| %s |\n", strings.Join(row, " | "))
+	}
+	if _, ok := baselines["ManyKeys"]; ok {
+		fmt.Fprintln(out, "\nManyKeys baselines and ratios read: sync.Map, mutex-guarded map.")
 	}
 	return nil
 }
 
+func verdict(met bool) string {
+	if met {
+		return "met"
+	}
+	return "**not met**"
+}
+
+// pairedRatio is the median of xs[i]/ys[i]; NaN when either is missing.
+func pairedRatio(xs, ys []float64) float64 {
+	var r []float64
+	for i := range min(len(xs), len(ys)) {
+		r = append(r, xs[i]/ys[i])
+	}
+	return median(r)
+}
+
 func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	n := len(s)
