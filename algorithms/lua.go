@@ -16,9 +16,8 @@ package algorithms
 //	ARGV[6:] the algorithm's ServerArgs, in order, as decimal integers
 //
 // The reply is an array of LuaReplyLen integers, indexed by the LuaReply
-// constants: the fields of Decision in declaration order (allowed is 1 or
-// 0), then the time in microseconds the script decided at, which is ARGV[1]
-// or the server's clock.
+// constants: the fields of Decision in declaration order, with allowed as 1
+// or 0.
 //
 // A script computes exactly what the algorithm's Decide computes: the same
 // fields, the same integer arithmetic (floor and ceiling divisions are exact,
@@ -28,21 +27,24 @@ package algorithms
 // its retry search, the rate algorithms' rescale and GCRA's fraction
 // rescale).
 //
-// State is kept in a form native to the server: each fixed-size state is a
+// State is kept in a form native to the server. Each fixed-size state is a
 // string of little-endian doubles (Lua's struct.pack "<ddd" or "<dddd"; every
-// value is an integer below MaxExact, so a double holds it exactly): when the
+// value is an integer below MaxExact, which a double holds exactly): when the
 // state's TTL passes, then the Go form's fields in order. Packing and
 // unpacking them costs the server far less than formatting and parsing
-// decimals. The sliding log is a sorted set scored by time whose members
-// "seq:cost" stay unique even for two requests in the same microsecond, plus
-// one member "x:<expires>" scored -inf. Every write sets the
-// key's expiry in the same script (PX or PEXPIRE, in milliseconds: the TTL in
-// microseconds rounded up, at least 1, plus the slack). The state records
-// when its TTL passes on the clock that decided, and a script treats
-// state past that time as missing, as Decide treats nil state, whether or
-// not the server has expired the key yet: correctness never depends on the
-// key's expiry. A peek writes nothing, and neither does a denied request. State a script cannot read is answered with an
-// error reply whose message starts with "CORRUPT".
+// decimals. A value of the wrong length, or a field that is negative, above
+// MaxExact or NaN, is corrupt. The sliding log is a sorted set scored by time
+// whose members "seq:cost" stay unique even for two requests in the same
+// microsecond, plus one member "x:<expires>" scored -inf.
+//
+// Every write sets the key's expiry in the same script (PX or PEXPIRE, in
+// milliseconds: the TTL in microseconds rounded up, at least 1, plus the
+// slack). The state records when its TTL passes on the clock that decided,
+// and a script treats state past that time as missing, as Decide treats nil
+// state, whether or not the server has expired the key yet: correctness
+// never depends on the key's expiry. A peek writes nothing, and neither does
+// a denied request. State a script cannot read is answered with an error
+// reply whose message starts with "CORRUPT".
 const (
 	LuaReplyAllowed    = iota // 1 when admitted, 0 when denied
 	LuaReplyLimit             // Decision.Limit
@@ -50,7 +52,6 @@ const (
 	LuaReplyRetryAfter        // Decision.RetryAfter, µs
 	LuaReplyResetAfter        // Decision.ResetAfter, µs
 	LuaReplyDelay             // Decision.Delay, µs
-	LuaReplyNow               // the time the script decided at, µs since the epoch
 	LuaReplyLen               // the number of fields in a reply
 )
 

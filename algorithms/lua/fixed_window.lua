@@ -5,7 +5,7 @@
 --            it; after it the state counts as missing), the window's start
 --            in µs, and the count admitted in it
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: no closures but idiv, and binary state, since every
 -- allocation costs server time on each decision.
 
@@ -35,8 +35,8 @@ if raw then
     return redis.error_reply('CORRUPT fixed_window state of ' .. #raw .. ' bytes')
   end
   local x, s, c = struct.unpack('<ddd', raw)
-  if not (x >= 0 and x <= MAX and floor(x) == x and s >= 0 and s <= MAX and floor(s) == s
-      and c >= 0 and c <= MAX and floor(c) == c) then
+  if not (x >= 0 and x <= MAX and s >= 0 and s <= MAX
+      and c >= 0 and c <= MAX) then
     return redis.error_reply('CORRUPT fixed_window state')
   end
   if now < x then
@@ -51,12 +51,12 @@ local finish = start + period
 local reset = finish - now
 if count == 0 then reset = 0 end
 if count + cost > limit then
-  return {0, limit, max(limit - count, 0), finish - now, reset, 0, now}
+  return {0, limit, max(limit - count, 0), finish - now, reset, 0}
 end
 if peek then
-  return {1, limit, max(limit - count, 0), 0, reset, 0, now}
+  return {1, limit, max(limit - count, 0), 0, reset, 0}
 end
 count = count + cost
 redis.call('SET', KEYS[1], struct.pack('<ddd', finish, start, count),
   'PX', max(idiv(finish - now + 999, 1000), 1) + slack)
-return {1, limit, limit - count, 0, finish - now, 0, now}
+return {1, limit, limit - count, 0, finish - now, 0}

@@ -5,7 +5,7 @@
 --            it; after it the state counts as missing), the theoretical
 --            arrival time in µs, its fraction in 1/drip of a µs, and drip
 --   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, burst
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: no closures but idiv, and binary state, since every
 -- allocation costs server time on each decision.
 
@@ -35,8 +35,8 @@ if raw then
     return redis.error_reply('CORRUPT gcra state of ' .. #raw .. ' bytes')
   end
   local x, tat, frac, sdrip = struct.unpack('<dddd', raw)
-  if not (x >= 0 and x <= MAX and floor(x) == x and tat >= 0 and tat <= MAX and floor(tat) == tat
-      and frac >= 0 and frac <= MAX and floor(frac) == frac and sdrip <= MAX and floor(sdrip) == sdrip) then
+  if not (x >= 0 and x <= MAX and tat >= 0 and tat <= MAX
+      and frac >= 0 and frac <= MAX and sdrip <= MAX) then
     return redis.error_reply('CORRUPT gcra state')
   end
   if not (sdrip > 0 and frac < sdrip) then
@@ -59,12 +59,12 @@ if allowed and not peek then ahead = ahead + need end
 local remaining = idiv(max(capacity - ahead, 0), unit)
 local reset = idiv(ahead + drip - 1, drip)
 if not allowed then
-  return {0, burst, remaining, idiv(ahead + need - capacity + drip - 1, drip), reset, 0, now}
+  return {0, burst, remaining, idiv(ahead + need - capacity + drip - 1, drip), reset, 0}
 end
 if peek then
-  return {1, burst, remaining, 0, reset, 0, now}
+  return {1, burst, remaining, 0, reset, 0}
 end
 local whole = idiv(ahead, drip)
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + reset, now + whole, ahead - whole * drip, drip),
   'PX', max(idiv(reset + 999, 1000), 1) + slack)
-return {1, burst, remaining, 0, reset, 0, now}
+return {1, burst, remaining, 0, reset, 0}

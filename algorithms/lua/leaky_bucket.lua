@@ -5,7 +5,7 @@
 --            it; after it the state counts as missing), the queued level,
 --            the last update in µs, and the unit it is measured in
 --   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, capacity in requests
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: no closures but idiv, and binary state, since every
 -- allocation costs server time on each decision.
 
@@ -35,8 +35,8 @@ if raw then
     return redis.error_reply('CORRUPT leaky_bucket state of ' .. #raw .. ' bytes')
   end
   local x, v, l, u = struct.unpack('<dddd', raw)
-  if not (x >= 0 and x <= MAX and floor(x) == x and v >= 0 and v <= MAX and floor(v) == v
-      and l >= 0 and l <= MAX and floor(l) == l and u <= MAX and floor(u) == u) then
+  if not (x >= 0 and x <= MAX and v >= 0 and v <= MAX
+      and l >= 0 and l <= MAX and u <= MAX) then
     return redis.error_reply('CORRUPT leaky_bucket state')
   end
   if not (u > 0) then
@@ -70,11 +70,11 @@ end
 local remaining = idiv(capacity - level, unit)
 local reset = idiv(level + drip - 1, drip)
 if not allowed then
-  return {0, burst, remaining, idiv(level + need - capacity + drip - 1, drip), reset, 0, now}
+  return {0, burst, remaining, idiv(level + need - capacity + drip - 1, drip), reset, 0}
 end
 if peek then
-  return {1, burst, remaining, 0, reset, delay, now}
+  return {1, burst, remaining, 0, reset, delay}
 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + reset, level, last, unit),
   'PX', max(idiv(reset + 999, 1000), 1) + slack)
-return {1, burst, remaining, 0, reset, delay, now}
+return {1, burst, remaining, 0, reset, delay}

@@ -8,7 +8,7 @@
 --            "x:expires" scored -inf, says when the log's TTL passes on the
 --            clock that wrote it, after which the log counts as missing.
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, format, match, tonumber = math.floor, math.max, string.format, string.match, tonumber
@@ -75,10 +75,10 @@ if used + cost > limit then
       break
     end
   end
-  return {0, limit, max(limit - used, 0), retry, reset, 0, now}
+  return {0, limit, max(limit - used, 0), retry, reset, 0}
 end
 if peek then
-  return {1, limit, max(limit - used, 0), 0, reset, 0, now}
+  return {1, limit, max(limit - used, 0), 0, reset, 0}
 end
 newest = max(newest, now)
 reset = newest + period - now
@@ -90,4 +90,4 @@ else
 end
 redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq + 1) .. ':' .. format('%.0f', cost), '-inf', 'x:' .. format('%.0f', now + reset))
 redis.call('PEXPIRE', KEYS[1], max(idiv(reset + 999, 1000), 1) + slack)
-return {1, limit, max(limit - used - cost, 0), 0, reset, 0, now}
+return {1, limit, max(limit - used - cost, 0), 0, reset, 0}

@@ -5,7 +5,7 @@
 --            it; after it the state counts as missing), the current
 --            window's start in µs, its count, and the previous window's count
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay, now}
+--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: binary state, and closures only for the retry search.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -33,8 +33,8 @@ if raw then
     return redis.error_reply('CORRUPT sliding_window state of ' .. #raw .. ' bytes')
   end
   local x, s, c, p = struct.unpack('<dddd', raw)
-  if not (x >= 0 and x <= MAX and floor(x) == x and s >= 0 and s <= MAX and floor(s) == s
-      and c >= 0 and c <= MAX and floor(c) == c and p >= 0 and p <= MAX and floor(p) == p) then
+  if not (x >= 0 and x <= MAX and s >= 0 and s <= MAX
+      and c >= 0 and c <= MAX and p >= 0 and p <= MAX) then
     return redis.error_reply('CORRUPT sliding_window state')
   end
   if now >= x then
@@ -87,11 +87,11 @@ if not allowed then
   else
     retry = period - elapsed + wait(curr, limit - cost, 0)
   end
-  return {0, limit, remaining, retry, reset, 0, now}
+  return {0, limit, remaining, retry, reset, 0}
 end
 if peek then
-  return {1, limit, remaining, 0, reset, 0, now}
+  return {1, limit, remaining, 0, reset, 0}
 end
 local ttl = start + 2 * period - now
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, start, curr, prev), 'PX', max(idiv(ttl + 999, 1000), 1) + slack)
-return {1, limit, remaining, 0, reset, 0, now}
+return {1, limit, remaining, 0, reset, 0}
