@@ -188,8 +188,10 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // On a key it knows nothing about, decide first guesses that the key holds
 // nothing (true of most keys a limiter meets for the first time) and writes
 // with a condition that holds only then; a wrong guess costs the failed
-// write, which returns the item. Only when the guess leads to no write at
-// all (a Peek, a denial) does it read first.
+// write, which returns the item. It reads first instead when the guess leads
+// to no write at all (a Peek, a denial), and when the server is known not to
+// return the item with a failed condition (dynalite), so that a decision on
+// an unknown key costs at most one request more than on a known one.
 func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) error {
 	name := truncate(ops[0].key.String())
 	minNow := ops[0].now
@@ -197,6 +199,14 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		minNow = min(minNow, o.now)
 	}
 	base, known := s.cached(sh, pk)
+	if !known && s.returnsItem.Load() == returnsNo {
+		var err error
+		if base, err = s.read(ctx, pk, ops); err != nil {
+			return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
+		}
+		known = true
+		s.remember(sh, pk, base, minNow)
+	}
 	conflicts := 0
 	for {
 		from := base
