@@ -250,8 +250,10 @@ func BenchmarkStoreVsAdd(b *testing.B) {
 // BenchmarkColdCache measures decisions spread over 10,000 keys that already
 // hold state, by a store created afresh (empty cache) for every round: the
 // worst case, a process that has just started. Each first decision on a key
-// costs a failed conditional create and the write, plus, on endpoints that
-// do not return the item with a failed condition (dynalite), a read.
+// costs two requests: on DynamoDB a failed conditional create, which returns
+// the item, and the write; on endpoints that do not return the item with a
+// failed condition (dynalite), a read and the write, once the store has seen
+// that (its first failed guess costs three).
 func BenchmarkColdCache(b *testing.B) {
 	client, table := setup(b)
 	// Give every key live state first.
