@@ -6,16 +6,13 @@
 --            in µs, and the count admitted in it
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
--- Hot path: no closures but idiv, and binary state, since every
--- allocation costs server time on each decision.
+-- Hot path: no closures (creating one costs the server on every call) and
+-- binary state. Each floor division of integers a and b is written out as
+--   q = floor(a / b), then q - 1 if q*b > a, or q + 1 if (q+1)*b <= a,
+-- which is exact for integers below 2^53.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, tonumber = math.floor, math.max, tonumber
-local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
@@ -45,7 +42,9 @@ if raw then
   end
 end
 if fresh then
-  start, count = idiv(now, period) * period, 0
+  local w = floor(now / period)
+  if w * period > now then w = w - 1 elseif (w + 1) * period <= now then w = w + 1 end
+  start, count = w * period, 0
 end
 local finish = start + period
 local reset = finish - now
@@ -57,6 +56,8 @@ if peek then
   return {1, limit, max(limit - count, 0), 0, reset, 0}
 end
 count = count + cost
-redis.call('SET', KEYS[1], struct.pack('<ddd', finish, start, count),
-  'PX', max(idiv(finish - now + 999, 1000), 1) + slack)
+local r999 = finish - now + 999
+local px = floor(r999 / 1000)
+if px * 1000 > r999 then px = px - 1 elseif (px + 1) * 1000 <= r999 then px = px + 1 end
+redis.call('SET', KEYS[1], struct.pack('<ddd', finish, start, count), 'PX', max(px, 1) + slack)
 return {1, limit, limit - count, 0, finish - now, 0}

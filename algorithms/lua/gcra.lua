@@ -6,16 +6,14 @@
 --            arrival time in µs, its fraction in 1/drip of a µs, and drip
 --   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, burst
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
--- Hot path: no closures but idiv, and binary state, since every
--- allocation costs server time on each decision.
+-- Hot path: no closures (creating one costs the server on every call) and
+-- binary state. Each floor division of integers a and b is written out as
+--   q = floor(a / b), then q - 1 if q*b > a, or q + 1 if (q+1)*b <= a,
+-- which is exact for integers below 2^53; a ceiling is a floor plus one when
+-- the division leaves a remainder.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
-local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
@@ -56,15 +54,27 @@ end
 local need = cost * unit
 local allowed = ahead + need <= capacity
 if allowed and not peek then ahead = ahead + need end
-local remaining = idiv(max(capacity - ahead, 0), unit)
-local reset = idiv(ahead + drip - 1, drip)
+local left = max(capacity - ahead, 0)
+local remaining = floor(left / unit)
+if remaining * unit > left then remaining = remaining - 1 elseif (remaining + 1) * unit <= left then remaining = remaining + 1 end
+-- whole = floor(ahead / drip); reset = ceil(ahead / drip)
+local whole = floor(ahead / drip)
+if whole * drip > ahead then whole = whole - 1 elseif (whole + 1) * drip <= ahead then whole = whole + 1 end
+local reset = whole
+if whole * drip < ahead then reset = whole + 1 end
 if not allowed then
-  return {0, burst, remaining, idiv(ahead + need - capacity + drip - 1, drip), reset, 0}
+  local over = ahead + need - capacity
+  local retry_q = floor(over / drip)
+  if retry_q * drip > over then retry_q = retry_q - 1 elseif (retry_q + 1) * drip <= over then retry_q = retry_q + 1 end
+  local retry = retry_q
+  if retry_q * drip < over then retry = retry_q + 1 end
+  return {0, burst, remaining, retry, reset, 0}
 end
 if peek then
   return {1, burst, remaining, 0, reset, 0}
 end
-local whole = idiv(ahead, drip)
+local px = floor((reset + 999) / 1000)
+if px * 1000 > reset + 999 then px = px - 1 elseif (px + 1) * 1000 <= reset + 999 then px = px + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + reset, now + whole, ahead - whole * drip, drip),
-  'PX', max(idiv(reset + 999, 1000), 1) + slack)
+  'PX', max(px, 1) + slack)
 return {1, burst, remaining, 0, reset, 0}

@@ -6,16 +6,14 @@
 --            the last update in µs, and the unit it is measured in
 --   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, capacity in requests
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
--- Hot path: no closures but idiv, and binary state, since every
--- allocation costs server time on each decision.
+-- Hot path: no closures (creating one costs the server on every call) and
+-- binary state. Each floor division of integers a and b is written out as
+--   q = floor(a / b), then q - 1 if q*b > a, or q + 1 if (q+1)*b <= a,
+-- which is exact for integers below 2^53; a ceiling is a floor plus one when
+-- the division leaves a remainder.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
-local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
@@ -63,18 +61,32 @@ end
 local need = cost * unit
 local allowed = level + need <= capacity
 local delay = 0
+local queued = floor(level / drip)
+if queued * drip > level then queued = queued - 1 elseif (queued + 1) * drip <= level then queued = queued + 1 end
+if queued * drip < level then queued = queued + 1 end
 if allowed then
-  delay = idiv(level + drip - 1, drip)
+  delay = queued
   if not peek then level = level + need end
 end
-local remaining = idiv(capacity - level, unit)
-local reset = idiv(level + drip - 1, drip)
+local left = capacity - level
+local remaining = floor(left / unit)
+if remaining * unit > left then remaining = remaining - 1 elseif (remaining + 1) * unit <= left then remaining = remaining + 1 end
+local reset = floor(level / drip)
+if reset * drip > level then reset = reset - 1 elseif (reset + 1) * drip <= level then reset = reset + 1 end
+if reset * drip < level then reset = reset + 1 end
 if not allowed then
-  return {0, burst, remaining, idiv(level + need - capacity + drip - 1, drip), reset, 0}
+  local over = level + need - capacity
+  local retry = floor(over / drip)
+  if retry * drip > over then retry = retry - 1 elseif (retry + 1) * drip <= over then retry = retry + 1 end
+  if retry * drip < over then retry = retry + 1 end
+  return {0, burst, remaining, retry, reset, 0}
 end
 if peek then
   return {1, burst, remaining, 0, reset, delay}
 end
+local r999 = reset + 999
+local px = floor(r999 / 1000)
+if px * 1000 > r999 then px = px - 1 elseif (px + 1) * 1000 <= r999 then px = px + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + reset, level, last, unit),
-  'PX', max(idiv(reset + 999, 1000), 1) + slack)
+  'PX', max(px, 1) + slack)
 return {1, burst, remaining, 0, reset, delay}

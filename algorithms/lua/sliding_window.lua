@@ -6,15 +6,14 @@
 --            window's start in µs, its count, and the previous window's count
 --   ARGV     now, cost, peek, server_clock, slack, limit, period
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
--- Hot path: binary state, and closures only for the retry search.
+-- Hot path: binary state, and closures only for the retry search (creating
+-- one costs the server on every call). Each floor division of integers a
+-- and b is written out as
+--   q = floor(a / b), then q - 1 if q*b > a, or q + 1 if (q+1)*b <= a,
+-- which is exact for integers below 2^53.
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, tonumber = math.floor, math.max, tonumber
-local function idiv(a, b) -- floor(a/b), exact for integers below 2^53
-  local q = floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
 
 local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
@@ -26,7 +25,9 @@ local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
 local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
 
-local start, curr, prev = idiv(now, period) * period, 0, 0
+local w0 = floor(now / period)
+if w0 * period > now then w0 = w0 - 1 elseif (w0 + 1) * period <= now then w0 = w0 + 1 end
+local start, curr, prev = w0 * period, 0, 0
 local raw = redis.call('GET', KEYS[1])
 if raw then
   if #raw ~= 32 then
@@ -93,5 +94,8 @@ if peek then
   return {1, limit, remaining, 0, reset, 0}
 end
 local ttl = start + 2 * period - now
-redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, start, curr, prev), 'PX', max(idiv(ttl + 999, 1000), 1) + slack)
+local r999 = ttl + 999
+local px = floor(r999 / 1000)
+if px * 1000 > r999 then px = px - 1 elseif (px + 1) * 1000 <= r999 then px = px + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, start, curr, prev), 'PX', max(px, 1) + slack)
 return {1, limit, remaining, 0, reset, 0}
