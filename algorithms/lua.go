@@ -1,5 +1,10 @@
 package algorithms
 
+import (
+	"encoding/binary"
+	"math"
+)
+
 // The Lua forms (lua/*.lua, read with Lua) share one calling convention, so
 // that a store runs any of them the same way, with one EVALSHA (or EVAL) per
 // decision:
@@ -13,7 +18,10 @@ package algorithms
 //	ARGV[5]  slack: milliseconds added to every PX and PEXPIRE, so that a
 //	         key outlives its state when ARGV[1] comes from a clock that may
 //	         run behind the server's ("0" with the server clock)
-//	ARGV[6:] the algorithm's ServerArgs, in order, as decimal integers
+//	ARGV[6]  the algorithm's ServerArgs, in order, packed into one string
+//	         of little-endian doubles (Lua's struct.pack "<dd..."; every
+//	         value is an integer below MaxExact), so that the server parses
+//	         one argument instead of five; see PackLuaArgs
 //
 // The reply is an array of LuaReplyLen integers, indexed by the LuaReply
 // constants: the fields of Decision in declaration order, with allowed as 1
@@ -55,10 +63,20 @@ const (
 	LuaReplyLen               // the number of fields in a reply
 )
 
-// LuaFixedArgs is the number of ARGV entries before an algorithm's
+// LuaFixedArgs is the number of ARGV entries before an algorithm's packed
 // ServerArgs in a Lua form's calling convention: now, cost, peek, server
 // clock and slack.
 const LuaFixedArgs = 5
+
+// PackLuaArgs packs an algorithm's ServerArgs into the string a Lua form
+// takes as ARGV[6]: each value as a little-endian IEEE 754 double.
+func PackLuaArgs(args []int64) string {
+	b := make([]byte, 8*len(args))
+	for i, v := range args {
+		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
+	}
+	return string(b)
+}
 
 // LuaErrCorrupt starts the message of the error a Lua form replies with when
 // the stored state cannot be read.

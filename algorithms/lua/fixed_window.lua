@@ -4,7 +4,7 @@
 --            expires (when the state's TTL passes, on the clock that wrote
 --            it; after it the state counts as missing), the window's start
 --            in µs, and the count admitted in it
---   ARGV     now, cost, peek, server_clock, slack, limit, period
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: no closures (creating one costs the server on every call) and
 -- binary state. Each floor division of integers a and b is written out as
@@ -22,7 +22,7 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
-local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit, period = struct.unpack('<dd', ARGV[6])
 
 local start, count = 0, 0
 local fresh = true

@@ -4,7 +4,7 @@
 --            expires (when the state's TTL passes, on the clock that wrote
 --            it; after it the state counts as missing), the queued level,
 --            the last update in µs, and the unit it is measured in
---   ARGV     now, cost, peek, server_clock, slack, unit, drip, capacity, fill, capacity in requests
+--   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, capacity in requests)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: no closures (creating one costs the server on every call) and
 -- binary state. Each floor division of integers a and b is written out as
@@ -23,8 +23,7 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
-local unit, drip, capacity, fill, burst =
-  tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local unit, drip, capacity, fill, burst = struct.unpack('<ddddd', ARGV[6])
 
 local level, last = 0, now
 local raw = redis.call('GET', KEYS[1])

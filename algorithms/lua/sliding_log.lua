@@ -7,7 +7,7 @@
 --            that go backwards) are always two members. One more member,
 --            "x:expires" scored -inf, says when the log's TTL passes on the
 --            clock that wrote it, after which the log counts as missing.
---   ARGV     now, cost, peek, server_clock, slack, limit, period
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -26,7 +26,7 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
-local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit, period = struct.unpack('<dd', ARGV[6])
 
 -- An entry counts while now < at + period, that is at > now - period.
 local cutoff = now - period

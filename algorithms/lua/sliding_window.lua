@@ -4,7 +4,7 @@
 --            expires (when the state's TTL passes, on the clock that wrote
 --            it; after it the state counts as missing), the current
 --            window's start in µs, its count, and the previous window's count
---   ARGV     now, cost, peek, server_clock, slack, limit, period
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 -- Hot path: binary state, and closures only for the retry search (creating
 -- one costs the server on every call). Each floor division of integers a
@@ -23,7 +23,7 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
-local limit, period = tonumber(ARGV[6]), tonumber(ARGV[7])
+local limit, period = struct.unpack('<dd', ARGV[6])
 
 local w0 = floor(now / period)
 if w0 * period > now then w0 = w0 - 1 elseif (w0 + 1) * period <= now then w0 = w0 + 1 end

@@ -128,14 +128,13 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
 	}
-	params := e.params(sf.ServerArgs())
-	args := make([]any, algorithms.LuaFixedArgs, algorithms.LuaFixedArgs+len(params))
+	args := make([]any, algorithms.LuaFixedArgs+1)
 	args[0] = req.Now
 	args[1] = req.Cost
 	args[2] = flag(req.Peek)
 	args[3] = flag(e.ServerClock)
 	args[4] = e.slack
-	args = append(args, params...)
+	args[5] = e.params(sf.ServerArgs())
 	r, err := e.Run(ctx, s, []string{StateKey(e.Prefix, key)}, args)
 	if err != nil {
 		return algorithms.Decision{}, wrap(ctx, e.Name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
@@ -157,32 +156,29 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 // maxCachedParams bounds the cache of formatted ServerArgs.
 const maxCachedParams = 1024
 
-// params returns p formatted as decimal strings, boxed. ServerArgs returns
-// the same slice on every call (its doc says so), so the strings are cached
-// by the slice's address.
-func (e *Engine) params(p []int64) []any {
+// params returns p packed for a Lua form (algorithms.PackLuaArgs), boxed.
+// ServerArgs returns the same slice on every call (its doc says so), so the
+// packed form is cached by the slice's address.
+func (e *Engine) params(p []int64) any {
 	if len(p) == 0 {
-		return nil
+		return ""
 	}
 	if v, ok := e.paramCache.Load(&p[0]); ok {
 		if c := v.(cachedParams); slices.Equal(c.vals, p) {
-			return c.strs
+			return c.packed
 		}
 	}
-	strs := make([]any, len(p))
-	for i, v := range p {
-		strs[i] = strconv.FormatInt(v, 10)
-	}
+	var packed any = algorithms.PackLuaArgs(p)
 	if e.paramCount.Load() < maxCachedParams {
 		e.paramCount.Add(1)
-		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), strs: strs})
+		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), packed: packed})
 	}
-	return strs
+	return packed
 }
 
 type cachedParams struct {
-	vals []int64
-	strs []any
+	vals   []int64
+	packed any
 }
 
 // Ints decodes a script's array reply of integers into dst, which must
