@@ -76,7 +76,7 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 64 bytes; the padding gives each shard 128, so no two shards'
+// fields take 88 bytes; the padding gives each shard 128, so no two shards'
 // fields share a cache line (or an adjacent-line prefetch pair) whatever
 // the Store's alignment.
 type shard struct {
@@ -92,10 +92,12 @@ type shard struct {
 	// earliest is a lower bound on the entries' expiries: while now is
 	// before it, nothing has expired and insertions skip reclaiming.
 	earliest int64
-	// scratch receives a copy of the state being decided, so that an
-	// algorithm writing into it leaves the entry untouched until put.
+	// buf, for inline states, and scratch, for larger ones, receive a
+	// copy of the state being decided, so that an algorithm writing into
+	// it leaves the entry untouched until put.
+	buf     [inlineState]byte
 	scratch []byte
-	_       [64]byte
+	_       [40]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -119,7 +121,6 @@ func New(opts ...Option) (*Store, error) {
 	for i := range s.shards {
 		s.shards[i].index = make(map[uint64]*entry)
 		s.shards[i].earliest = math.MaxInt64
-		s.shards[i].scratch = make([]byte, 0, inlineState)
 	}
 	return s, nil
 }
@@ -205,11 +206,16 @@ func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte
 	if e == nil || e.expires <= now {
 		return e, nil
 	}
-	if len(e.state) > maxScratch {
+	switch n := len(e.state); {
+	case n <= inlineState:
+		sh.buf = e.inline // one fixed-size move
+		return e, sh.buf[:n]
+	case n <= maxScratch:
+		sh.scratch = append(sh.scratch[:0], e.state...)
+		return e, sh.scratch
+	default:
 		return e, append([]byte(nil), e.state...)
 	}
-	sh.scratch = append(sh.scratch[:0], e.state...)
-	return e, sh.scratch
 }
 
 // put stores a copy of next as key's state until now+ttl; e is key's entry
@@ -224,8 +230,11 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 		sh.add(h, e)
 	}
 	switch {
-	case len(next) <= inlineState:
-		e.state = append(e.inline[:0], next...)
+	case len(next) == inlineState: // most built-in algorithms
+		e.inline = [inlineState]byte(next)
+		e.state = e.inline[:]
+	case len(next) < inlineState:
+		e.state = e.inline[:copy(e.inline[:], next)]
 	case cap(e.state) > 4*len(next):
 		// The state has shrunk a lot (a sliding log emptying): let the
 		// large buffer go.
