@@ -455,3 +455,28 @@ func TestFnPanic(t *testing.T) {
 		t.Errorf("Update after a panic: %v", err)
 	}
 }
+
+// TestCacheSizes checks that decisions stay exact with the cache off and
+// with a cache far smaller than the keys in use (evicting all the time):
+// the cache only saves requests.
+func TestCacheSizes(t *testing.T) {
+	for _, size := range []int{0, 64} {
+		t.Run(strconv.Itoa(size), func(t *testing.T) {
+			_, c, lim, fc, _, _ := setup(t, algorithms.FixedWindow(3, time.Minute), dynamo.WithCacheSize(size))
+			ctx := context.Background()
+			for round := 0; round < 4; round++ {
+				for k := 0; k < 100; k++ {
+					d, err := lim.Allow(ctx, "key-"+strconv.Itoa(k))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if want := round < 3; d.Allowed != want || (want && d.Remaining != 2-round) {
+						t.Fatalf("cache size %d: round %d key %d: lim.Allow = %+v, want allowed=%v remaining %d", size, round, k, d, want, 2-round)
+					}
+				}
+				fc.Advance(time.Millisecond)
+			}
+			t.Logf("cache size %d: 400 decisions, %d reads, %d writes", size, c.gets.Load(), c.puts.Load())
+		})
+	}
+}
