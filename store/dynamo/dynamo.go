@@ -268,7 +268,7 @@ func (s *Store) Table() string { return s.table }
 // Because a Namespace holds exactly one ':' and no other key part follows
 // ID, distinct Keys give distinct partition keys, and IDs may hold any
 // bytes. It returns an error wrapping ratelimit.ErrInvalidKey when the
-// result would be empty or longer than MaxKeyBytes.
+// result would be longer than MaxKeyBytes.
 func (s *Store) EncodeKey(key ratelimit.Key) ([]byte, error) {
 	n := len(s.prefix) + len(key.Namespace) + 1 + len(key.ID)
 	if n > MaxKeyBytes {
