@@ -59,7 +59,12 @@ type Store interface {
 	// A store may call fn more than once, for instance after losing a
 	// compare-and-swap race, passing fresh state each time; only the
 	// result of the last call may be stored. When fn returns an error,
-	// Update stores nothing and returns that error unchanged.
+	// Update stores nothing and returns that error unchanged. A store may
+	// call fn on a goroutine other than the caller's (one that batches a
+	// key's queued requests, say), and after an Update that returns an
+	// error (the caller's context ended while its request was queued or in
+	// flight), fn may still run; callers must not rely on what fn saw
+	// unless Update returned nil.
 	//
 	// Update returns ctx.Err() (possibly wrapped) when the context ends
 	// first, and backend failures wrapped so that errors.As reaches the
