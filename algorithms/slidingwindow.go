@@ -56,8 +56,10 @@ func (a *slidingWindow) wait(prev, room, from int64) int64 {
 	}
 	// weighted(prev, e) ≤ room ⇔ e > period − (room+1)·period/prev. Start
 	// from that estimate and step to the exact boundary of the formula.
+	// When prev ≤ room the answer is from; testing that first keeps the
+	// quotient at most period, well inside an int64.
 	e := from
-	if prev > 0 {
+	if prev > room {
 		est := a.period - int64(math.Floor(float64(room+1)*float64(a.period)/float64(prev)))
 		e = max(from, est)
 	}
