@@ -1,0 +1,59 @@
+package clock_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/clock"
+)
+
+func TestFake(t *testing.T) {
+	start := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := clock.NewFake(start)
+	if got := c.Now(); !got.Equal(start) {
+		t.Fatalf("Now() = %v, want %v", got, start)
+	}
+	select {
+	case <-c.After(0):
+	default:
+		t.Fatal("After(0) did not fire at once")
+	}
+	ch := c.After(time.Second)
+	if c.Waiters() != 1 {
+		t.Fatalf("Waiters() = %d after one After, want 1", c.Waiters())
+	}
+	c.Advance(999 * time.Millisecond)
+	select {
+	case <-ch:
+		t.Fatal("After(1s) fired after 999ms")
+	default:
+	}
+	c.Advance(time.Millisecond)
+	select {
+	case got := <-ch:
+		if want := start.Add(time.Second); !got.Equal(want) {
+			t.Errorf("After(1s) delivered %v, want %v", got, want)
+		}
+	default:
+		t.Fatal("After(1s) did not fire after 1s")
+	}
+	if c.Waiters() != 0 {
+		t.Errorf("Waiters() = %d after firing, want 0", c.Waiters())
+	}
+	c.Set(start.Add(-time.Hour))
+	if got := c.Now(); !got.Equal(start.Add(-time.Hour)) {
+		t.Errorf("Now() after Set = %v", got)
+	}
+}
+
+func TestSystem(t *testing.T) {
+	before := time.Now()
+	if now := clock.System.Now(); now.Before(before) {
+		t.Errorf("System.Now() = %v, before %v", now, before)
+	}
+	select {
+	case <-clock.System.After(time.Millisecond):
+	case <-time.After(5 * time.Second):
+		t.Fatal("System.After(1ms) did not fire")
+	}
+}
