@@ -5,9 +5,9 @@
 // with no allocation per decision on a key it already holds. Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts the state closest to expiring when reached.
-// Each key costs about 150 bytes for every algorithm but the sliding log,
-// which adds 16 bytes per request in its window once past one or two;
-// docs/benchmarks.md has the measurements.
+// Each key costs about 150 bytes; a sliding log holding more than one
+// entry adds a buffer of 16 bytes per entry. docs/benchmarks.md has the
+// measurements.
 package memory
 
 import (
