@@ -269,9 +269,6 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool) (Dec
 	if now < 0 || now > algorithms.MaxExact/2 {
 		return Decision{}, fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
 	}
-	if err := ctx.Err(); err != nil {
-		return l.failed(err)
-	}
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 	if l.decider != nil && !l.noServerForm.Load() {
