@@ -38,15 +38,28 @@ func cluster(t testing.TB) goredis.UniversalClient {
 	return c
 }
 
+// ring returns a client of a one-shard Ring on the standalone server, closed
+// after t: a Ring is a UniversalClient that shards keys on the client side.
+func ring(t testing.TB) goredis.UniversalClient {
+	t.Helper()
+	c := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"one": testserver.RedisAddr(t)}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // forEachNode calls fn with a client of every master of c.
 func forEachNode(ctx context.Context, c goredis.UniversalClient, fn func(ctx context.Context, n *goredis.Client) error) error {
-	if cc, ok := c.(*goredis.ClusterClient); ok {
-		var mu sync.Mutex
-		return cc.ForEachMaster(ctx, func(ctx context.Context, n *goredis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			return fn(ctx, n)
-		})
+	var mu sync.Mutex
+	serial := func(ctx context.Context, n *goredis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return fn(ctx, n)
+	}
+	switch cc := c.(type) {
+	case *goredis.ClusterClient:
+		return cc.ForEachMaster(ctx, serial)
+	case *goredis.Ring:
+		return cc.ForEachShard(ctx, serial)
 	}
 	return fn(ctx, c.(*goredis.Client))
 }
@@ -96,4 +109,8 @@ func TestConformanceStandalone(t *testing.T) {
 
 func TestConformanceCluster(t *testing.T) {
 	conformance.Run(t, harnessOn(cluster(t)))
+}
+
+func TestConformanceRing(t *testing.T) {
+	conformance.Run(t, harnessOn(ring(t)))
 }
