@@ -75,7 +75,9 @@ type FailurePolicy int
 const (
 	// FailClosed denies requests while the store fails. It is the default.
 	FailClosed FailurePolicy = iota
-	// FailOpen admits requests while the store fails.
+	// FailOpen admits requests while the store fails. State the algorithm
+	// cannot read (ErrCorruptState) is not a passing failure, so it is
+	// still denied; Reset clears it.
 	FailOpen
 )
 
