@@ -423,16 +423,22 @@ func retryable(err error) bool {
 // retrying, or runs out of attempts or time. Pauses grow exponentially with
 // full jitter. With a deadline on ctx, it retries while the next attempt
 // can start before the deadline; without one, at most maxRetries times.
-// When the context ends during a pause, the error wraps both the context's
-// error and the last failure.
+// When the context ends during a pause or during an attempt after a
+// failure, the error wraps both what the context's end caused and the last
+// failure, so the backend's error stays reachable with errors.As.
 func (s *Store) retry(ctx context.Context, call func(context.Context) error) error {
 	pause := s.backoff
 	deadline, hasDeadline := ctx.Deadline()
+	var last error
 	for attempt := 0; ; attempt++ {
 		err := call(ctx)
+		if err != nil && last != nil && ctx.Err() != nil && !retryable(err) {
+			return fmt.Errorf("%w after %d attempts; last error: %w", err, attempt+1, last)
+		}
 		if err == nil || !retryable(err) {
 			return err
 		}
+		last = err
 		if ctx.Err() != nil {
 			return err
 		}
