@@ -37,9 +37,9 @@ DECLARE
             ratelimit_corrupt(format('token bucket %s', state))
         WHEN now_us - state[2] >= args[4] THEN 0
         WHEN now_us - state[2] <= 0 THEN least(CASE WHEN state[3] = args[1] THEN state[1]
-            ELSE floor(state[1]::float8 / state[3]::float8 * args[1]::float8)::bigint END, args[3])
+            ELSE least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), args[3]::float8)::bigint END, args[3])
         ELSE greatest(least(CASE WHEN state[3] = args[1] THEN state[1]
-            ELSE floor(state[1]::float8 / state[3]::float8 * args[1]::float8)::bigint END, args[3])
+            ELSE least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), args[3]::float8)::bigint END, args[3])
             - (now_us - state[2]) * args[2], 0)
         END;
     need bigint := cost * args[1];
