@@ -17,7 +17,8 @@ import (
 //	ARGV[4]  server clock: "1" to read the server's TIME instead of ARGV[1]
 //	ARGV[5]  slack: milliseconds added to every PX and PEXPIRE, so that a
 //	         key outlives its state when ARGV[1] comes from a clock that may
-//	         run behind the server's ("0" with the server clock)
+//	         run behind the server's; "1" with the server clock, since the
+//	         server counts expiries from its clock in whole milliseconds
 //	ARGV[6]  the algorithm's ServerArgs, in order, packed into one string
 //	         of little-endian doubles (Lua's struct.pack "<dd..."; every
 //	         value is an integer below MaxExact), so that the server parses
