@@ -18,11 +18,17 @@
 // that stay right when expiry never fires, key isolation and odd keys,
 // costs above one, Peek, Reset, context cancellation, and, for stores that
 // implement ratelimit.Decider, equality of the server-side forms with the Go
-// forms on seeded random sequences.
+// forms on seeded random sequences: clocks that step backwards, several
+// parameter sets switched mid-sequence under one name, values near the
+// parameter checks' bounds, costs above one and peeks, with every decision,
+// and where the harness can read it every stored state and TTL, compared to
+// the Go form's; and, where the store can read its server's clock, the same
+// in real time on that clock.
 package conformance
 
 import (
 	"context"
+	"testing"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -49,6 +55,32 @@ type Harness struct {
 	// than real time: add some slack to the backend's expiry when the
 	// store uses the limiter's clock, or the Differential group fails.
 	RealTimeExpiry bool
+
+	// State reads the state the store holds for key, translated into the
+	// Go form's encoding (for the built-in algorithms: the little-endian
+	// int64 fields their docs list, and for the sliding log its (time,
+	// cost) entries in the Go form's order), with the time its TTL passes,
+	// in microseconds since the Unix epoch on the clock that decided. It
+	// returns a nil state when the key holds none. The Differential groups
+	// then hold every write to the Go form's next state and TTL, not only
+	// the decisions. A store whose state does not map to the Go form's
+	// leaves it nil, and only decisions are compared.
+	State func(ctx context.Context, key ratelimit.Key) (state []byte, expires int64, err error)
+
+	// ServerClock, for a store that can read its server's clock, returns
+	// a store on the same backend and keys as Store that does (Store
+	// itself must use the limiter's time). The DifferentialServerClock
+	// group then runs sequences in real time and holds each decision, and
+	// with State each write, to the Go form at some time within the call,
+	// by this machine's clock: the server's clock must agree with it, as
+	// it does for a server on the same machine. Nil skips that group.
+	ServerClock func(t *testing.T) ratelimit.Store
+
+	// DecidesAllBuiltins reports that the store's Decider has a server
+	// form for every built-in algorithm. The suite then fails, instead of
+	// skipping, when Decide answers ErrUnsupported for one: a limiter
+	// would silently fall back to Update.
+	DecidesAllBuiltins bool
 }
 
 // Expiry is one backend key (or row, or item) and its expiry.

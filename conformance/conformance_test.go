@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/conformance"
 )
 
@@ -22,7 +24,8 @@ import (
 // brokenStore is a small map-backed store with switchable defects. With no
 // defect it is correct, and the suite must pass it.
 type brokenStore struct {
-	defect string
+	defect  string
+	decider bool // implements ratelimit.Decider (see deciderStore)
 
 	mu     sync.Mutex
 	items  map[string]item
@@ -96,7 +99,7 @@ func (s *brokenStore) Delete(ctx context.Context, key ratelimit.Key) error {
 }
 
 func (s *brokenStore) harness(t *testing.T) conformance.Harness {
-	return conformance.Harness{
+	h := conformance.Harness{
 		Store: s,
 		Expiries: func(ctx context.Context) ([]conformance.Expiry, error) {
 			s.mu.Lock()
@@ -107,7 +110,106 @@ func (s *brokenStore) harness(t *testing.T) conformance.Harness {
 			}
 			return list, nil
 		},
+		State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			it, ok := s.items[s.mapKey(key)]
+			if !ok {
+				return nil, 0, nil
+			}
+			return append([]byte(nil), it.state...), it.expires, nil
+		},
+		ServerClock: func(t *testing.T) ratelimit.Store { return serverClockStore{s} },
 	}
+	if s.decider {
+		h.Store = deciderStore{s, false}
+		h.ServerClock = func(t *testing.T) ratelimit.Store { return deciderStore{s, true} }
+		h.DecidesAllBuiltins = true
+	}
+	return h
+}
+
+// serverClockStore is s reading its "server's" clock: this machine's.
+type serverClockStore struct{ *brokenStore }
+
+func (s serverClockStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	return s.brokenStore.Update(ctx, key, time.Now().UnixMicro(), fn)
+}
+
+// deciderStore is s with a Decider that runs the Go form under s's lock,
+// as a server-side form would run next to the data, with switchable defects
+// of the kind a hand-written server form can have.
+type deciderStore struct {
+	*brokenStore
+	serverClock bool
+}
+
+func (s deciderStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	if s.serverClock {
+		now = time.Now().UnixMicro()
+	}
+	return s.brokenStore.Update(ctx, key, now, fn)
+}
+
+func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	if s.serverClock && s.defect != "decider-server-clock-ignored" {
+		req.Now = time.Now().UnixMicro()
+	}
+	var d algorithms.Decision
+	err := s.brokenStore.Update(ctx, key, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
+		r := req
+		r.Now = now
+		if s.defect == "decider-cost-ignored" {
+			r.Cost = 1
+		}
+		pre := append([]byte(nil), cur...)
+		step, err := alg.Decide(cur, r)
+		if err != nil {
+			return nil, 0, err
+		}
+		d = step.Decision
+		switch s.defect {
+		case "decider-last-now":
+			// A form that stores last = now where the Go form keeps
+			// max(last, now): the bucket then refills twice for the time
+			// between a write and a request from a clock behind it.
+			if n := alg.Name(); step.Next != nil && (n == "token_bucket" || n == "leaky_bucket") {
+				binary.LittleEndian.PutUint64(step.Next[8:], uint64(now))
+			}
+		case "decider-retry-floor":
+			if alg.Name() == "token_bucket" && !d.Allowed {
+				d.RetryAfter = floorRetry(alg, pre, r, d.RetryAfter)
+			}
+		}
+		return step.Next, step.TTL, nil
+	})
+	return d, err
+}
+
+// floorRetry is the token bucket's retry-after with the division by the
+// drip rounded down instead of up, as a form that wrote floor for the
+// ceiling idiom would give: over/drip where the Go form has ceil(over/drip)
+// for the missing units over = deficit + need − capacity. It recomputes
+// the deficit only for state in the algorithm's own unit (the common case)
+// and returns ceil unchanged otherwise.
+func floorRetry(alg algorithms.Algorithm, state []byte, req algorithms.Request, ceil int64) int64 {
+	a := alg.(algorithms.ServerForm).ServerArgs() // unit, drip, capacity, fill, burst
+	unit, drip, capacity, fill := a[0], a[1], a[2], a[3]
+	deficit := int64(0)
+	if len(state) == 24 {
+		f := func(i int) int64 { return int64(binary.LittleEndian.Uint64(state[8*i:])) }
+		if f(2) != unit {
+			return ceil
+		}
+		deficit = min(f(0), capacity)
+		switch elapsed := req.Now - f(1); {
+		case elapsed >= fill:
+			deficit = 0
+		case elapsed > 0:
+			deficit = max(deficit-elapsed*drip, 0)
+		}
+	}
+	return (deficit + req.Cost*unit - capacity) / drip
 }
 
 // brokenCases names each defect and a subtest that must fail because of it.
@@ -123,6 +225,11 @@ var brokenCases = []struct {
 	{"keys-collide", "Keys/update", "limiters with different names do not share state"},
 	{"delete-ignored", "Reset", "Delete removes the key's state"},
 	{"context-ignored", "Context", "a store gives up when the context ends"},
+	{"decider-last-now", "Differential/server/", "a server form keeps max(last, now), as the Go form does, when the clock steps back"},
+	{"decider-last-now+nostate", "Differential/server/", "decisions alone expose the last = now drift once the clock steps back"},
+	{"decider-retry-floor", "Differential/server/", "a server form rounds a retry-after up, as the Go form does"},
+	{"decider-cost-ignored", "Differential/server/", "a server form charges the request's cost"},
+	{"decider-server-clock-ignored", "DifferentialServerClock/server/", "a store on its server's clock decides by it"},
 }
 
 // TestBrokenStoreHelper runs the suite on the store named by
@@ -132,9 +239,17 @@ func TestBrokenStoreHelper(t *testing.T) {
 	if !ok {
 		t.Skip("runs only as the child process of TestSuiteCatchesBrokenStores")
 	}
+	defect, noState := strings.CutSuffix(defect, "+nostate")
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		s := &brokenStore{defect: defect, items: map[string]item{}}
-		return s.harness(t)
+		if strings.HasPrefix(defect, "decider") {
+			s.decider, s.defect = true, strings.TrimPrefix(defect, "decider-correct")
+		}
+		h := s.harness(t)
+		if noState {
+			h.State = nil // compare decisions only
+		}
+		return h
 	})
 }
 
@@ -150,10 +265,23 @@ func runChild(t *testing.T, defect string) (string, bool) {
 }
 
 func TestSuitePassesCorrectStore(t *testing.T) {
-	t.Parallel()
-	out, passed := runChild(t, "")
-	if !passed {
-		t.Fatalf("the suite fails a correct store:\n%s", failures(out))
+	for _, mode := range []string{"", "decider-correct"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			t.Parallel()
+			out, passed := runChild(t, mode)
+			if !passed {
+				t.Fatalf("the suite fails a correct store (%q):\n%s", mode, failures(out))
+			}
+			groups := []string{"Differential/update/", "DifferentialServerClock/update/"}
+			if mode != "" {
+				groups = append(groups, "Differential/server/", "DifferentialServerClock/server/")
+			}
+			for _, group := range groups {
+				if !strings.Contains(out, "--- PASS: TestBrokenStoreHelper/"+group) {
+					t.Errorf("the suite ran no passing subtest %s on a correct store (%q): the group checks nothing", group, mode)
+				}
+			}
+		})
 	}
 }
 

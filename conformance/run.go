@@ -1,11 +1,9 @@
 package conformance
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +34,7 @@ var cases = []testCase{
 	{"Concurrency", testConcurrency},
 	{"Boundaries", testBoundaries},
 	{"Differential", testDifferential},
+	{"DifferentialServerClock", testDifferentialServerClock},
 	{"Expiry", testExpiry},
 	{"StaleState", testStaleState},
 	{"Keys", testKeys},
@@ -74,18 +73,40 @@ func builtins() []algorithm {
 // paths are the two ways a limiter reaches a store.
 type path struct {
 	name string
-	wrap func(t *testing.T, s ratelimit.Store) ratelimit.Store
+	// wrap returns the store s as the path reaches it, for running alg.
+	wrap func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store
 }
 
 var paths = []path{
-	{"server", func(t *testing.T, s ratelimit.Store) ratelimit.Store {
+	{"server", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
 		t.Helper()
-		if _, ok := s.(ratelimit.Decider); !ok {
-			t.Skip("store does not implement ratelimit.Decider")
-		}
+		requireServerForm(t, h, s, alg)
 		return s
 	}},
-	{"update", func(t *testing.T, s ratelimit.Store) ratelimit.Store { return updateOnly{s} }},
+	{"update", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
+		return updateOnly{s}
+	}},
+}
+
+// requireServerForm skips the test when s is not a Decider or has no
+// server form for alg, or fails it when the harness says s has one for
+// every built-in: otherwise the server path would silently test Update.
+func requireServerForm(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) {
+	t.Helper()
+	dec, ok := s.(ratelimit.Decider)
+	if !ok {
+		t.Skip("store does not implement ratelimit.Decider")
+	}
+	key := ratelimit.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
+	_, err := dec.Decide(context.Background(), key, alg, algorithms.Request{Now: epoch.UnixMicro(), Cost: 1, Peek: true})
+	switch {
+	case errors.Is(err, ratelimit.ErrUnsupported) && h.DecidesAllBuiltins:
+		t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins: the built-in algorithm %s has no server form, and a limiter would silently fall back to Update", alg, err, alg.Name())
+	case errors.Is(err, ratelimit.ErrUnsupported):
+		t.Skipf("store has no server form for %s: %v", alg.Name(), err)
+	case err != nil:
+		t.Fatalf("store.Decide(%v) peek on a fresh key: %v", alg, err)
+	}
 }
 
 // updateOnly hides a store's Decider, so the limiter uses Update.
@@ -99,7 +120,7 @@ func forEach(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testi
 			for _, a := range builtins() {
 				t.Run(a.alg.Name(), func(t *testing.T) {
 					h := newHarness(t)
-					fn(t, h, p.wrap(t, h.Store), a)
+					fn(t, h, p.wrap(t, h, h.Store, a.alg), a)
 				})
 			}
 		})
@@ -335,7 +356,7 @@ func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
 			for _, bc := range boundaryCases() {
 				t.Run(bc.name, func(t *testing.T) {
 					h := newHarness(t)
-					f := newFixture(t, p.wrap(t, h.Store), bc.alg)
+					f := newFixture(t, p.wrap(t, h, h.Store, bc.alg), bc.alg)
 					for i, st := range bc.steps {
 						f.clock.Advance(st.advance)
 						d := f.allow("boundary", st.cost)
@@ -357,105 +378,6 @@ func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
 				})
 			}
 		})
-	}
-}
-
-// testDifferential runs seeded random sequences through the store and
-// through the Go form on local state, and requires equal decisions. On the
-// server path this holds a store's server-side forms to the Go forms; on
-// the update path it checks that Update keeps state faithfully. Each
-// sequence ends with the limit's numbers changed under the same limiter
-// name, which must apply to the existing state.
-func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
-	const ms = time.Millisecond
-	pairs := []struct{ alg, changed algorithms.Algorithm }{
-		{algorithms.FixedWindow(7, 300*ms), algorithms.FixedWindow(4, 200*ms)},
-		{algorithms.SlidingLog(7, 300*ms), algorithms.SlidingLog(5, 400*ms)},
-		{algorithms.SlidingWindow(7, 300*ms), algorithms.SlidingWindow(9, 200*ms)},
-		{algorithms.TokenBucket(3, 100*ms, 7), algorithms.TokenBucket(7, time.Second, 5)},
-		{algorithms.LeakyBucket(3, 100*ms, 7), algorithms.LeakyBucket(2, 30*ms, 3)},
-		{algorithms.GCRA(3, 100*ms, 7), algorithms.GCRA(7, time.Second, 5)},
-		{algorithms.TokenBucket(7, time.Second, 5), algorithms.TokenBucket(3, 100*ms, 7)},
-		{algorithms.GCRA(7, time.Second, 5), algorithms.GCRA(11, 3*time.Second, 2)},
-	}
-	for _, p := range paths {
-		t.Run(p.name, func(t *testing.T) {
-			for i, pair := range pairs {
-				t.Run(fmt.Sprintf("%s-%d", pair.alg.Name(), i), func(t *testing.T) {
-					h := newHarness(t)
-					s := p.wrap(t, h.Store)
-					f := newFixture(t, s, pair.alg, ratelimit.WithName("differential"))
-					changed := f.sibling(s, pair.changed, ratelimit.WithName("differential"))
-					for seed := uint64(1); seed <= 3; seed++ {
-						var m model
-						key := fmt.Sprintf("differential-%d", seed)
-						differential(t, f, pair.alg, key, &m, seed, 120)
-						differential(t, changed, pair.changed, key, &m, seed+100, 40)
-					}
-				})
-			}
-		})
-	}
-}
-
-// model is what the store should hold for a key: the Go form's state until
-// its TTL passes (by the limiter's clock), then nothing.
-type model struct {
-	state   []byte
-	expires int64
-}
-
-func differential(t *testing.T, f *fixture, alg algorithms.Algorithm, key string, m *model, seed uint64, n int) {
-	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	steps := []time.Duration{0, 0, time.Microsecond, 7 * time.Microsecond, time.Millisecond, 13 * time.Millisecond, 50 * time.Millisecond, 99999 * time.Microsecond, 150 * time.Millisecond, 299999 * time.Microsecond, 300 * time.Millisecond, time.Second}
-	for i := 0; i < n; i++ {
-		f.clock.Advance(steps[rng.IntN(len(steps))])
-		cost := 1 + rng.IntN(int(alg.MaxCost()))
-		if rng.IntN(3) > 0 {
-			cost = 1
-		}
-		peek := rng.IntN(8) == 0
-		if peek {
-			cost = 1
-		}
-		now := f.clock.Now().UnixMicro()
-		if now >= m.expires {
-			m.state = nil
-		}
-		step, err := alg.Decide(bytes.Clone(m.state), algorithms.Request{Now: now, Cost: int64(cost), Peek: peek})
-		if err != nil {
-			t.Fatalf("Go form %v Decide: %v", alg, err)
-		}
-		if step.Next != nil {
-			m.state, m.expires = bytes.Clone(step.Next), now+step.TTL
-		}
-		want := algorithmsDecision(step.Decision)
-		var got ratelimit.Decision
-		call := fmt.Sprintf("lim.AllowN(%q, %d)", key, cost)
-		if peek {
-			call = fmt.Sprintf("lim.Peek(%q)", key)
-			got, err = f.lim.Peek(context.Background(), key)
-		} else {
-			got, err = f.lim.AllowN(context.Background(), key, cost)
-		}
-		if err != nil {
-			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
-		}
-		if got != want {
-			t.Fatalf("seed %d step %d: %v: %s at %s = %+v, want the Go form's %+v", seed, i, alg, call, f.at(), got, want)
-		}
-	}
-}
-
-func algorithmsDecision(d algorithms.Decision) ratelimit.Decision {
-	return ratelimit.Decision{
-		Allowed:    d.Allowed,
-		Limit:      int(d.Limit),
-		Remaining:  int(d.Remaining),
-		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
-		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
-		Delay:      time.Duration(d.Delay) * time.Microsecond,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
@@ -99,7 +100,20 @@ func harnessOn(c goredis.UniversalClient) func(t *testing.T) conformance.Harness
 		if err != nil {
 			t.Fatalf("redis.New: %v", err)
 		}
-		return conformance.Harness{Store: s, Expiries: expiries(c, prefix), RealTimeExpiry: true}
+		return conformance.Harness{
+			Store:          s,
+			Expiries:       expiries(c, prefix),
+			RealTimeExpiry: true,
+			State:          redis.State(s),
+			ServerClock: func(t *testing.T) ratelimit.Store {
+				s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(true))
+				if err != nil {
+					t.Fatalf("redis.New: %v", err)
+				}
+				return s
+			},
+			DecidesAllBuiltins: true,
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
+	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
@@ -79,7 +80,20 @@ func harnessOn(c vk.Client) func(t *testing.T) conformance.Harness {
 		if err != nil {
 			t.Fatalf("valkey.New: %v", err)
 		}
-		return conformance.Harness{Store: s, Expiries: expiries(c, prefix), RealTimeExpiry: true}
+		return conformance.Harness{
+			Store:          s,
+			Expiries:       expiries(c, prefix),
+			RealTimeExpiry: true,
+			State:          valkey.State(s),
+			ServerClock: func(t *testing.T) ratelimit.Store {
+				s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(true))
+				if err != nil {
+					t.Fatalf("valkey.New: %v", err)
+				}
+				return s
+			},
+			DecidesAllBuiltins: true,
+		}
 	}
 }
 

@@ -1,0 +1,396 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+)
+
+// The Differential groups hold a store to the Go forms: seeded random
+// sequences of requests go through the store and through the Go form on
+// local state (the model), and every decision must be equal, field by
+// field. Where the harness can read the store's state (Harness.State),
+// every write must also equal the Go form's next state, with the same
+// TTL. On the server path this proves a store's server-side forms equal
+// to the Go forms; on the update path, that Update keeps state faithfully.
+
+// family is a set of parameters for one algorithm, switched at random in
+// the middle of a sequence under one limiter name, so that each form must
+// read state written under other numbers (the rate algorithms' rescale,
+// GCRA's fraction rescale, windows of another length).
+type family struct {
+	name string
+	algs []algorithms.Algorithm
+	// span is the time scale of the family's periods: steps are drawn
+	// from small ones and from fractions of it.
+	span time.Duration
+}
+
+// families returns, for each built-in algorithm, one family of everyday
+// numbers (uneven rates such as 1000 per 3 s, where a unit's interval is
+// not a whole number of microseconds) and one of numbers at the bounds the
+// parameter checks allow, where the server forms' doubles and bigints are
+// closest to their limits.
+func families() []family {
+	const ms, s, us = time.Millisecond, time.Second, time.Microsecond
+	const bigN = algorithms.MaxExact / 1024 // the largest count checkCount allows
+	const maxP = algorithms.MaxPeriod
+	return []family{
+		{"fixed_window", []algorithms.Algorithm{
+			algorithms.FixedWindow(7, 300*ms), algorithms.FixedWindow(3, 100*ms), algorithms.FixedWindow(1000, 3*s),
+		}, s},
+		{"fixed_window-bounds", []algorithms.Algorithm{
+			algorithms.FixedWindow(bigN, maxP), algorithms.FixedWindow(bigN-1, maxP-us), algorithms.FixedWindow(1, us),
+		}, maxP},
+		{"sliding_log", []algorithms.Algorithm{
+			algorithms.SlidingLog(7, 300*ms), algorithms.SlidingLog(20, s), algorithms.SlidingLog(3, 100*ms),
+		}, s},
+		{"sliding_log-bounds", []algorithms.Algorithm{
+			algorithms.SlidingLog(bigN, maxP), algorithms.SlidingLog(bigN, 7*us), algorithms.SlidingLog(2, maxP),
+		}, maxP},
+		{"sliding_window", []algorithms.Algorithm{
+			algorithms.SlidingWindow(7, 300*ms), algorithms.SlidingWindow(13, 700*ms), algorithms.SlidingWindow(1000, 999*ms),
+		}, s},
+		{"sliding_window-bounds", []algorithms.Algorithm{
+			algorithms.SlidingWindow(bigN, maxP), algorithms.SlidingWindow(bigN, 7*us), algorithms.SlidingWindow(3, maxP),
+		}, maxP},
+		{"token_bucket", []algorithms.Algorithm{
+			algorithms.TokenBucket(3, 100*ms, 7), algorithms.TokenBucket(7, s, 5), algorithms.TokenBucket(1000, 3*s, 11),
+		}, s},
+		{"token_bucket-bounds", []algorithms.Algorithm{
+			algorithms.TokenBucket(1, maxP, 7), algorithms.TokenBucket(999983, maxP, 7), algorithms.TokenBucket(bigN, us, bigN),
+		}, maxP},
+		{"leaky_bucket", []algorithms.Algorithm{
+			algorithms.LeakyBucket(3, 100*ms, 7), algorithms.LeakyBucket(7, s, 5), algorithms.LeakyBucket(999, 7*s, 13),
+		}, s},
+		{"leaky_bucket-bounds", []algorithms.Algorithm{
+			algorithms.LeakyBucket(1, maxP, 7), algorithms.LeakyBucket(999983, maxP, 7), algorithms.LeakyBucket(bigN, us, bigN),
+		}, maxP},
+		{"gcra", []algorithms.Algorithm{
+			algorithms.GCRA(3, 100*ms, 7), algorithms.GCRA(7, s, 5), algorithms.GCRA(1000, 3*s, 11),
+		}, s},
+		{"gcra-bounds", []algorithms.Algorithm{
+			algorithms.GCRA(1, maxP, 7), algorithms.GCRA(999983, maxP, 7), algorithms.GCRA(bigN, us, bigN),
+		}, maxP},
+	}
+}
+
+// The fake clock stays within [minNow, maxNow] µs: well after the epoch,
+// and below the limiter's bound of MaxExact/2.
+const (
+	minNow = int64(1_000_000_000_000_000) // 2001
+	maxNow = algorithms.MaxExact/2 - 1
+)
+
+// smallSteps are clock steps below any period's scale.
+var smallSteps = []time.Duration{0, 0, 0, time.Microsecond, 7 * time.Microsecond, time.Millisecond, 13 * time.Millisecond, 33333 * time.Microsecond, 99999 * time.Microsecond}
+
+// step draws the next clock step: often small, often a fraction of the
+// span (give or take a microsecond, to land on both sides of window and
+// refill edges), and one time in five backwards, as when a request comes
+// from a machine whose clock runs behind the last writer's.
+func (fam family) step(rng *rand.Rand) time.Duration {
+	var d time.Duration
+	if rng.IntN(2) == 0 {
+		d = smallSteps[rng.IntN(len(smallSteps))]
+	} else {
+		d = fam.span*time.Duration(1+rng.IntN(8))/7 + time.Duration(rng.IntN(3)-1)*time.Microsecond
+	}
+	if rng.IntN(5) == 0 {
+		d = -d
+	}
+	return d
+}
+
+// cost draws a request's cost: mostly 1, else anything up to the maximum,
+// the maximum itself, or just below it.
+func drawCost(rng *rand.Rand, maxCost int64) int64 {
+	switch rng.IntN(6) {
+	case 0:
+		return 1 + rng.Int64N(maxCost)
+	case 1:
+		return maxCost
+	case 2:
+		return max(maxCost-rng.Int64N(3), 1)
+	}
+	return 1
+}
+
+// model is what the store should hold for a key: the Go form's last
+// written state and when its TTL passes. The state counts as missing at
+// any time not before expires, and as live again should the clock step
+// back before it.
+type model struct {
+	state   []byte
+	expires int64
+	// written is when, by this machine's clock, the state was written,
+	// and at0 the limiter's time of that write.
+	written time.Time
+	at0     int64
+}
+
+// at returns the state the Go form sees at now.
+func (m *model) at(now int64) []byte {
+	if m.state == nil || now >= m.expires {
+		return nil
+	}
+	return bytes.Clone(m.state)
+}
+
+// testDifferential runs seeded random sequences on the limiter's (fake)
+// clock, for every family, on both paths.
+func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, fam := range families() {
+				t.Run(fam.name, func(t *testing.T) {
+					h := newHarness(t)
+					s := p.wrap(t, h, h.Store, fam.algs[0])
+					for seed := uint64(1); seed <= 2; seed++ {
+						runSequence(t, h, s, fam, seed, 200)
+					}
+				})
+			}
+		})
+	}
+}
+
+// runSequence runs n random requests for one key through limiters of
+// every algorithm in fam, sharing one name and one fake clock.
+func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed uint64, n int) {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	f := newFixture(t, s, fam.algs[0], ratelimit.WithName("differential"))
+	lims := []*fixture{f}
+	for _, alg := range fam.algs[1:] {
+		lims = append(lims, f.sibling(s, alg, ratelimit.WithName("differential")))
+	}
+	id := fmt.Sprintf("differential-%d", seed)
+	key := ratelimit.Key{Namespace: f.lim.Namespace(), ID: id}
+	var m model
+	for i := 0; i < n; i++ {
+		j := 0
+		if rng.IntN(4) == 0 {
+			j = rng.IntN(len(fam.algs))
+		}
+		alg, lim := fam.algs[j], lims[j].lim
+		now := f.clock.Now().UnixMicro()
+		next := now + fam.step(rng).Microseconds()
+		if next < minNow || next > maxNow {
+			next = now - (next - now)
+		}
+		if h.RealTimeExpiry && m.state != nil && next < m.expires &&
+			time.Since(m.written) >= time.Duration(m.expires-m.at0)*time.Microsecond {
+			// The backend expires keys by real time, and the state's TTL
+			// has passed in real time: it may be gone. Do not step to
+			// where the model's state would be live.
+			next = m.expires
+		}
+		f.clock.Set(time.UnixMicro(next))
+		now = next
+		cost := drawCost(rng, alg.MaxCost())
+		peek := rng.IntN(8) == 0
+		if peek {
+			cost = 1 // what Limiter.Peek asks
+		}
+		req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
+		want, err := alg.Decide(m.at(now), req)
+		if err != nil {
+			t.Fatalf("seed %d step %d: Go form %v Decide(%v, %+v): %v", seed, i, alg, fields(m.at(now)), req, err)
+		}
+		var got ratelimit.Decision
+		call := fmt.Sprintf("lim.AllowN(%q, %d)", id, cost)
+		written := time.Now()
+		if peek {
+			call = fmt.Sprintf("lim.Peek(%q)", id)
+			got, err = lim.Peek(ctx, id)
+		} else {
+			got, err = lim.AllowN(ctx, id, int(cost))
+		}
+		if err != nil {
+			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
+		}
+		if w := algorithmsDecision(want.Decision); got != w {
+			t.Fatalf("seed %d step %d: %v: %s at %s (µs %d) on state %v = %+v, want the Go form's %+v",
+				seed, i, alg, call, f.at(), now, fields(m.at(now)), got, w)
+		}
+		if want.Next != nil {
+			m.state, m.expires, m.written, m.at0 = bytes.Clone(want.Next), now+want.TTL, written, now
+		}
+		if h.State != nil && m.state != nil && now < m.expires {
+			st, exp, err := h.State(ctx, key)
+			if err != nil {
+				t.Fatalf("seed %d step %d: Harness.State(%q): %v", seed, i, key, err)
+			}
+			if !bytes.Equal(st, m.state) || exp != m.expires {
+				t.Fatalf("seed %d step %d: %v: after %s at µs %d the store holds %v expiring at %d, want the Go form's %v expiring at %d (TTL %d)",
+					seed, i, alg, call, now, fields(st), exp, fields(m.state), m.expires, m.expires-now)
+			}
+		}
+	}
+	if err := f.lim.Reset(ctx, id); err != nil {
+		t.Fatalf("lim.Reset(%q): %v", id, err)
+	}
+}
+
+// serverClockFamilies are small, fast policies for sequences in real time.
+func serverClockFamilies() []family {
+	const ms = time.Millisecond
+	return []family{
+		{"fixed_window", []algorithms.Algorithm{algorithms.FixedWindow(4, 20*ms), algorithms.FixedWindow(9, 7*ms)}, 20 * ms},
+		{"sliding_log", []algorithms.Algorithm{algorithms.SlidingLog(4, 20*ms), algorithms.SlidingLog(6, 9*ms)}, 20 * ms},
+		{"sliding_window", []algorithms.Algorithm{algorithms.SlidingWindow(4, 20*ms), algorithms.SlidingWindow(7, 13*ms)}, 20 * ms},
+		{"token_bucket", []algorithms.Algorithm{algorithms.TokenBucket(3, 10*ms, 4), algorithms.TokenBucket(1000, 3*time.Second, 5)}, 10 * ms},
+		{"leaky_bucket", []algorithms.Algorithm{algorithms.LeakyBucket(3, 10*ms, 4), algorithms.LeakyBucket(7, 20*ms, 3)}, 10 * ms},
+		{"gcra", []algorithms.Algorithm{algorithms.GCRA(3, 10*ms, 4), algorithms.GCRA(1000, 3*time.Second, 5)}, 10 * ms},
+	}
+}
+
+// testDifferentialServerClock runs random sequences in real time on a
+// store that reads its server's clock, on both paths. The limiter's clock
+// is a fake one stuck in 2001, so a store that used it would be caught. The
+// server's time of each call is unknown but lies between this machine's
+// clock readings before and after it; the decision, and with Harness.State
+// the write, must equal the Go form's at some time in that interval, and
+// the model follows the store at that time.
+func testDifferentialServerClock(t *testing.T, newHarness func(*testing.T) Harness) {
+	for _, p := range paths {
+		t.Run(p.name, func(t *testing.T) {
+			for _, fam := range serverClockFamilies() {
+				t.Run(fam.name, func(t *testing.T) {
+					h := newHarness(t)
+					if h.ServerClock == nil {
+						t.Skip("harness has no ServerClock: the store has no server clock, or the harness does not offer it")
+					}
+					if h.State == nil {
+						t.Skip("harness has no State: the server's time of a call cannot be pinned down without the state it wrote")
+					}
+					s := p.wrap(t, h, h.ServerClock(t), fam.algs[0])
+					runServerClockSequence(t, h, s, fam, 40)
+				})
+			}
+		})
+	}
+}
+
+func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, n int) {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 0xc10c))
+	stuck := clock.NewFake(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+	var lims []*ratelimit.Limiter
+	for _, alg := range fam.algs {
+		lim, err := ratelimit.New(s, alg, ratelimit.WithClock(stuck), ratelimit.WithName("server-clock"))
+		if err != nil {
+			t.Fatalf("ratelimit.New(%v): %v", alg, err)
+		}
+		lims = append(lims, lim)
+	}
+	const id = "server-clock"
+	key := ratelimit.Key{Namespace: lims[0].Namespace(), ID: id}
+	var m model
+	for i := 0; i < n; i++ {
+		j := 0
+		if rng.IntN(4) == 0 {
+			j = rng.IntN(len(fam.algs))
+		}
+		alg, lim := fam.algs[j], lims[j]
+		if rng.IntN(3) == 0 {
+			time.Sleep(time.Duration(rng.Int64N(int64(fam.span) / 3)))
+		}
+		cost := drawCost(rng, alg.MaxCost())
+		peek := rng.IntN(8) == 0
+		if peek {
+			cost = 1
+		}
+		var got ratelimit.Decision
+		var err error
+		call := fmt.Sprintf("lim.AllowN(%q, %d)", id, cost)
+		before := time.Now().UnixMicro()
+		if peek {
+			call = fmt.Sprintf("lim.Peek(%q)", id)
+			got, err = lim.Peek(ctx, id)
+		} else {
+			got, err = lim.AllowN(ctx, id, int(cost))
+		}
+		after := time.Now().UnixMicro()
+		if err != nil {
+			t.Fatalf("step %d: %v: %s: %v", i, alg, call, err)
+		}
+		st, exp, err := h.State(ctx, key)
+		if err != nil {
+			t.Fatalf("step %d: Harness.State(%q): %v", i, key, err)
+		}
+		// State whose TTL has passed by now may be gone from the backend.
+		read := time.Now().UnixMicro()
+		if after-before > int64(10*time.Second/time.Microsecond) {
+			t.Fatalf("step %d: %s took %v: too long to pin down the server's time", i, call, time.Duration(after-before)*time.Microsecond)
+		}
+		// Widen by a microsecond each side for clocks read at different
+		// resolutions.
+		found := false
+		for now := before - 1; now <= after+1 && !found; now++ {
+			req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
+			want, err := alg.Decide(m.at(now), req)
+			if err != nil || algorithmsDecision(want.Decision) != got {
+				continue
+			}
+			if want.Next != nil {
+				written := bytes.Equal(st, want.Next) && exp == now+want.TTL
+				if !written && !(st == nil && read >= now+want.TTL) {
+					continue
+				}
+				m.state, m.expires = bytes.Clone(want.Next), now+want.TTL
+			} else if !(bytes.Equal(st, m.state) && (st == nil || exp == m.expires)) && !(st == nil && read >= m.expires) {
+				continue // nothing may be written, and what was stays (or has expired)
+			}
+			found = true
+		}
+		if !found {
+			w0, _ := alg.Decide(m.at(before), algorithms.Request{Now: before, Cost: cost, Peek: peek})
+			w1, _ := alg.Decide(m.at(after), algorithms.Request{Now: after, Cost: cost, Peek: peek})
+			t.Fatalf("step %d: %v: %s on the server's clock = %+v, leaving %v expiring at %d; no time between µs %d and %d gives that: the Go form says %+v (next %v) at the first and %+v (next %v) at the last, from state %v expiring at %d",
+				i, alg, call, got, fields(st), exp, before, after,
+				algorithmsDecision(w0.Decision), fields(w0.Next), algorithmsDecision(w1.Decision), fields(w1.Next), fields(m.state), m.expires)
+		}
+	}
+	if err := lims[0].Reset(ctx, id); err != nil {
+		t.Fatalf("lim.Reset(%q): %v", id, err)
+	}
+}
+
+// fields shows state as the little-endian int64 fields the built-in
+// algorithms use, for messages.
+func fields(state []byte) any {
+	if state == nil {
+		return "none"
+	}
+	if len(state)%8 != 0 {
+		return state
+	}
+	v := make([]int64, len(state)/8)
+	for i := range v {
+		v[i] = int64(binary.LittleEndian.Uint64(state[8*i:]))
+	}
+	return v
+}
+
+func algorithmsDecision(d algorithms.Decision) ratelimit.Decision {
+	return ratelimit.Decision{
+		Allowed:    d.Allowed,
+		Limit:      int(d.Limit),
+		Remaining:  int(d.Remaining),
+		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
+		Delay:      time.Duration(d.Delay) * time.Microsecond,
+	}
+}
