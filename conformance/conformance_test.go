@@ -3,6 +3,7 @@ package conformance_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -155,6 +156,9 @@ func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorit
 	if s.serverClock && s.defect != "decider-server-clock-ignored" {
 		req.Now = time.Now().UnixMicro()
 	}
+	if s.defect == "decider-form-missing" && algorithms.BuiltinOf(alg) == algorithms.Builtins()[0] {
+		return algorithms.Decision{}, fmt.Errorf("broken: no form for %s: %w", alg.Name(), ratelimit.ErrUnsupported)
+	}
 	var d algorithms.Decision
 	err := s.brokenStore.Update(ctx, key, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
 		r := req
@@ -229,6 +233,7 @@ var brokenCases = []struct {
 	{"decider-last-now+nostate", "Differential/server/", "decisions alone expose the last = now drift once the clock steps back"},
 	{"decider-retry-floor", "Differential/server/", "a server form rounds a retry-after up, as the Go form does"},
 	{"decider-cost-ignored", "Differential/server/", "a server form charges the request's cost"},
+	{"decider-form-missing", "Concurrency/server/", "a store that says it decides every built-in has a form for each (a limiter would silently use Update)"},
 	{"decider-server-clock-ignored", "DifferentialServerClock/server/", "a store on its server's clock decides by it"},
 }
 

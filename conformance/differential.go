@@ -189,10 +189,11 @@ func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed ui
 			next = now - (next - now)
 		}
 		if h.RealTimeExpiry && m.state != nil && next < m.expires &&
-			time.Since(m.written) >= time.Duration(m.expires-m.at0)*time.Microsecond {
-			// The backend expires keys by real time, and the state's TTL
-			// has passed in real time: it may be gone. Do not step to
-			// where the model's state would be live.
+			2*time.Since(m.written) >= time.Duration(m.expires-m.at0)*time.Microsecond {
+			// The backend expires keys by real time, and half the state's
+			// TTL has passed in real time: it may be gone by the time this
+			// request and the State read after it reach the backend. Do
+			// not step to where the model's state would be live.
 			next = m.expires
 		}
 		f.clock.Set(time.UnixMicro(next))

@@ -59,15 +59,18 @@ type algorithm struct {
 	maxTTL time.Duration
 }
 
+// builtins returns every registered built-in algorithm (algorithms.Builtins)
+// with 10 units per second and a burst of 10.
 func builtins() []algorithm {
-	return []algorithm{
-		{algorithms.FixedWindow(10, time.Second), 10, time.Second},
-		{algorithms.SlidingLog(10, time.Second), 10, time.Second},
-		{algorithms.SlidingWindow(10, time.Second), 10, 2 * time.Second},
-		{algorithms.TokenBucket(5, time.Second, 10), 10, 2 * time.Second},
-		{algorithms.LeakyBucket(5, time.Second, 10), 10, 2 * time.Second},
-		{algorithms.GCRA(5, time.Second, 10), 10, 2 * time.Second},
+	var out []algorithm
+	for _, b := range algorithms.Builtins() {
+		alg := b.New(10, time.Second, 10)
+		// Windows keep state for at most two periods, buckets for the
+		// time to refill a whole burst.
+		ttl := max(2*time.Second, time.Duration(alg.MaxCost())*time.Second/10)
+		out = append(out, algorithm{alg, int(alg.MaxCost()), ttl})
 	}
+	return out
 }
 
 // paths are the two ways a limiter reaches a store.
@@ -457,23 +460,10 @@ func testExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
 	})
 }
 
-// shortVersion returns alg's kind with a 100ms period.
+// shortVersion returns alg's kind with a 50ms period and a burst of 1, so
+// that its state lives at most 100ms.
 func shortVersion(alg algorithms.Algorithm) algorithms.Algorithm {
-	const p = 100 * time.Millisecond
-	switch alg.Name() {
-	case "fixed_window":
-		return algorithms.FixedWindow(10, p)
-	case "sliding_log":
-		return algorithms.SlidingLog(10, p)
-	case "sliding_window":
-		return algorithms.SlidingWindow(10, p/2)
-	case "token_bucket":
-		return algorithms.TokenBucket(10, p, 1)
-	case "leaky_bucket":
-		return algorithms.LeakyBucket(10, p, 1)
-	default:
-		return algorithms.GCRA(10, p, 1)
-	}
+	return algorithms.BuiltinOf(alg).New(10, 50*time.Millisecond, 1)
 }
 
 // testStaleState checks that decisions stay right when the backend keeps

@@ -59,18 +59,16 @@ type result struct {
 	boundary time.Duration // boundary-burst: the boundary the burst straddles
 }
 
-// newAlgorithms returns the six algorithms with cfg's parameters, in the
-// order they are shown: the window algorithms, then the token bucket with
-// GCRA (its twin) beside it, then the leaky bucket, which shapes.
+// newAlgorithms returns every built-in algorithm (algorithms.Builtins) with
+// cfg's parameters, in the registry's order, which is the order they are
+// shown: the window algorithms, then the token bucket with GCRA (its twin)
+// beside it, then the leaky bucket, which shapes.
 func newAlgorithms(cfg config) []algorithms.Algorithm {
-	return []algorithms.Algorithm{
-		algorithms.FixedWindow(cfg.limit, cfg.period),
-		algorithms.SlidingLog(cfg.limit, cfg.period),
-		algorithms.SlidingWindow(cfg.limit, cfg.period),
-		algorithms.TokenBucket(cfg.limit, cfg.period, cfg.burst),
-		algorithms.GCRA(cfg.limit, cfg.period, cfg.burst),
-		algorithms.LeakyBucket(cfg.limit, cfg.period, cfg.burst),
+	var algs []algorithms.Algorithm
+	for _, b := range algorithms.Builtins() {
+		algs = append(algs, b.New(cfg.limit, cfg.period, cfg.burst))
 	}
+	return algs
 }
 
 // simulate runs cfg's traffic through every algorithm. Errors are the

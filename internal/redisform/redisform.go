@@ -51,30 +51,28 @@ func NewScript(name, src string, args int) *Script {
 	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:]), Args: args}
 }
 
-// forms are the Lua forms of the built-in algorithms, by name.
-var forms = map[string]*Script{}
+// forms are the Lua forms of the built-in algorithms, by registry entry.
+var forms = map[*algorithms.Builtin]*Script{}
 
 func init() {
-	for name, args := range map[string]int{
-		"fixed_window": 2, "sliding_log": 2, "sliding_window": 2,
-		"token_bucket": 5, "leaky_bucket": 5, "gcra": 5,
-	} {
-		if src, ok := algorithms.Lua(name); ok {
-			forms[name] = NewScript(name, src, args)
+	for _, b := range algorithms.Builtins() {
+		if src, ok := b.Lua(); ok {
+			forms[b] = NewScript(b.Name, src, b.Args)
 		}
 	}
 }
 
-// Form returns the Lua form of alg, or nil when alg has none: it does not
-// implement algorithms.ServerForm, no script carries its name, or its
-// ServerArgs do not match the script's.
+// Form returns the Lua form of alg, or nil when alg has none: it is not a
+// built-in algorithm (algorithms.BuiltinOf, which goes by the algorithm's
+// type, never its name), or the built-in has no Lua form.
 func Form(alg algorithms.Algorithm) (*Script, algorithms.ServerForm) {
-	sf, ok := alg.(algorithms.ServerForm)
-	if !ok {
+	b := algorithms.BuiltinOf(alg)
+	if b == nil {
 		return nil, nil
 	}
-	s := forms[alg.Name()]
-	if s == nil || len(sf.ServerArgs()) != s.Args {
+	s := forms[b]
+	sf, ok := alg.(algorithms.ServerForm)
+	if s == nil || !ok || len(sf.ServerArgs()) != s.Args {
 		return nil, nil
 	}
 	return s, sf

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -35,8 +36,8 @@ func dropTable(t testing.TB, p *testPool, name string) {
 	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 		t.Errorf("drop table %s: %v", table, err)
 	}
-	for _, alg := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"} {
-		fn := pgx.Identifier{name + "_decide_" + alg}.Sanitize()
+	for _, b := range algorithms.Builtins() {
+		fn := pgx.Identifier{name + "_decide_" + b.Name}.Sanitize()
 		if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
 			t.Errorf("drop function %s: %v", fn, err)
 		}

@@ -129,7 +129,7 @@ type Store struct {
 	requestClock bool
 
 	// SQL built once from the quoted identifiers.
-	decideSQL                                   map[string]string // by algorithm name
+	decideSQL                                   map[*algorithms.Builtin]string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
 }
@@ -148,9 +148,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	t := s.ident(s.table)
-	s.decideSQL = make(map[string]string, len(builtins))
-	for _, name := range builtins {
-		s.decideSQL[name] = "SELECT " + s.decideFunction(name) + "($1, $2, $3, $4, $5, $6)"
+	s.decideSQL = make(map[*algorithms.Builtin]string, len(builtins))
+	for _, b := range builtins {
+		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
@@ -210,11 +210,13 @@ func keyBytes(k ratelimit.Key) []byte {
 // For an algorithm without a SQL form it returns an error wrapping
 // ratelimit.ErrUnsupported without contacting the server.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	// The form is bound to the algorithm's type (BuiltinOf), never to its
+	// name, so a user's algorithm is never run as a built-in.
 	sf, ok := alg.(algorithms.ServerForm)
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
-	query, ok := s.decideSQL[alg.Name()]
+	query, ok := s.decideSQL[algorithms.BuiltinOf(alg)]
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}

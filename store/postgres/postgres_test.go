@@ -120,10 +120,8 @@ func TestRequestClock(t *testing.T) {
 func TestPathsShareState(t *testing.T) {
 	p := newTestPool(t, 4)
 	s := newStore(t, p, postgres.WithRequestClock())
-	for _, alg := range []algorithms.Algorithm{
-		algorithms.FixedWindow(5, time.Second), algorithms.SlidingLog(5, time.Second), algorithms.SlidingWindow(5, time.Second),
-		algorithms.TokenBucket(5, time.Second, 5), algorithms.LeakyBucket(5, time.Second, 5), algorithms.GCRA(5, time.Second, 5),
-	} {
+	for _, b := range algorithms.Builtins() {
+		alg := b.New(5, time.Second, 5)
 		fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 		server := newLimiter(t, s, alg, ratelimit.WithClock(fake), ratelimit.WithName("shared"))
 		update := newLimiter(t, updateOnly{s}, alg, ratelimit.WithClock(fake), ratelimit.WithName("shared"))

@@ -8,9 +8,17 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
-// builtins are the algorithms with a SQL form, in the order SchemaSQL
-// installs them.
-var builtins = []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"}
+// builtins are the built-in algorithms with a SQL form, in the order
+// SchemaSQL installs them.
+var builtins = func() []*algorithms.Builtin {
+	var out []*algorithms.Builtin
+	for _, b := range algorithms.Builtins() {
+		if _, ok := b.SQL(); ok {
+			out = append(out, b)
+		}
+	}
+	return out
+}()
 
 // migrateLock is the key of the transaction-level advisory lock Migrate
 // holds, so that concurrent migrations (several application instances
@@ -100,8 +108,8 @@ END
 $$;
 
 `, unlogged, t, algorithms.SQLErrCorrupt)
-	for _, name := range builtins {
-		form, _ := algorithms.SQL(name)
+	for _, alg := range builtins {
+		form, _ := alg.SQL()
 		b.WriteString(form)
 		b.WriteString("\n")
 	}
@@ -125,16 +133,17 @@ $$;
 // (it changed in between: a Reset, an expiry), it goes round again.
 func (s *Store) decideFunctionSQL() string {
 	var b strings.Builder
-	for _, name := range builtins {
-		b.WriteString(s.decideFunctionSQLFor(name))
+	for _, alg := range builtins {
+		b.WriteString(s.decideFunctionSQLFor(alg))
 	}
 	return b.String()
 }
 
-func (s *Store) decideFunctionSQLFor(name string) string {
+func (s *Store) decideFunctionSQLFor(b *algorithms.Builtin) string {
+	name := b.Name
 	t := s.ident(s.table)
 	fn := s.decideFunction(name)
-	alg := algorithms.SQLFunction(name)
+	alg := b.SQLFunction()
 	live := "CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END"
 	body := fmt.Sprintf(`
 DECLARE
