@@ -9,8 +9,8 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
-	"github.com/ratelimitkit/ratelimit/internal/redisform"
-	"github.com/ratelimitkit/ratelimit/internal/redisform/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -80,17 +80,17 @@ func TestOneSlot(t *testing.T) {
 	c := cluster(t)
 	ctx := context.Background()
 	for _, id := range []string{"plain", "{user}", "a}b{c", "}{", "{}", "%7B", "\x00\xff", "ünï-🔑", " "} {
-		k := redisform.StateKey("rl", ratelimit.Key{Namespace: "api:gcra", ID: id})
+		k := redisengine.StateKey("rl", ratelimit.Key{Namespace: "api:gcra", ID: id})
 		a, err := c.ClusterKeySlot(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := c.ClusterKeySlot(ctx, k+redisform.UpdateSuffix).Result()
+		b, err := c.ClusterKeySlot(ctx, k+redisengine.UpdateSuffix).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if a != b {
-			t.Errorf("key %q: slot %d for %q, %d for %q (rule: one decision, one slot)", id, a, k, b, k+redisform.UpdateSuffix)
+			t.Errorf("key %q: slot %d for %q, %d for %q (rule: one decision, one slot)", id, a, k, b, k+redisengine.UpdateSuffix)
 		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
-	"github.com/ratelimitkit/ratelimit/internal/redisform/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 

@@ -1,9 +1,11 @@
-// Package redisform is the code the Redis and Valkey stores share: key
-// encoding, the scripts and how they are run, reply decoding, TTL
-// conversion and the optimistic Update for algorithms without a Lua form.
-// Each store supplies a Backend over its own client; everything else lives
-// here once.
-package redisform
+// Package redisengine is the store engine the Redis and Valkey stores
+// share: an Engine implements ratelimit.Store and ratelimit.Decider over a
+// Backend, the few commands a store's client must run. It holds everything
+// else once: the options, key encoding, running the algorithms' Lua forms
+// (algorithms/lua) and decoding their replies, TTLs and slack, and the
+// optimistic Update for algorithms without a Lua form. A store package is
+// its client's Backend, its options and its docs.
+package redisengine
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package redisform
+package redisengine
 
 import (
 	"strings"

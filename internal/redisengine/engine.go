@@ -1,4 +1,4 @@
-package redisform
+package redisengine
 
 import (
 	"cmp"
@@ -49,63 +49,101 @@ redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 return 1
 `, 0)
 
-// Engine runs decisions and updates through a Backend. Its zero value is
-// not usable; fill in every field and call Init. It is safe for concurrent
-// use.
+// Engine is a ratelimit.Store and ratelimit.Decider on a Redis-protocol
+// server reached through a Backend. Create it with New; the zero value is
+// not usable. It is safe for concurrent use.
 type Engine struct {
-	// Name prefixes error messages: "redis" or "valkey".
-	Name string
-	// Prefix starts every key.
-	Prefix string
-	// ServerClock makes scripts read the server's TIME.
-	ServerClock bool
-	// Slack is added to every expiry the store sets, in milliseconds, when
-	// the clock is the limiter's rather than the server's. See Init.
-	Slack int64
-	// Backend reaches the server.
-	Backend Backend
+	name        string // prefixes error messages: "redis" or "valkey"
+	prefix      string // starts every key
+	serverClock bool   // scripts read the server's TIME
+	slack       int64  // ms added to every expiry; see DefaultSlack
+	slackArg    any    // slack, boxed once as a script argument
+	backend     Backend
 
 	seed  maphash.Seed
 	locks []chan struct{}
-	slack any
 
 	paramCache sync.Map // *int64 → cachedParams
 	paramCount atomic.Int64
 }
 
-// DefaultSlack is the Slack of a store on the limiter's clock: the server
-// expires keys by its own clock, so a key whose state is still live by a
-// limiter clock running behind the server's must outlive its TTL a little.
-// The state records its own expiry, so the slack delays only the reclaiming
-// of space, never a decision.
+// DefaultPrefix starts every key unless WithPrefix says otherwise.
+const DefaultPrefix = "rl"
+
+// DefaultSlack is the slack, in milliseconds, added to every expiry of a
+// store on the limiter's clock: the server expires keys by its own clock, so
+// a key whose state is still live by a limiter clock running behind the
+// server's must outlive its TTL a little. The state records its own expiry,
+// so the slack delays only the reclaiming of space, never a decision.
 const DefaultSlack = 100
 
-// ServerClockSlack is the Slack of a store on the server's clock. The
+// ServerClockSlack is the slack of a store on the server's clock. The
 // server counts a key's expiry from its clock in whole milliseconds, which
 // may stand up to a millisecond behind the TIME the script read, so without
 // it a key could vanish up to a millisecond before its state's TTL passes,
 // and a request in that millisecond would be decided on no state.
 const ServerClockSlack = 1
 
-// Init prepares the engine's in-process locks and the slack.
-func (e *Engine) Init() {
-	if e.ServerClock {
-		e.Slack = ServerClockSlack
+// Option configures an Engine; the store packages re-export them.
+type Option func(*Engine) error
+
+// WithPrefix sets the prefix of every key the engine writes (DefaultPrefix
+// otherwise): 1 to 64 bytes without braces, which would move the hash tag.
+// Engines with different prefixes on one server never share state.
+func WithPrefix(prefix string) Option {
+	return func(e *Engine) error {
+		if err := CheckPrefix(e.name, prefix); err != nil {
+			return err
+		}
+		e.prefix = prefix
+		return nil
 	}
-	e.slack = strconv.FormatInt(e.Slack, 10)
+}
+
+// WithServerClock chooses whose clock the engine uses: the server's TIME,
+// read inside every script (on, the default), or the time the limiter
+// passes (off), which is what tests with a fake clock need.
+func WithServerClock(on bool) Option {
+	return func(e *Engine) error {
+		e.serverClock = on
+		return nil
+	}
+}
+
+// New returns an engine on backend whose errors start with name, such as
+// "redis". It sends nothing to the server: scripts are loaded on first use.
+func New(name string, backend Backend, opts ...Option) (*Engine, error) {
+	e := &Engine{name: name, prefix: DefaultPrefix, serverClock: true, backend: backend}
+	for _, opt := range opts {
+		if err := opt(e); err != nil {
+			return nil, err
+		}
+	}
+	e.slack = DefaultSlack
+	if e.serverClock {
+		e.slack = ServerClockSlack
+	}
+	e.slackArg = strconv.FormatInt(e.slack, 10)
 	e.seed = maphash.MakeSeed()
 	e.locks = make([]chan struct{}, 256)
 	for i := range e.locks {
 		e.locks[i] = make(chan struct{}, 1)
 	}
+	return e, nil
 }
 
-// Run runs s by its SHA and, when the server does not have it (after a
+// Prefix returns the prefix of the engine's keys.
+func (e *Engine) Prefix() string { return e.prefix }
+
+// ServerClock reports whether the engine reads the server's clock.
+func (e *Engine) ServerClock() bool { return e.serverClock }
+
+// run runs s by its SHA and, when the server does not have it (after a
 // restart or SCRIPT FLUSH), once more by its source, which reloads it.
-func (e *Engine) Run(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
-	r, err := e.Backend.EvalSha(ctx, s.SHA, keys, args)
-	if err != nil && e.Backend.NoScript(err) {
-		r, err = e.Backend.Eval(ctx, s.Src, keys, args)
+func (e *Engine) run(ctx context.Context, s *Script, keys []string, args []any) (any, error) {
+	r, err := e.backend.EvalSha(ctx, s.SHA, keys, args)
+	if err != nil && e.backend.NoScript(err) {
+		r, err = e.backend.Eval(ctx, s.Src, keys, args)
 	}
 	return r, err
 }
@@ -123,35 +161,38 @@ func flag(b bool) any {
 	return argFalse
 }
 
-// Decide implements ratelimit.Decider.
+// Decide implements ratelimit.Decider with one EVALSHA of alg's Lua form,
+// atomic on the server, with no retries. For an algorithm without one (any
+// that is not a built-in, see algorithms.BuiltinOf) it returns an error
+// wrapping ratelimit.ErrUnsupported without sending anything.
 func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	s, sf := Form(alg)
 	if s == nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.Name, alg.Name(), ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.name, alg.Name(), ratelimit.ErrUnsupported)
 	}
 	if req.Cost < 1 || req.Cost > alg.MaxCost() {
-		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.Name, req.Cost, alg.MaxCost(), alg.Name(), ratelimit.ErrInvalidCost)
+		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.name, req.Cost, alg.MaxCost(), alg.Name(), ratelimit.ErrInvalidCost)
 	}
 	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
-		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.Name, req.Now, ratelimit.ErrInvalidTime)
+		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.name, req.Now, ratelimit.ErrInvalidTime)
 	}
 	if err := ctx.Err(); err != nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
+		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
 	args := make([]any, algorithms.LuaFixedArgs+1)
 	args[0] = req.Now
 	args[1] = req.Cost
 	args[2] = flag(req.Peek)
-	args[3] = flag(e.ServerClock)
-	args[4] = e.slack
+	args[3] = flag(e.serverClock)
+	args[4] = e.slackArg
 	args[5] = e.params(sf.ServerArgs())
-	r, err := e.Run(ctx, s, []string{StateKey(e.Prefix, key)}, args)
+	r, err := e.run(ctx, s, []string{StateKey(e.prefix, key)}, args)
 	if err != nil {
-		return algorithms.Decision{}, wrap(ctx, e.Name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
+		return algorithms.Decision{}, wrap(ctx, e.name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
 	}
 	var f [algorithms.LuaReplyLen]int64
 	if err := Ints(r, f[:]); err != nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.Name, alg.Name(), key.String(), err)
+		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
 	return algorithms.Decision{
 		Allowed:    f[algorithms.LuaReplyAllowed] == 1,
@@ -222,44 +263,47 @@ func (e *Engine) lock(ctx context.Context, k string) (chan struct{}, error) {
 
 // Update implements ratelimit.Store with an optimistic compare-and-set: read
 // the value, call fn, and write its result only if the value is still the
-// one read, retrying up to MaxAttempts times. The stored value is the
+// one read, retrying up to MaxAttempts times before an error wrapping
+// ErrConflict. Concurrent updates of one key within one process wait for
+// each other instead of competing. The limiter uses it only for algorithms
+// without a Lua form. The stored value is the
 // state's expiry (µs since the epoch, 8 bytes little-endian, on the clock
 // fn was given) followed by the state, so that state past its TTL reads as
 // missing even when the server has not expired it yet.
 func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
-	k := StateKey(e.Prefix, key) + UpdateSuffix
+	k := StateKey(e.prefix, key) + UpdateSuffix
 	what := fmt.Sprintf("update %q", key.String())
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+		return fmt.Errorf("%s: %s: %w", e.name, what, err)
 	}
 	l, err := e.lock(ctx, k)
 	if err != nil {
-		return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+		return fmt.Errorf("%s: %s: %w", e.name, what, err)
 	}
 	defer func() { <-l }()
 	keys := []string{k}
-	readArgs := []any{flag(e.ServerClock)}
+	readArgs := []any{flag(e.serverClock)}
 	for attempt := 1; ; attempt++ {
-		r, err := e.Run(ctx, readScript, keys, readArgs)
+		r, err := e.run(ctx, readScript, keys, readArgs)
 		if err != nil {
-			return wrap(ctx, e.Name, what, err)
+			return wrap(ctx, e.name, what, err)
 		}
 		arr, ok := r.([]any)
-		if !ok || len(arr) == 0 || (e.ServerClock && len(arr) != 3) {
-			return fmt.Errorf("%s: %s: unexpected reply %v", e.Name, what, r)
+		if !ok || len(arr) == 0 || (e.serverClock && len(arr) != 3) {
+			return fmt.Errorf("%s: %s: unexpected reply %v", e.name, what, r)
 		}
 		t := now
-		if e.ServerClock {
+		if e.serverClock {
 			t, err = serverTime(arr[1], arr[2])
 			if err != nil {
-				return fmt.Errorf("%s: %s: %w", e.Name, what, err)
+				return fmt.Errorf("%s: %s: %w", e.name, what, err)
 			}
 		}
 		var cur []byte
 		old, found := arr[0].(string)
 		if found {
 			if len(old) < 8 {
-				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.Name, what, ratelimit.ErrCorruptState, len(old))
+				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.name, what, ratelimit.ErrCorruptState, len(old))
 			}
 			if expires := int64(binary.LittleEndian.Uint64([]byte(old[:8]))); t < expires {
 				cur = []byte(old[8:])
@@ -276,22 +320,22 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 		val := make([]byte, 8, 8+len(next))
 		binary.LittleEndian.PutUint64(val, uint64(t+ttl))
 		val = append(val, next...)
-		r, err = e.Run(ctx, casScript, keys, []any{flag(found), old, string(val), TTLMillis(ttl) + e.Slack})
+		r, err = e.run(ctx, casScript, keys, []any{flag(found), old, string(val), TTLMillis(ttl) + e.slack})
 		if err != nil {
-			return wrap(ctx, e.Name, what, err)
+			return wrap(ctx, e.name, what, err)
 		}
 		if n, ok := r.(int64); ok && n == 1 {
 			return nil
 		}
 		if attempt == MaxAttempts {
-			return fmt.Errorf("%s: %s: %w: lost %d compare-and-set races to other processes", e.Name, what, ErrConflict, attempt)
+			return fmt.Errorf("%s: %s: %w: lost %d compare-and-set races to other processes", e.name, what, ErrConflict, attempt)
 		}
 		// Another process wrote between the read and the write: back off
 		// a little, more with each attempt, and try again.
 		select {
 		case <-time.After(time.Duration(attempt*attempt) * 50 * time.Microsecond):
 		case <-ctx.Done():
-			return fmt.Errorf("%s: %s: %w", e.Name, what, ctx.Err())
+			return fmt.Errorf("%s: %s: %w", e.name, what, ctx.Err())
 		}
 	}
 }
@@ -313,11 +357,11 @@ func serverTime(sec, usec any) (int64, error) {
 // Delete implements ratelimit.Store: it deletes every key of the decision.
 func (e *Engine) Delete(ctx context.Context, key ratelimit.Key) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: delete %q: %w", e.Name, key.String(), err)
+		return fmt.Errorf("%s: delete %q: %w", e.name, key.String(), err)
 	}
-	k := StateKey(e.Prefix, key)
-	if err := e.Backend.Del(ctx, k, k+UpdateSuffix); err != nil {
-		return wrap(ctx, e.Name, fmt.Sprintf("delete %q", key.String()), err)
+	k := StateKey(e.prefix, key)
+	if err := e.backend.Del(ctx, k, k+UpdateSuffix); err != nil {
+		return wrap(ctx, e.name, fmt.Sprintf("delete %q", key.String()), err)
 	}
 	return nil
 }
@@ -341,17 +385,20 @@ return {}
 // Lua forms' doubles become little-endian int64 fields, and the sliding
 // log's members become (time, cost) entries in the order the Go form keeps
 // them: by time, then by when they were added (their sequence number).
-func (e *Engine) State(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
-	k := StateKey(e.Prefix, key)
-	r, err := e.Run(ctx, stateScript, []string{k, k + UpdateSuffix}, nil)
+//
+// It is a function rather than a method so that the stores, which embed
+// the Engine, do not offer it.
+func State(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, error) {
+	k := StateKey(e.prefix, key)
+	r, err := e.run(ctx, stateScript, []string{k, k + UpdateSuffix}, nil)
 	if err != nil {
-		return nil, 0, wrap(ctx, e.Name, fmt.Sprintf("read state of %q", key.String()), err)
+		return nil, 0, wrap(ctx, e.name, fmt.Sprintf("read state of %q", key.String()), err)
 	}
 	arr, _ := r.([]any)
 	if len(arr) == 0 {
 		return nil, 0, nil
 	}
-	bad := fmt.Errorf("%s: read state of %q: unexpected reply %v", e.Name, key.String(), r)
+	bad := fmt.Errorf("%s: read state of %q: unexpected reply %v", e.name, key.String(), r)
 	which, _ := arr[0].(string)
 	if len(arr) != 2 || (which != "1" && which != "2") {
 		return nil, 0, bad

@@ -17,7 +17,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
-	"github.com/ratelimitkit/ratelimit/internal/redisform"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 )
 
 // Target is a store package under test, on one server (or cluster).
@@ -45,14 +45,14 @@ func Corrupt(t *testing.T, tg Target, prefix string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := redisform.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"})
+			key := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"})
 			if _, ok := a.(algorithms.ServerForm); !ok {
 				// Through Update only the expiry header is the store's to
 				// read; the rest is the user's algorithm's business.
 				if len(val) >= 8 {
 					continue
 				}
-				key += redisform.UpdateSuffix
+				key += redisengine.UpdateSuffix
 			}
 			if err := tg.Set(ctx, key, val); err != nil {
 				t.Fatal(err)
