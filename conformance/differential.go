@@ -197,15 +197,8 @@ func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed ui
 		if err != nil {
 			t.Fatalf("seed %d step %d: Go form %v Decide(%v, %+v): %v", seed, i, alg, fields(m.at(now)), req, err)
 		}
-		var got ratelimit.Decision
-		call := fmt.Sprintf("lim.AllowN(%q, %d)", id, cost)
 		written := time.Now()
-		if peek {
-			call = fmt.Sprintf("lim.Peek(%q)", id)
-			got, err = lim.Peek(ctx, id)
-		} else {
-			got, err = lim.AllowN(ctx, id, int(cost))
-		}
+		got, call, err := ask(ctx, lim, id, cost, peek)
 		if err != nil {
 			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
 		}
@@ -304,16 +297,8 @@ func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam fami
 		if peek {
 			cost = 1
 		}
-		var got ratelimit.Decision
-		var err error
-		call := fmt.Sprintf("lim.AllowN(%q, %d)", id, cost)
 		before := time.Now().UnixMicro()
-		if peek {
-			call = fmt.Sprintf("lim.Peek(%q)", id)
-			got, err = lim.Peek(ctx, id)
-		} else {
-			got, err = lim.AllowN(ctx, id, int(cost))
-		}
+		got, call, err := ask(ctx, lim, id, cost, peek)
 		after := time.Now().UnixMicro()
 		if err != nil {
 			t.Fatalf("step %d: %v: %s: %v", i, alg, call, err)
@@ -358,6 +343,17 @@ func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam fami
 	if err := lims[0].Reset(ctx, id); err != nil {
 		t.Fatalf("lim.Reset(%q): %v", id, err)
 	}
+}
+
+// ask makes one request of lim for id, a peek or an AllowN of cost, and
+// returns its decision and how it was called, for messages.
+func ask(ctx context.Context, lim *ratelimit.Limiter, id string, cost int64, peek bool) (ratelimit.Decision, string, error) {
+	if peek {
+		d, err := lim.Peek(ctx, id)
+		return d, fmt.Sprintf("lim.Peek(%q)", id), err
+	}
+	d, err := lim.AllowN(ctx, id, int(cost))
+	return d, fmt.Sprintf("lim.AllowN(%q, %d)", id, cost), err
 }
 
 // fields shows state as the little-endian int64 fields the built-in

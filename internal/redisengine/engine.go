@@ -378,17 +378,20 @@ end
 return {}
 `, 0)
 
-// State reads key's state in the Go form's encoding, with the time its TTL
-// passes (µs since the epoch, on the clock that decided), or a nil state
+// StateReader returns a function that reads a key's state from e in the
+// Go form's encoding, with the time its TTL passes (µs since the epoch, on the clock that decided), or a nil state
 // when the key holds none: what the conformance suite's Harness.State asks
 // for, so that tests hold every write of a Lua form to the Go form's. The
 // Lua forms' doubles become little-endian int64 fields, and the sliding
 // log's members become (time, cost) entries in the order the Go form keeps
 // them: by time, then by when they were added (their sequence number).
-//
-// It is a function rather than a method so that the stores, which embed
-// the Engine, do not offer it.
-func State(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, error) {
+// It is not a method so that the stores, which embed the Engine, do not
+// offer it; their tests reach it.
+func StateReader(e *Engine) func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+	return func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) { return state(ctx, e, key) }
+}
+
+func state(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, error) {
 	k := StateKey(e.prefix, key)
 	r, err := e.run(ctx, stateScript, []string{k, k + UpdateSuffix}, nil)
 	if err != nil {

@@ -7,10 +7,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 )
 
-// State reads a key's state as the Go form encodes it, for the conformance
-// suite's Harness.State.
-func State(s *Store) func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
-	return func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
-		return redisengine.State(ctx, s.engine, key)
-	}
+// State reads a key's state as the Go form encodes it: Harness.State.
+func State(s *Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
+	return redisengine.StateReader(s.engine)
 }
