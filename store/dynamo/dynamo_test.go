@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
@@ -122,6 +123,29 @@ func number(it map[string]types.AttributeValue, name string) (int64, bool) {
 	return v, err == nil
 }
 
+// readState reads key's item from table with a consistent read: the
+// state Update wrote and its expiry, for Harness.State.
+func readState(ctx context.Context, client *dynamodb.Client, table string, s *dynamo.Store, key ratelimit.Key) ([]byte, int64, error) {
+	pk, err := s.EncodeKey(key)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := client.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &table,
+		Key:            map[string]types.AttributeValue{dynamo.AttrKey: &types.AttributeValueMemberB{Value: pk}},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil || out.Item == nil {
+		return nil, 0, err
+	}
+	state, _ := out.Item[dynamo.AttrState].(*types.AttributeValueMemberB)
+	exp, ok := number(out.Item, dynamo.AttrExpires)
+	if state == nil || !ok {
+		return nil, 0, fmt.Errorf("item %q lacks its state or expiry: %v", pk, out.Item)
+	}
+	return state.Value, exp, nil
+}
+
 func TestConformance(t *testing.T) {
 	client := newClient(testserver.DynamoDBEndpoint(t))
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
@@ -136,6 +160,9 @@ func TestConformance(t *testing.T) {
 				return scanExpiries(ctx, client, table)
 			},
 			RealTimeExpiry: false,
+			State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+				return readState(ctx, client, table, s, key)
+			},
 		}
 	})
 }
