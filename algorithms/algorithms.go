@@ -124,6 +124,23 @@ type ServerForm interface {
 	ServerArgs() []int64
 }
 
+// InPlaceDecider is implemented by algorithms whose state is large enough
+// that copying it before every decision would cost more than the decision:
+// the built-in sliding log. A store that holds state in its own memory (the
+// memory store) calls DecideInPlace on its stored state instead of Decide on
+// a copy.
+//
+// DecideInPlace is Decide with two promises: it writes into state's memory
+// only when it returns a nil error and a non-nil Next (a denied request, a
+// peek or an error leaves state exactly as it was), and the Next it returns
+// is the caller's to keep, whether it shares state's memory (at any offset)
+// or was allocated because state had no room to grow. Other stores call
+// Decide, which makes the same decisions.
+type InPlaceDecider interface {
+	Algorithm
+	DecideInPlace(state []byte, req Request) (Step, error)
+}
+
 // Params checks shared by the constructors.
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }

@@ -9,7 +9,10 @@ import (
 // SlidingLog admits a request when the cost of all requests admitted in the
 // last period, plus its own, is at most limit. It keeps one log entry per
 // admitted request (its time and cost), so it is exact (no boundary burst)
-// but its state grows with the limit: up to limit entries of 16 bytes each.
+// but its state grows with the limit: up to limit entries of 16 bytes each,
+// plus 8 bytes for their total. A decision reads only the entries that
+// leave the window, the newest one, and for a denial the oldest ones until
+// its retry time is known; it never copies or sums the whole log.
 //
 // Two requests admitted in the same microsecond are two entries: the log
 // never merges entries by time.
@@ -37,39 +40,94 @@ func (a *slidingLog) String() string {
 	return fmt.Sprintf("SlidingLog(limit=%d, period=%v)", a.limit, time.Duration(a.period)*time.Microsecond)
 }
 
-const logEntrySize = 16
+// The log's state is its total cost, then its entries, one per admitted
+// request: (time, cost), sorted by time. All are little-endian int64s, so a
+// log of n entries takes 8 + 16n bytes. The total lets a decision read only
+// the entries that leave the window (and, for a denial, the oldest ones
+// until its retry time is known) instead of summing the whole log.
+//
+// Logs written before the total was kept are the entries alone (16n bytes,
+// an even number of fields where the current layout has an odd one): Decide
+// still reads them, summing them once, and writes the current layout when
+// it next admits.
+const (
+	logEntrySize  = 16
+	logHeaderSize = 8
+)
 
-func logEntry(state []byte, i int) (at, cost int64) {
-	e := state[i*logEntrySize:]
-	return int64(binary.LittleEndian.Uint64(e)), int64(binary.LittleEndian.Uint64(e[8:]))
+// logEntry returns entry i of entries, checking that it is one the log
+// could hold.
+func logEntry(entries []byte, i int) (at, cost int64, err error) {
+	e := entries[i*logEntrySize:]
+	at, cost = int64(binary.LittleEndian.Uint64(e)), int64(binary.LittleEndian.Uint64(e[8:]))
+	if at < 0 || at > MaxExact || cost <= 0 || cost > MaxExact {
+		return 0, 0, fmt.Errorf("%w: sliding log entry (%d, %d)", ErrCorruptState, at, cost)
+	}
+	return at, cost, nil
 }
 
-// Decide implements Algorithm. State: a list of (time, cost) entries sorted
-// by time. An entry counts while now < time+period; entries timed after now
-// (clocks that disagree) count too.
+// Decide implements Algorithm. An entry counts while now < time+period;
+// entries timed after now (clocks that disagree) count too.
+//
+// It reads the entries that have left the window (the oldest, at the
+// front), the newest entry, and for a denial the oldest live entries until
+// enough of them would have left. An admitted request's next state is
+// state's memory from the first live entry on, with the total written over
+// the last expired entry and the request's entry appended (inserted in time
+// order behind entries from a clock ahead), so no decision copies the log
+// unless state has no room to grow; see DecideInPlace.
 func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
-	if len(state)%logEntrySize != 0 {
+	var entries []byte // the log's entries
+	var used int64     // their total cost
+	legacy := false
+	switch len(state) % logEntrySize {
+	case 0: // no state, or a log without its total
+		legacy, entries = true, state
+		for i := range len(entries) / logEntrySize {
+			_, cost, err := logEntry(entries, i)
+			if err != nil {
+				return Step{}, err
+			}
+			if used += cost; used > MaxExact {
+				return Step{}, fmt.Errorf("%w: sliding log total above %d", ErrCorruptState, int64(MaxExact))
+			}
+		}
+	case logHeaderSize:
+		entries = state[logHeaderSize:]
+		used = int64(binary.LittleEndian.Uint64(state))
+		if used < int64(len(entries)/logEntrySize) || used > MaxExact {
+			return Step{}, fmt.Errorf("%w: sliding log of %d entries with total %d", ErrCorruptState, len(entries)/logEntrySize, used)
+		}
+	default:
 		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
 	}
-	n := len(state) / logEntrySize
-	// Skip expired entries: they are the oldest, at the front.
+	n := len(entries) / logEntrySize
+	// Drop the expired entries: they are the oldest, at the front. Each
+	// entry left costs at least 1, so the total never falls below their
+	// number.
 	first := 0
 	for first < n {
-		at, _ := logEntry(state, first)
+		at, cost, err := logEntry(entries, first)
+		if err != nil {
+			return Step{}, err
+		}
 		if req.Now < at+a.period {
 			break
 		}
 		first++
-	}
-	used := int64(0)
-	newest := int64(-1)
-	for i := first; i < n; i++ {
-		at, cost := logEntry(state, i)
-		if cost <= 0 || cost > MaxExact || at > MaxExact || used > MaxExact {
-			return Step{}, fmt.Errorf("%w: sliding log entry (%d, %d)", ErrCorruptState, at, cost)
+		if used -= cost; used < int64(n-first) {
+			return Step{}, fmt.Errorf("%w: sliding log total %d below its entries' costs", ErrCorruptState, used)
 		}
-		used += cost
+	}
+	newest := int64(-1)
+	if first < n {
+		at, _, err := logEntry(entries, n-1)
+		if err != nil {
+			return Step{}, err
+		}
 		newest = at
+	} else if used != 0 {
+		return Step{}, fmt.Errorf("%w: sliding log total %d with no live entry", ErrCorruptState, used)
 	}
 	d := Decision{Limit: a.limit}
 	if newest >= 0 {
@@ -80,13 +138,17 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 		d.Remaining = nonNeg(a.limit - used)
 		// Wait until enough of the oldest entries have left the window.
 		excess := used + req.Cost - a.limit
-		for i := first; i < n; i++ {
-			at, cost := logEntry(state, i)
-			excess -= cost
-			if excess <= 0 {
-				d.RetryAfter = at + a.period - req.Now
-				break
+		for i := first; i < n && excess > 0; i++ {
+			at, cost, err := logEntry(entries, i)
+			if err != nil {
+				return Step{}, err
 			}
+			if excess -= cost; excess <= 0 {
+				d.RetryAfter = at + a.period - req.Now
+			}
+		}
+		if excess > 0 && req.Cost <= a.limit {
+			return Step{}, fmt.Errorf("%w: sliding log total %d above its entries' costs", ErrCorruptState, used)
 		}
 		return Step{Decision: d}, nil
 	}
@@ -95,22 +157,55 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 		return Step{Decision: d}, nil
 	}
 	d.Remaining = nonNeg(a.limit - used - req.Cost)
-	// The new log: the live entries plus this request, kept sorted by time.
-	live := state[first*logEntrySize:]
-	next := make([]byte, 0, len(live)+logEntrySize)
-	pos := len(live)
-	for pos > 0 {
-		at, _ := logEntry(live, pos/logEntrySize-1)
+	used += req.Cost
+	// The request's place: behind every entry timed at or before now.
+	pos := n
+	for pos > first {
+		at, _, err := logEntry(entries, pos-1)
+		if err != nil {
+			return Step{}, err
+		}
 		if at <= req.Now {
 			break
 		}
-		pos -= logEntrySize
+		pos--
 	}
-	next = append(next, live[:pos]...)
-	next = binary.LittleEndian.AppendUint64(next, uint64(req.Now))
-	next = binary.LittleEndian.AppendUint64(next, uint64(req.Cost))
-	next = append(next, live[pos:]...)
+	var next []byte
+	if legacy {
+		next = make([]byte, logHeaderSize, logHeaderSize+(n-first+1)*logEntrySize)
+		binary.LittleEndian.PutUint64(next, uint64(used))
+		next = append(next, entries[first*logEntrySize:pos*logEntrySize]...)
+		next = appendLogEntry(next, req.Now, req.Cost)
+		next = append(next, entries[pos*logEntrySize:]...)
+	} else {
+		// The live entries stay where they are; the total moves to just
+		// before them, over the expired ones.
+		next = state[first*logEntrySize:]
+		binary.LittleEndian.PutUint64(next, uint64(used))
+		if len(next)+logEntrySize > cap(next) {
+			// No room: grow to twice the size, so that a log that keeps
+			// its length grows again only after as many admissions as it
+			// has entries.
+			next = append(make([]byte, 0, 2*len(next)+logEntrySize), next...)
+		}
+		at := logHeaderSize + (pos-first)*logEntrySize
+		next = next[:len(next)+logEntrySize]
+		copy(next[at+logEntrySize:], next[at:])
+		binary.LittleEndian.PutUint64(next[at:], uint64(req.Now))
+		binary.LittleEndian.PutUint64(next[at+8:], uint64(req.Cost))
+	}
 	newest = max(newest, req.Now)
 	d.ResetAfter = newest + a.period - req.Now
 	return Step{Decision: d, Next: next, TTL: d.ResetAfter}, nil
+}
+
+// DecideInPlace implements InPlaceDecider: Decide writes into state only
+// when it admits a request.
+func (a *slidingLog) DecideInPlace(state []byte, req Request) (Step, error) {
+	return a.Decide(state, req)
+}
+
+func appendLogEntry(b []byte, at, cost int64) []byte {
+	b = binary.LittleEndian.AppendUint64(b, uint64(at))
+	return binary.LittleEndian.AppendUint64(b, uint64(cost))
 }
