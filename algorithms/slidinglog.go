@@ -10,7 +10,7 @@ import (
 // last period, plus its own, is at most limit. It keeps one log entry per
 // admitted request (its time and cost), so it is exact (no boundary burst)
 // but its state grows with the limit: up to limit entries of 16 bytes each,
-// plus 8 bytes for their total. A decision reads only the entries that
+// plus 16 bytes for their total. A decision reads only the entries that
 // leave the window, the newest one, and for a denial the oldest ones until
 // its retry time is known; it never copies or sums the whole log.
 //
@@ -40,19 +40,23 @@ func (a *slidingLog) String() string {
 	return fmt.Sprintf("SlidingLog(limit=%d, period=%v)", a.limit, time.Duration(a.period)*time.Microsecond)
 }
 
-// The log's state is its total cost, then its entries, one per admitted
-// request: (time, cost), sorted by time. All are little-endian int64s, so a
-// log of n entries takes 8 + 16n bytes. The total lets a decision read only
-// the entries that leave the window (and, for a denial, the oldest ones
-// until its retry time is known) instead of summing the whole log.
+// The log's state is a header, then the entries, one per admitted request:
+// (time, cost), sorted by time. The header has an entry's shape, (-1,
+// total): the time -1, which no entry has, marks it, and total is the sum
+// of the entries' costs. All are little-endian int64s, so a log of n entries
+// takes 16(n+1) bytes. The total lets a decision read only the entries that
+// leave the window (and, for a denial, the oldest ones until its retry time
+// is known) instead of summing the whole log.
 //
-// Logs written before the total was kept are the entries alone (16n bytes,
-// an even number of fields where the current layout has an odd one): Decide
-// still reads them, summing them once, and writes the current layout when
-// it next admits.
+// Logs written before the header existed are the entries alone: Decide
+// still reads them, summing them once, and writes the header when it next
+// admits. Versions without the header read a log with one too: its time -1
+// puts it at the front of the window's past, where they drop it as expired.
 const (
 	logEntrySize  = 16
-	logHeaderSize = 8
+	logHeaderSize = logEntrySize
+	logMarker     = -1
+	logMarkerBits = 1<<64 - 1 // logMarker as stored
 )
 
 // logEntry returns entry i of entries, checking that it is one the log
@@ -72,17 +76,25 @@ func logEntry(entries []byte, i int) (at, cost int64, err error) {
 // It reads the entries that have left the window (the oldest, at the
 // front), the newest entry, and for a denial the oldest live entries until
 // enough of them would have left. An admitted request's next state is
-// state's memory from the first live entry on, with the total written over
+// state's memory from the first live entry on, with the header written over
 // the last expired entry and the request's entry appended (inserted in time
 // order behind entries from a clock ahead), so no decision copies the log
 // unless state has no room to grow; see DecideInPlace.
 func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
-	var entries []byte // the log's entries
-	var used int64     // their total cost
-	legacy := false
-	switch len(state) % logEntrySize {
-	case 0: // no state, or a log without its total
-		legacy, entries = true, state
+	if len(state)%logEntrySize != 0 {
+		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
+	}
+	entries := state // the log's entries
+	used := int64(0) // their total cost
+	legacy := true
+	if len(state) > 0 && int64(binary.LittleEndian.Uint64(state)) == logMarker {
+		legacy, entries = false, state[logHeaderSize:]
+		used = int64(binary.LittleEndian.Uint64(state[8:]))
+		if used < int64(len(entries)/logEntrySize) || used > MaxExact {
+			return Step{}, fmt.Errorf("%w: sliding log of %d entries with total %d", ErrCorruptState, len(entries)/logEntrySize, used)
+		}
+	} else {
+		// A log without its header: sum it once.
 		for i := range len(entries) / logEntrySize {
 			_, cost, err := logEntry(entries, i)
 			if err != nil {
@@ -92,14 +104,6 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 				return Step{}, fmt.Errorf("%w: sliding log total above %d", ErrCorruptState, int64(MaxExact))
 			}
 		}
-	case logHeaderSize:
-		entries = state[logHeaderSize:]
-		used = int64(binary.LittleEndian.Uint64(state))
-		if used < int64(len(entries)/logEntrySize) || used > MaxExact {
-			return Step{}, fmt.Errorf("%w: sliding log of %d entries with total %d", ErrCorruptState, len(entries)/logEntrySize, used)
-		}
-	default:
-		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
 	}
 	n := len(entries) / logEntrySize
 	// Drop the expired entries: they are the oldest, at the front. Each
@@ -172,16 +176,17 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	}
 	var next []byte
 	if legacy {
-		next = make([]byte, logHeaderSize, logHeaderSize+(n-first+1)*logEntrySize)
-		binary.LittleEndian.PutUint64(next, uint64(used))
+		next = make([]byte, 0, logHeaderSize+(n-first+1)*logEntrySize)
+		next = appendLogEntry(next, logMarker, used)
 		next = append(next, entries[first*logEntrySize:pos*logEntrySize]...)
 		next = appendLogEntry(next, req.Now, req.Cost)
 		next = append(next, entries[pos*logEntrySize:]...)
 	} else {
-		// The live entries stay where they are; the total moves to just
-		// before them, over the expired ones.
+		// The live entries stay where they are; the header moves to just
+		// before them, over the last expired one.
 		next = state[first*logEntrySize:]
-		binary.LittleEndian.PutUint64(next, uint64(used))
+		binary.LittleEndian.PutUint64(next, logMarkerBits)
+		binary.LittleEndian.PutUint64(next[8:], uint64(used))
 		if len(next)+logEntrySize > cap(next) {
 			// No room: grow to twice the size, so that a log that keeps
 			// its length grows again only after as many admissions as it

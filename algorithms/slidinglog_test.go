@@ -133,7 +133,7 @@ func TestSlidingLogLegacy(t *testing.T) {
 		return b
 	}
 	legacy := fields(now-2_000_000, 1, now-500_000, 2, now-100, 1)
-	current := fields(3, now-500_000, 2, now-100, 1)
+	current := fields(-1, 3, now-500_000, 2, now-100, 1)
 	for _, req := range []algorithms.Request{
 		{Now: now, Cost: 1}, {Now: now, Cost: 2}, {Now: now, Cost: 3}, {Now: now, Cost: 1, Peek: true}, {Now: now - 300, Cost: 1},
 	} {
@@ -160,14 +160,16 @@ func TestSlidingLogCorrupt(t *testing.T) {
 		why    string
 		fields []int64
 	}{
-		{"a total below the number of entries", []int64{1, now, 1, now, 1}},
-		{"a total left over when every entry has expired", []int64{3, now - 2_000_000, 1}},
-		{"a total above the entries' costs on a denial", []int64{7, now, 1}},
-		{"a negative total", []int64{-1}},
-		{"an entry of cost 0", []int64{1, now, 0}},
-		{"an entry of negative time", []int64{1, -5, 1}},
+		{"an odd number of fields", []int64{-1, 1, now}},
+		{"a total below the number of entries", []int64{-1, 1, now, 1, now, 1}},
+		{"a total left over when every entry has expired", []int64{-1, 3, now - 2_000_000, 1}},
+		{"a total above the entries' costs on a denial", []int64{-1, 7, now, 1}},
+		{"a negative total", []int64{-1, -1}},
+		{"an entry of cost 0", []int64{-1, 1, now, 0}},
+		{"an entry of negative time", []int64{-1, 1, -5, 1}},
+		{"a second header", []int64{-1, 2, -1, 1, now, 1}},
 		{"a legacy entry of cost 0", []int64{now, 0}},
-		{"a total above MaxExact", []int64{algorithms.MaxExact + 1, now, 1}},
+		{"a total above MaxExact", []int64{-1, algorithms.MaxExact + 1, now, 1}},
 	} {
 		b := make([]byte, 0, 8*len(c.fields))
 		for _, x := range c.fields {

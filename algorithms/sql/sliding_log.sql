@@ -1,8 +1,16 @@
 -- Sliding log: the SQL form of algorithms.SlidingLog (slidinglog.go).
 --
--- args: [limit, period µs]. state: the log as a flat array of (time µs,
--- cost) pairs sorted by time, [t1, c1, t2, c2, ...], or NULL for a key with
--- no live state. Two requests in the same microsecond are two pairs.
+-- args: [limit, period µs]. state: a header pair (-1, total cost), then the
+-- entries as (time µs, cost) pairs sorted by time, [-1, total, t1, c1, t2,
+-- c2, ...], or NULL for a key with no live state. Two requests in the same
+-- microsecond are two pairs. A log written before the header existed,
+-- [t1, c1, ...], is still read: it is summed once, and written with its
+-- header when it next admits. (Versions without the header drop it as an
+-- expired entry, so they read a log with one too.)
+--
+-- A decision reads only the entries that have left the window, the newest
+-- one, and for a denial the oldest ones until its retry time is known; the
+-- next state is built with array slices, not element by element.
 
 -- The result type shared by every SQL form, and the error raised for state a
 -- form cannot read. Each form's file creates them if missing, so that any
@@ -28,12 +36,14 @@ DECLARE
     a_limit  bigint := args[1];
     a_period bigint := args[2];
     log      bigint[] := coalesce(state, '{}'::bigint[]);
+    b        integer := 0; -- entry i is log[b + 2i + 1 : b + 2i + 2]
     n        integer;
     lo       integer := 0; -- first live entry, counting from 0
     pos      integer;
     used     bigint := 0;
     newest   bigint := -1;
     excess   bigint;
+    t        bigint;
     c        bigint;
     r        ratelimit_step;
 BEGIN
@@ -41,21 +51,59 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = 'RL001',
             MESSAGE = format('ratelimit: corrupt state: sliding log of %s fields', cardinality(log));
     END IF;
-    n := cardinality(log) / 2;
-    -- Skip expired entries: they are the oldest, at the front.
-    WHILE lo < n LOOP
-        EXIT WHEN now_us < log[2*lo + 1] + a_period;
-        lo := lo + 1;
-    END LOOP;
-    FOR i IN lo .. n - 1 LOOP
-        c := log[2*i + 2];
-        IF c <= 0 THEN
+    IF log[1] = -1 THEN
+        b := 2;
+    END IF;
+    n := (cardinality(log) - b) / 2;
+    IF b = 2 THEN
+        used := log[2];
+        IF used < n OR used > 9007199254740992 THEN
             RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: sliding log entry of cost %s', c);
+                MESSAGE = format('ratelimit: corrupt state: sliding log of %s entries with total %s', n, used);
         END IF;
-        used := used + c;
-        newest := log[2*i + 1];
+    ELSE
+        -- A log without its total: sum it once.
+        FOR i IN 0 .. n - 1 LOOP
+            t := log[2*i + 1];
+            c := log[2*i + 2];
+            IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL001',
+                    MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
+            END IF;
+            used := used + c;
+            IF used > 9007199254740992 THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL001',
+                    MESSAGE = 'ratelimit: corrupt state: sliding log total above 9007199254740992';
+            END IF;
+        END LOOP;
+    END IF;
+    -- Drop the expired entries: they are the oldest, at the front.
+    WHILE lo < n LOOP
+        t := log[b + 2*lo + 1];
+        c := log[b + 2*lo + 2];
+        IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL001',
+                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
+        END IF;
+        EXIT WHEN now_us < t + a_period;
+        lo := lo + 1;
+        used := used - c;
+        IF used < n - lo THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL001',
+                MESSAGE = format('ratelimit: corrupt state: sliding log total %s below its entries'' costs', used);
+        END IF;
     END LOOP;
+    IF lo < n THEN
+        newest := log[b + 2*n - 1];
+        c := log[b + 2*n];
+        IF newest < 0 OR newest > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL001',
+                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', newest, c);
+        END IF;
+    ELSIF used <> 0 THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL001',
+            MESSAGE = format('ratelimit: corrupt state: sliding log total %s with no live entry', used);
+    END IF;
     r.lim := a_limit;
     r.remaining := 0;
     r.retry_after := 0;
@@ -69,13 +117,24 @@ BEGIN
         r.remaining := greatest(a_limit - used, 0);
         -- Wait until enough of the oldest entries have left the window.
         excess := used + cost - a_limit;
-        FOR i IN lo .. n - 1 LOOP
-            excess := excess - log[2*i + 2];
-            IF excess <= 0 THEN
-                r.retry_after := log[2*i + 1] + a_period - now_us;
-                EXIT;
+        pos := lo;
+        WHILE pos < n AND excess > 0 LOOP
+            t := log[b + 2*pos + 1];
+            c := log[b + 2*pos + 2];
+            IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+                RAISE EXCEPTION USING ERRCODE = 'RL001',
+                    MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
             END IF;
+            excess := excess - c;
+            IF excess <= 0 THEN
+                r.retry_after := t + a_period - now_us;
+            END IF;
+            pos := pos + 1;
         END LOOP;
+        IF excess > 0 AND cost <= a_limit THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL001',
+                MESSAGE = format('ratelimit: corrupt state: sliding log total %s above its entries'' costs', used);
+        END IF;
         RETURN r;
     END IF;
     IF peek THEN
@@ -83,13 +142,19 @@ BEGIN
         RETURN r;
     END IF;
     r.remaining := greatest(a_limit - used - cost, 0);
-    -- The new log: the live entries plus this request, kept sorted by time.
+    -- The request's place: behind every entry timed at or before now.
     pos := n;
     WHILE pos > lo LOOP
-        EXIT WHEN log[2*pos - 1] <= now_us;
+        t := log[b + 2*pos - 1];
+        c := log[b + 2*pos];
+        IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+            RAISE EXCEPTION USING ERRCODE = 'RL001',
+                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
+        END IF;
+        EXIT WHEN t <= now_us;
         pos := pos - 1;
     END LOOP;
-    r.next_state := log[2*lo + 1 : 2*pos] || ARRAY[now_us, cost] || log[2*pos + 1 : 2*n];
+    r.next_state := ARRAY[-1, used + cost] || log[b + 2*lo + 1 : b + 2*pos] || ARRAY[now_us, cost] || log[b + 2*pos + 1 : b + 2*n];
     newest := greatest(newest, now_us);
     r.reset_after := newest + a_period - now_us;
     r.ttl := r.reset_after;

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -125,6 +126,13 @@ func TestSQLFormsCorruptState(t *testing.T) {
 		{algorithms.FixedWindow(3, time.Second), []int64{1}},
 		{algorithms.SlidingLog(3, time.Second), []int64{1, 2, 3}},
 		{algorithms.SlidingLog(3, time.Second), []int64{1_900_000_000_000_000, 0}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 1, 1_900_000_000_000_000, 1, 1_900_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 3, 1_800_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 7, 1_900_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 1, -5, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, algorithms.MaxExact + 1, 1_900_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{math.MaxInt64, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{1_900_000_000_000_000, math.MaxInt64, 1_900_000_000_000_000, math.MaxInt64}},
 		{algorithms.SlidingWindow(3, time.Second), []int64{1, 2}},
 		{algorithms.TokenBucket(3, time.Second, 3), []int64{1, 2, 0}},
 		{algorithms.LeakyBucket(3, time.Second, 3), []int64{1, 2}},
@@ -140,6 +148,37 @@ func TestSQLFormsCorruptState(t *testing.T) {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
 			t.Errorf("SQL form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		}
+	}
+}
+
+// TestSQLSlidingLogLegacy holds the SQL form to the Go form on logs written
+// before the header existed: both read them, and both write the header.
+func TestSQLSlidingLogLegacy(t *testing.T) {
+	p := newTestPool(t, 2)
+	newStore(t, p)
+	ctx := context.Background()
+	const now = 1_900_000_000_000_000
+	alg := algorithms.SlidingLog(5, time.Second)
+	for _, state := range [][]int64{
+		{now - 2_000_000, 1, now - 500_000, 2, now - 100, 1},
+		{now - 2_000_000, 5},
+		{now - 500_000, 2, now + 100, 3},
+	} {
+		for _, req := range []algorithms.Request{
+			{Now: now, Cost: 1}, {Now: now, Cost: 3}, {Now: now, Cost: 1, Peek: true}, {Now: now - 300, Cost: 1},
+		} {
+			want, err := alg.Decide(fromVals(state), req)
+			if err != nil {
+				t.Fatalf("Go form on %v, %+v: %v", state, req, err)
+			}
+			got, err := sqlDecide(ctx, p, alg, fromVals(state), req)
+			if err != nil {
+				t.Fatalf("SQL form on %v, %+v: %v", state, req, err)
+			}
+			if got.Decision != want.Decision || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
+				t.Errorf("on %v, %+v:\nSQL %+v next %v\nGo  %+v next %v", state, req, got.Decision, toVals(got.Next), want.Decision, toVals(want.Next))
+			}
 		}
 	}
 }
