@@ -4,9 +4,17 @@
 --            scored by its time in microseconds; the member is "seq:cost",
 --            where seq is one more than the largest seq among the live
 --            members, so two requests in the same microsecond (or at times
---            that go backwards) are always two members. One more member,
---            "x:expires" scored -inf, says when the log's TTL passes on the
---            clock that wrote it, after which the log counts as missing.
+--            that go backwards) are always two members. Two more members,
+--            both scored -inf so that they come first: "x:expires" says when
+--            the log's TTL passes on the clock that wrote it, after which
+--            the log counts as missing; "y:total:seq:newest" holds the total
+--            cost of the entries, the largest seq given out and the newest
+--            entry's time, so that a decision reads only the entries that
+--            leave the window (and, for a denial, the oldest live ones until
+--            its retry time is known), not the whole log. A log without "y:"
+--            (written before it existed, or by such a version, which drops
+--            it as it drops expired entries) is read in full once and
+--            written with it.
 --   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
@@ -30,36 +38,83 @@ local limit, period = struct.unpack('<dd', ARGV[6])
 
 -- An entry counts while now < at + period, that is at > now - period.
 local cutoff = now - period
-local live = {}
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local stale = false
+local K = 8 -- entries read with the header: enough for most decisions
+local head = redis.call('ZRANGE', KEYS[1], 0, K + 1, 'WITHSCORES')
+local stale, full = false, false
+local used, seq, newest = 0, 0, -1
+local ats, costs, n = {}, {}, 0 -- live entries in hand, oldest first
+local function entry(m, score)
+  local s, c = match(m, '^(%d+):(%-?%d+)$')
+  if not s then
+    return redis.error_reply('CORRUPT sliding_log member ' .. m)
+  end
+  local at, ec = tonumber(score), tonumber(c)
+  if ec <= 0 or ec > MAX or not at or at < 0 or at > MAX then
+    return redis.error_reply('CORRUPT sliding_log entry ' .. m .. ' at ' .. score)
+  end
+  return at, ec, tonumber(s)
+end
 if #head > 0 then
   local x = match(head[1], '^x:(%d+)$')
   if not x or head[2] ~= '-inf' then
     return redis.error_reply('CORRUPT sliding_log without its expiry member')
   end
-  if now < tonumber(x) then
-    live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES')
-  else
+  if now >= tonumber(x) then
     stale = true
+  elseif head[4] == '-inf' then
+    local u, q, w = match(head[3], '^y:(%d+):(%d+):(%d+)$')
+    if not u then
+      return redis.error_reply('CORRUPT sliding_log member ' .. head[3])
+    end
+    used, seq, newest = tonumber(u), tonumber(q), tonumber(w)
+    if used > MAX or newest > MAX then
+      return redis.error_reply('CORRUPT sliding_log total ' .. u .. ' newest ' .. w)
+    end
+    if newest <= cutoff then
+      -- Every entry has left the window.
+      stale, used, newest = true, 0, -1
+    else
+      -- Drop the expired entries: they are the oldest, at the front.
+      local i, expired = 5, head
+      while true do
+        if i > #expired then
+          if expired ~= head or n > 0 or #head < 2 * (K + 2) then break end
+          -- More expired entries than were read with the header.
+          used, i, n = tonumber(u), 1, 0
+          expired = redis.call('ZRANGEBYSCORE', KEYS[1], '(-inf', format('%.0f', cutoff), 'WITHSCORES')
+        else
+          local at, ec = entry(expired[i], expired[i + 1])
+          if not ec then return at end
+          if at > cutoff then
+            n = n + 1
+            ats[n], costs[n] = at, ec
+          else
+            used = used - ec
+          end
+          i = i + 2
+        end
+      end
+      full = #head == 2 * (K + 2)
+      if used < 1 then
+        return redis.error_reply('CORRUPT sliding_log total ' .. u .. ' below its entries\' costs')
+      end
+    end
+  else
+    -- A log without its total: read it in full once.
+    local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES')
+    for i = 1, #live, 2 do
+      local at, ec, s = entry(live[i], live[i + 1])
+      if not ec then return at end
+      n = n + 1
+      ats[n], costs[n] = at, ec
+      used = used + ec
+      if used > MAX then
+        return redis.error_reply('CORRUPT sliding_log total above ' .. MAX)
+      end
+      newest = at -- the set is ordered by time, so the last live entry is the newest
+      seq = max(seq, s)
+    end
   end
-end
-local n = #live / 2
-local ats, costs = {}, {}
-local used, newest, seq = 0, -1, 0
-for i = 1, n do
-  local s, c = match(live[2 * i - 1], '^(%d+):(%-?%d+)$')
-  if not s then
-    return redis.error_reply('CORRUPT sliding_log member ' .. live[2 * i - 1])
-  end
-  local at, ec = tonumber(live[2 * i]), tonumber(c)
-  if ec <= 0 or ec > MAX or at > MAX or used > MAX then
-    return redis.error_reply('CORRUPT sliding_log entry ' .. live[2 * i - 1] .. ' at ' .. live[2 * i])
-  end
-  ats[i], costs[i] = at, ec
-  used = used + ec
-  newest = at -- the set is ordered by time, so the last live entry is the newest
-  seq = max(seq, tonumber(s))
 end
 
 local reset = 0
@@ -67,15 +122,29 @@ if newest >= 0 then reset = newest + period - now end
 if used + cost > limit then
   -- Wait until enough of the oldest entries have left the window.
   local excess = used + cost - limit
-  local retry = 0
   for i = 1, n do
     excess = excess - costs[i]
     if excess <= 0 then
-      retry = ats[i] + period - now
-      break
+      return {0, limit, max(limit - used, 0), ats[i] + period - now, reset, 0}
     end
   end
-  return {0, limit, max(limit - used, 0), retry, reset, 0}
+  if full then
+    -- More live entries than were read with the header: each costs at
+    -- least 1, so the next excess of them are enough.
+    local more = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES', 'LIMIT', n, excess)
+    for i = 1, #more, 2 do
+      local at, ec = entry(more[i], more[i + 1])
+      if not ec then return at end
+      excess = excess - ec
+      if excess <= 0 then
+        return {0, limit, max(limit - used, 0), at + period - now, reset, 0}
+      end
+    end
+  end
+  if cost <= limit then
+    return redis.error_reply('CORRUPT sliding_log total ' .. format('%.0f', used) .. ' above its entries\' costs')
+  end
+  return {0, limit, max(limit - used, 0), 0, reset, 0}
 end
 if peek then
   return {1, limit, max(limit - used, 0), 0, reset, 0}
@@ -84,10 +153,14 @@ newest = max(newest, now)
 reset = newest + period - now
 if stale then
   redis.call('DEL', KEYS[1])
+  seq = 0
 else
-  -- Drop the expired entries, and the expiry member with them.
+  -- Drop the expired entries, and the header members with them.
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', format('%.0f', cutoff))
 end
-redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq + 1) .. ':' .. format('%.0f', cost), '-inf', 'x:' .. format('%.0f', now + reset))
+seq = seq + 1
+redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq) .. ':' .. format('%.0f', cost),
+  '-inf', 'x:' .. format('%.0f', now + reset),
+  '-inf', 'y:' .. format('%.0f', used + cost) .. ':' .. format('%.0f', seq) .. ':' .. format('%.0f', newest))
 redis.call('PEXPIRE', KEYS[1], max(idiv(reset + 999, 1000), 1) + slack)
 return {1, limit, max(limit - used - cost, 0), 0, reset, 0}
