@@ -6,7 +6,10 @@
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts the state closest to expiring when reached.
 // Each key costs about 150 bytes; a sliding log holding more than one
-// entry adds a buffer of 16 bytes per entry. docs/benchmarks.md has the
+// entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
+// of up to as much again. A sliding log is decided where it is stored
+// (algorithms.InPlaceDecider): a decision neither copies nor allocates,
+// except when the log outgrows its buffer. docs/benchmarks.md has the
 // measurements.
 package memory
 
@@ -165,6 +168,31 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
+	if ip, ok := alg.(algorithms.InPlaceDecider); ok {
+		if e := sh.get(h, key); e != nil && e.expires > req.Now && len(e.state) > inlineState {
+			// A large state (a sliding log) is decided where it is
+			// stored, not copied first.
+			sh.now = max(sh.now, req.Now)
+			step, err := ip.DecideInPlace(e.state, req)
+			if err != nil {
+				return algorithms.Decision{}, err
+			}
+			if step.Next == nil || req.Peek {
+				return step.Decision, nil
+			}
+			if step.TTL <= 0 {
+				return algorithms.Decision{}, fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, step.TTL)
+			}
+			e.state = step.Next // the algorithm's to give: kept as it is
+			if cap(e.state) > 4*len(e.state) {
+				// The state has shrunk a lot: let the large buffer go.
+				e.state = append([]byte(nil), e.state...)
+			}
+			e.expires = req.Now + step.TTL
+			sh.earliest = min(sh.earliest, e.expires)
+			return step.Decision, nil
+		}
+	}
 	e, cur := sh.current(h, key, req.Now)
 	step, err := alg.Decide(cur, req)
 	if err != nil {
