@@ -38,11 +38,13 @@ local limit, period = struct.unpack('<dd', ARGV[6])
 
 -- An entry counts while now < at + period, that is at > now - period.
 local cutoff = now - period
-local K = 8 -- entries read with the header: enough for most decisions
+local K = 4 -- entries read with the header: enough for most decisions
 local head = redis.call('ZRANGE', KEYS[1], 0, K + 1, 'WITHSCORES')
-local stale, full = false, false
+local stale = false
 local used, seq, newest = 0, 0, -1
-local ats, costs, n = {}, {}, 0 -- live entries in hand, oldest first
+-- The oldest live entry is list[i] (member) and list[i + 1] (score) when
+-- i <= #list; more says whether live entries may follow those in list.
+local list, i, more = {}, 1, false
 local function entry(m, score)
   local s, c = match(m, '^(%d+):(%-?%d+)$')
   if not s then
@@ -75,38 +77,31 @@ if #head > 0 then
       stale, used, newest = true, 0, -1
     else
       -- Drop the expired entries: they are the oldest, at the front.
-      local i, expired = 5, head
+      list, i, more = head, 5, #head == 2 * (K + 2)
       while true do
-        if i > #expired then
-          if expired ~= head or n > 0 or #head < 2 * (K + 2) then break end
-          -- More expired entries than were read with the header.
-          used, i, n = tonumber(u), 1, 0
-          expired = redis.call('ZRANGEBYSCORE', KEYS[1], '(-inf', format('%.0f', cutoff), 'WITHSCORES')
+        if i > #list then
+          if list ~= head or not more then break end
+          -- Every entry read with the header has expired: read the
+          -- other expired ones.
+          list, i = redis.call('ZRANGEBYSCORE', KEYS[1], '(-inf', format('%.0f', cutoff), 'WITHSCORES', 'LIMIT', K, -1), 1
         else
-          local at, ec = entry(expired[i], expired[i + 1])
+          local at, ec = entry(list[i], list[i + 1])
           if not ec then return at end
-          if at > cutoff then
-            n = n + 1
-            ats[n], costs[n] = at, ec
-          else
-            used = used - ec
-          end
+          if at > cutoff then break end
+          used = used - ec
           i = i + 2
         end
       end
-      full = #head == 2 * (K + 2)
       if used < 1 then
         return redis.error_reply('CORRUPT sliding_log total ' .. u .. ' below its entries\' costs')
       end
     end
   else
     -- A log without its total: read it in full once.
-    local live = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES')
-    for i = 1, #live, 2 do
-      local at, ec, s = entry(live[i], live[i + 1])
+    list = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES')
+    for j = 1, #list, 2 do
+      local at, ec, s = entry(list[j], list[j + 1])
       if not ec then return at end
-      n = n + 1
-      ats[n], costs[n] = at, ec
       used = used + ec
       if used > MAX then
         return redis.error_reply('CORRUPT sliding_log total above ' .. MAX)
@@ -122,23 +117,22 @@ if newest >= 0 then reset = newest + period - now end
 if used + cost > limit then
   -- Wait until enough of the oldest entries have left the window.
   local excess = used + cost - limit
-  for i = 1, n do
-    excess = excess - costs[i]
-    if excess <= 0 then
-      return {0, limit, max(limit - used, 0), ats[i] + period - now, reset, 0}
-    end
-  end
-  if full then
-    -- More live entries than were read with the header: each costs at
-    -- least 1, so the next excess of them are enough.
-    local more = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES', 'LIMIT', n, excess)
-    for i = 1, #more, 2 do
-      local at, ec = entry(more[i], more[i + 1])
+  local walked = 0
+  while true do
+    if i > #list then
+      if not more then break end
+      -- Live entries not read yet: each costs at least 1, so the next
+      -- excess of them are enough.
+      more = false
+      list, i = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. format('%.0f', cutoff), '+inf', 'WITHSCORES', 'LIMIT', walked, excess), 1
+    else
+      local at, ec = entry(list[i], list[i + 1])
       if not ec then return at end
       excess = excess - ec
       if excess <= 0 then
         return {0, limit, max(limit - used, 0), at + period - now, reset, 0}
       end
+      walked, i = walked + 1, i + 2
     end
   end
   if cost <= limit then
