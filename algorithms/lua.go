@@ -44,7 +44,9 @@ import (
 // decimals. A value of the wrong length, or a field that is negative, above
 // MaxExact or NaN, is corrupt. The sliding log is a sorted set scored by time
 // whose members "seq:cost" stay unique even for two requests in the same
-// microsecond, plus one member "x:<expires>" scored -inf.
+// microsecond, plus two members scored -inf: "x:<expires>" and
+// "y:<total>:<seq>:<newest>", which let a decision read only the entries
+// that leave the window (see lua/sliding_log.lua).
 //
 // Every write sets the key's expiry in the same script (PX or PEXPIRE, in
 // milliseconds: the TTL in microseconds rounded up, at least 1, plus the

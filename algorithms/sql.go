@@ -29,7 +29,8 @@ package algorithms
 // [window start, count] for the fixed window, [start, current, previous]
 // for the sliding window, [deficit, last, unit] and [level, last, unit] for
 // the token and leaky buckets, [TAT, fraction, drip] for GCRA, and for the
-// sliding log the flat list of (time, cost) pairs sorted by time. So the
+// sliding log the header pair (-1, total cost) then the flat list of (time,
+// cost) pairs sorted by time. So the
 // little-endian int64 fields of the Go form's state and the array's elements
 // are the same numbers.
 //
