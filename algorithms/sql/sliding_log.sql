@@ -29,6 +29,17 @@ BEGIN
 END
 $$;
 
+-- Raises RL001 unless (t, c) is an entry the log could hold.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry(t bigint, c bigint) RETURNS void
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    IF t IS NULL OR c IS NULL OR t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
+        RAISE EXCEPTION USING ERRCODE = 'RL001',
+            MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION ratelimit_sliding_log(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -57,7 +68,7 @@ BEGIN
     n := (cardinality(log) - b) / 2;
     IF b = 2 THEN
         used := log[2];
-        IF used < n OR used > 9007199254740992 THEN
+        IF used IS NULL OR used < n OR used > 9007199254740992 THEN
             RAISE EXCEPTION USING ERRCODE = 'RL001',
                 MESSAGE = format('ratelimit: corrupt state: sliding log of %s entries with total %s', n, used);
         END IF;
@@ -66,10 +77,7 @@ BEGIN
         FOR i IN 0 .. n - 1 LOOP
             t := log[2*i + 1];
             c := log[2*i + 2];
-            IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
-                RAISE EXCEPTION USING ERRCODE = 'RL001',
-                    MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
-            END IF;
+            PERFORM ratelimit_sliding_log_entry(t, c);
             used := used + c;
             IF used > 9007199254740992 THEN
                 RAISE EXCEPTION USING ERRCODE = 'RL001',
@@ -81,10 +89,7 @@ BEGIN
     WHILE lo < n LOOP
         t := log[b + 2*lo + 1];
         c := log[b + 2*lo + 2];
-        IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
-            RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
-        END IF;
+        PERFORM ratelimit_sliding_log_entry(t, c);
         EXIT WHEN now_us < t + a_period;
         lo := lo + 1;
         used := used - c;
@@ -96,10 +101,7 @@ BEGIN
     IF lo < n THEN
         newest := log[b + 2*n - 1];
         c := log[b + 2*n];
-        IF newest < 0 OR newest > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
-            RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', newest, c);
-        END IF;
+        PERFORM ratelimit_sliding_log_entry(newest, c);
     ELSIF used <> 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'RL001',
             MESSAGE = format('ratelimit: corrupt state: sliding log total %s with no live entry', used);
@@ -121,10 +123,7 @@ BEGIN
         WHILE pos < n AND excess > 0 LOOP
             t := log[b + 2*pos + 1];
             c := log[b + 2*pos + 2];
-            IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
-                RAISE EXCEPTION USING ERRCODE = 'RL001',
-                    MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
-            END IF;
+            PERFORM ratelimit_sliding_log_entry(t, c);
             excess := excess - c;
             IF excess <= 0 THEN
                 r.retry_after := t + a_period - now_us;
@@ -147,10 +146,7 @@ BEGIN
     WHILE pos > lo LOOP
         t := log[b + 2*pos - 1];
         c := log[b + 2*pos];
-        IF t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
-            RAISE EXCEPTION USING ERRCODE = 'RL001',
-                MESSAGE = format('ratelimit: corrupt state: sliding log entry (%s, %s)', t, c);
-        END IF;
+        PERFORM ratelimit_sliding_log_entry(t, c);
         EXIT WHEN t <= now_us;
         pos := pos - 1;
     END LOOP;
