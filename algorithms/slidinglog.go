@@ -78,8 +78,11 @@ func logEntry(entries []byte, i int) (at, cost int64, err error) {
 // enough of them would have left. An admitted request's next state is
 // state's memory from the first live entry on, with the header written over
 // the last expired entry and the request's entry appended (inserted in time
-// order behind entries from a clock ahead), so no decision copies the log
-// unless state has no room to grow; see DecideInPlace.
+// order behind entries from a clock ahead), or, when at least as many
+// entries left the window as stayed, the live entries moved back to the
+// front; so no decision copies more than it read, unless state has no room
+// to grow. A state of length 0 is no state; its capacity is used if it has
+// room. See DecideInPlace.
 func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	if len(state)%logEntrySize != 0 {
 		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
@@ -175,16 +178,30 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 		pos--
 	}
 	var next []byte
-	if legacy {
+	switch {
+	case n == 0 && cap(state) >= logHeaderSize+logEntrySize:
+		// No entries, and room for the first one: an expired log's
+		// buffer, which the memory store passes emptied.
+		next = appendLogEntry(state[:0], logMarker, used)
+		next = appendLogEntry(next, req.Now, req.Cost)
+	case legacy:
 		next = make([]byte, 0, logHeaderSize+(n-first+1)*logEntrySize)
 		next = appendLogEntry(next, logMarker, used)
 		next = append(next, entries[first*logEntrySize:pos*logEntrySize]...)
 		next = appendLogEntry(next, req.Now, req.Cost)
 		next = append(next, entries[pos*logEntrySize:]...)
-	} else {
-		// The live entries stay where they are; the header moves to just
-		// before them, over the last expired one.
-		next = state[first*logEntrySize:]
+	default:
+		if first > 0 && first >= n-first {
+			// At least as many entries left as stayed: move the live ones
+			// back to the front, which costs no more than reading the
+			// expired ones did, and keeps a short log in its buffer.
+			next = state[:logHeaderSize+(n-first)*logEntrySize]
+			copy(next[logHeaderSize:], entries[first*logEntrySize:])
+		} else {
+			// The live entries stay where they are; the header moves to
+			// just before them, over the last expired one.
+			next = state[first*logEntrySize:]
+		}
 		binary.LittleEndian.PutUint64(next, logMarkerBits)
 		binary.LittleEndian.PutUint64(next[8:], uint64(used))
 		if len(next)+logEntrySize > cap(next) {

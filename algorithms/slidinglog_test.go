@@ -91,7 +91,9 @@ func TestSlidingLogModel(t *testing.T) {
 				req.Cost = 1 + rng.Int64N(limit)
 			}
 			if now >= expires {
-				m, copied, inPlace = logModel{}, nil, nil
+				// Expired: no state, but the memory store passes the
+				// in-place log's buffer, emptied.
+				m, copied, inPlace = logModel{}, nil, inPlace[:0]
 			}
 			want := m.decide(limit, period, req)
 			a, err := alg.Decide(bytes.Clone(copied), req)

@@ -1,0 +1,55 @@
+//go:build !race
+
+package memory_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store/memory"
+)
+
+// TestSlidingLogInPlace checks that the store decides a sliding log where
+// it is stored: admitting into a full log of 1,000 entries, a log of a few
+// entries and an expired log allocates nothing per call on average (a full
+// log moves to a buffer twice its size once per about 1,000 admissions, so
+// the average rounds to 0), and neither does a denial. (The race detector
+// allocates, so this file is built without it.)
+func TestSlidingLogInPlace(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		alg         algorithms.Algorithm
+		step        int64 // µs the clock advances per call
+		wantAllowed bool
+	}{
+		{"full log of 1000, admitting", algorithms.SlidingLog(1000, time.Millisecond), 1, true},
+		{"full log of 1000, denying", algorithms.SlidingLog(1000, time.Hour), 1, false},
+		{"log of 3, admitting", algorithms.SlidingLog(1000, 3*time.Microsecond), 1, true},
+		{"expired log", algorithms.SlidingLog(1000, time.Microsecond), 5, true},
+	} {
+		s := memory.MustNew()
+		key := ratelimit.Key{Namespace: "t", ID: "k"}
+		ctx := context.Background()
+		now := int64(1_900_000_000_000_000)
+		decide := func() algorithms.Decision {
+			now += c.step
+			d, err := s.Decide(ctx, key, c.alg, algorithms.Request{Now: now, Cost: 1})
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			return d
+		}
+		for range 2000 {
+			decide()
+		}
+		if d := decide(); d.Allowed != c.wantAllowed {
+			t.Fatalf("%s: decision %+v, want allowed %v", c.name, d, c.wantAllowed)
+		}
+		if n := testing.AllocsPerRun(5000, func() { decide() }); n != 0 {
+			t.Errorf("%s: %v allocations per decision, want 0", c.name, n)
+		}
+	}
+}
