@@ -11,8 +11,8 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
-// maxRequests bounds -n: the sliding log copies its whole log on every
-// admitted request, so a simulation grows with n × limit.
+// maxRequests bounds -n, so that a simulation, which keeps every request's
+// decision for every algorithm, stays small.
 const maxRequests = 10000
 
 // errHelp reports that -h or -help was given.
