@@ -168,38 +168,38 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
-	if ip, ok := alg.(algorithms.InPlaceDecider); ok {
-		if e := sh.get(h, key); e == nil || len(e.state) > inlineState {
-			// A large state (a sliding log) is decided where it is
-			// stored, not copied first; an expired one is passed empty,
-			// to reuse its buffer.
-			sh.now = max(sh.now, req.Now)
-			var cur []byte
-			if e != nil {
-				cur = e.state
-				if e.expires <= req.Now {
-					cur = cur[:0]
-				}
-			}
-			step, err := ip.DecideInPlace(cur, req)
-			if err != nil {
-				return algorithms.Decision{}, err
-			}
-			if step.Next != nil && !req.Peek {
-				if err := s.keep(sh, h, key, e, step.Next, req.Now, step.TTL); err != nil {
-					return algorithms.Decision{}, err
-				}
-			}
-			return step.Decision, nil
-		}
+	var (
+		e    *entry
+		cur  []byte
+		step algorithms.Step
+		err  error
+	)
+	ip, inPlace := alg.(algorithms.InPlaceDecider)
+	if inPlace {
+		e = sh.get(h, key)
+		inPlace = e == nil || len(e.state) > inlineState
 	}
-	e, cur := sh.current(h, key, req.Now)
-	step, err := alg.Decide(cur, req)
+	if inPlace {
+		// A large state (a sliding log) is decided where it is stored,
+		// not copied first; an expired one is passed empty, to reuse its
+		// buffer.
+		sh.now = max(sh.now, req.Now)
+		if e != nil {
+			cur = e.state
+			if e.expires <= req.Now {
+				cur = cur[:0]
+			}
+		}
+		step, err = ip.DecideInPlace(cur, req)
+	} else {
+		e, cur = sh.current(h, key, req.Now)
+		step, err = alg.Decide(cur, req)
+	}
 	if err != nil {
 		return algorithms.Decision{}, err
 	}
 	if step.Next != nil && !req.Peek {
-		if err := s.put(sh, h, key, e, step.Next, req.Now, step.TTL); err != nil {
+		if err := s.put(sh, h, key, e, step.Next, req.Now, step.TTL, inPlace); err != nil {
 			return algorithms.Decision{}, err
 		}
 	}
@@ -218,7 +218,7 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	if err != nil || next == nil {
 		return err
 	}
-	return s.put(sh, h, key, e, next, now, ttl)
+	return s.put(sh, h, key, e, next, now, ttl, false)
 }
 
 // Delete implements ratelimit.Store.
@@ -255,14 +255,25 @@ func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte
 	}
 }
 
-// put stores a copy of next as key's state until now+ttl; e is key's entry
-// or nil. The caller holds sh.mu.
-func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64) error {
-	e, err := s.entryFor(sh, h, key, e, ttl)
-	if err != nil {
-		return err
+// put stores next as key's state until now+ttl; e is key's entry or nil.
+// It stores a copy, unless owned says next is the store's to keep (what an
+// algorithms.InPlaceDecider returns). The caller holds sh.mu.
+func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64, owned bool) error {
+	if ttl <= 0 {
+		return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
+	}
+	if e == nil {
+		s.makeRoom(sh)
+		e = &entry{key: ratelimit.Key{Namespace: key.Namespace, ID: strings.Clone(key.ID)}}
+		sh.add(h, e)
 	}
 	switch {
+	case owned && cap(next) > maxScratch && cap(next) > 4*len(next):
+		// The state has shrunk a lot (a sliding log emptying): let the
+		// large buffer go.
+		e.state = append([]byte(nil), next...)
+	case owned:
+		e.state = next
 	case len(next) == inlineState: // most built-in algorithms
 		e.inline = [inlineState]byte(next)
 		e.state = e.inline[:]
@@ -278,39 +289,6 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 	e.expires = now + ttl
 	sh.earliest = min(sh.earliest, e.expires)
 	return nil
-}
-
-// keep stores next itself, which an algorithms.InPlaceDecider returned
-// and so is the store's to keep, as key's state until now+ttl; e is key's
-// entry or nil. The caller holds sh.mu.
-func (s *Store) keep(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64) error {
-	e, err := s.entryFor(sh, h, key, e, ttl)
-	if err != nil {
-		return err
-	}
-	if cap(next) > maxScratch && cap(next) > 4*len(next) {
-		// The state has shrunk a lot (a sliding log emptying): let the
-		// large buffer go.
-		next = append([]byte(nil), next...)
-	}
-	e.state = next
-	e.expires = now + ttl
-	sh.earliest = min(sh.earliest, e.expires)
-	return nil
-}
-
-// entryFor returns e, or when it is nil a new entry for key, after
-// checking that state may be written with ttl. The caller holds sh.mu.
-func (s *Store) entryFor(sh *shard, h uint64, key ratelimit.Key, e *entry, ttl int64) (*entry, error) {
-	if ttl <= 0 {
-		return nil, fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
-	}
-	if e == nil {
-		s.makeRoom(sh)
-		e = &entry{key: ratelimit.Key{Namespace: key.Namespace, ID: strings.Clone(key.ID)}}
-		sh.add(h, e)
-	}
-	return e, nil
 }
 
 // get returns key's entry, or nil. The caller holds sh.mu.

@@ -3,13 +3,10 @@
 package memory_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
 // TestSlidingLogInPlace checks that the store decides a sliding log where
@@ -30,21 +27,7 @@ func TestSlidingLogInPlace(t *testing.T) {
 		{"log of 3, admitting", algorithms.SlidingLog(1000, 3*time.Microsecond), 1, true},
 		{"expired log", algorithms.SlidingLog(1000, time.Microsecond), 5, true},
 	} {
-		s := memory.MustNew()
-		key := ratelimit.Key{Namespace: "t", ID: "k"}
-		ctx := context.Background()
-		now := int64(1_900_000_000_000_000)
-		decide := func() algorithms.Decision {
-			now += c.step
-			d, err := s.Decide(ctx, key, c.alg, algorithms.Request{Now: now, Cost: 1})
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			return d
-		}
-		for range 2000 {
-			decide()
-		}
+		decide := logDecider(t, c.alg, c.step)
 		if d := decide(); d.Allowed != c.wantAllowed {
 			t.Fatalf("%s: decision %+v, want allowed %v", c.name, d, c.wantAllowed)
 		}
