@@ -126,6 +126,18 @@ func TestSQLFormsCorruptState(t *testing.T) {
 		{algorithms.FixedWindow(3, time.Second), []int64{1}},
 		{algorithms.SlidingLog(3, time.Second), []int64{1, 2, 3}},
 		{algorithms.SlidingLog(3, time.Second), []int64{1_900_000_000_000_000, 0}},
+		// Entries out of range, expired or not: a time near 2^63 would
+		// overflow the expiry test (Go wraps, SQL raises bigint out of
+		// range), a negative one looks expired.
+		{algorithms.SlidingLog(3, time.Second), []int64{9_223_372_036_854_775_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-5, 1, 1, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{1, 0, 1_900_000_000_000_000, 1}},
+		// The same in a log with its header: each entry a decision reads
+		// (the expired ones, the newest, a denial's oldest) is checked
+		// before any arithmetic on it.
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 2, 9_223_372_036_854_775_000, 1, 1_900_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 2, 1, 0, 1_900_000_000_000_000, 1}},
+		{algorithms.SlidingLog(3, time.Second), []int64{-1, 1, 9_223_372_036_854_775_000, 1}},
 		{algorithms.SlidingLog(3, time.Second), []int64{-1, 1, 1_900_000_000_000_000, 1, 1_900_000_000_000_000, 1}},
 		{algorithms.SlidingLog(3, time.Second), []int64{-1, 3, 1_800_000_000_000_000, 1}},
 		{algorithms.SlidingLog(3, time.Second), []int64{-1, 7, 1_900_000_000_000_000, 1}},
