@@ -384,7 +384,8 @@ return {}
 // for, so that tests hold every write of a Lua form to the Go form's. The
 // Lua forms' doubles become little-endian int64 fields, and the sliding
 // log's members become (time, cost) entries in the order the Go form keeps
-// them: by time, then by when they were added (their sequence number).
+// them: by time, then by when they were added (their sequence number),
+// after the header (-1, total) when the "y:" member holds the total.
 // It is not a method so that the stores, which embed the Engine, do not
 // offer it; their tests reach it.
 func StateReader(e *Engine) func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
@@ -427,7 +428,7 @@ func state(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, er
 func logState(zset []any, bad error) ([]byte, int64, error) {
 	type entry struct{ at, seq, cost int64 }
 	var entries []entry
-	expires := int64(-1)
+	expires, total := int64(-1), int64(-1)
 	for i := 0; i+1 < len(zset); i += 2 {
 		m, _ := zset[i].(string)
 		score, _ := zset[i+1].(string)
@@ -437,6 +438,16 @@ func logState(zset []any, bad error) ([]byte, int64, error) {
 				return nil, 0, bad
 			}
 			expires = v
+			continue
+		}
+		if y, ok := strings.CutPrefix(m, "y:"); ok {
+			// y:<total>:<seq>:<newest>: the total is the Go form's header.
+			t, _, _ := strings.Cut(y, ":")
+			v, err := strconv.ParseInt(t, 10, 64)
+			if err != nil {
+				return nil, 0, bad
+			}
+			total = v
 			continue
 		}
 		seq, cost, ok := strings.Cut(m, ":")
@@ -452,7 +463,11 @@ func logState(zset []any, bad error) ([]byte, int64, error) {
 		return nil, 0, bad
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.seq, b.seq)) })
-	state := make([]byte, 0, 16*len(entries))
+	state := make([]byte, 0, 16*len(entries)+16)
+	if total >= 0 {
+		state = binary.LittleEndian.AppendUint64(state, math.MaxUint64) // the header's time, -1
+		state = binary.LittleEndian.AppendUint64(state, uint64(total))
+	}
 	for _, e := range entries {
 		state = binary.LittleEndian.AppendUint64(state, uint64(e.at))
 		state = binary.LittleEndian.AppendUint64(state, uint64(e.cost))
