@@ -66,6 +66,13 @@ type Decision struct {
 	// Delay is how long an admitted request should wait before it
 	// proceeds. Only the leaky bucket sets it; Wait sleeps it for you.
 	Delay time.Duration
+	// Source says where the decision came from: the store, the local
+	// fallback, the deny cache or the failure policy.
+	Source Source
+	// Shadowed reports that a limiter in shadow mode (WithShadow) admitted
+	// a request its limit denies: Allowed is true, and the other fields,
+	// RetryAfter included, are the denial's.
+	Shadowed bool
 }
 
 // FailurePolicy says what a Limiter decides when its store fails. Either
@@ -139,6 +146,9 @@ type Limiter struct {
 	maxCost int64
 	// noServerForm is set once the store has said it cannot run alg.
 	noServerForm atomic.Bool
+	// guard holds the options for store failures, the deny cache, shadow
+	// mode and the observer (guard.go); nil when none is set.
+	guard *guard
 }
 
 // New returns a limiter that applies alg to keys held in store. It reports
@@ -174,6 +184,11 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		name = fmt.Sprintf("p%016x", h.Sum64())
 	}
 	l.ns = name + ":" + alg.Name()
+	if l.guard != nil {
+		if err := l.guard.init(l, name); err != nil {
+			return nil, err
+		}
+	}
 	return l, nil
 }
 
@@ -211,6 +226,9 @@ func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
 func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
+	}
+	if l.guard != nil {
+		l.guard.forget(ctx, key)
 	}
 	return l.store.Delete(ctx, Key{Namespace: l.ns, ID: key})
 }
@@ -273,13 +291,27 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool) (Dec
 	}
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
+	if l.guard != nil {
+		return l.guarded(ctx, k, req)
+	}
+	d, err := l.fromStore(ctx, k, req)
+	if err != nil {
+		return l.failed(err)
+	}
+	return d, nil
+}
+
+// fromStore asks the store for a decision: through its Decider when it has
+// one for the algorithm, through Update otherwise. It returns the store's
+// error as it is.
+func (l *Limiter) fromStore(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
 	if l.decider != nil && !l.noServerForm.Load() {
 		d, err := l.decider.Decide(ctx, k, l.alg, req)
 		if err == nil {
 			return convert(d), nil
 		}
 		if !errors.Is(err, ErrUnsupported) {
-			return l.failed(err)
+			return Decision{}, err
 		}
 		l.noServerForm.Store(true)
 	}
@@ -300,13 +332,14 @@ func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request) (De
 		return step.Next, step.TTL, nil
 	})
 	if err != nil {
-		return l.failed(err)
+		return Decision{}, err
 	}
 	return convert(step.Decision), nil
 }
 
+// failed returns the decision the failure policy prescribes for err.
 func (l *Limiter) failed(err error) (Decision, error) {
-	d := Decision{Limit: int(l.maxCost)}
+	d := Decision{Limit: int(l.maxCost), Source: SourceFailurePolicy}
 	if l.policy == FailOpen && !errors.Is(err, ErrCorruptState) {
 		d.Allowed = true
 	}
@@ -321,6 +354,7 @@ func convert(d algorithms.Decision) Decision {
 		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
 		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
 		Delay:      time.Duration(d.Delay) * time.Microsecond,
+		Source:     SourceStore,
 	}
 }
 

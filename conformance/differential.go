@@ -395,5 +395,6 @@ func algorithmsDecision(d algorithms.Decision) ratelimit.Decision {
 		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
 		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
 		Delay:      time.Duration(d.Delay) * time.Microsecond,
+		Source:     ratelimit.SourceStore,
 	}
 }

@@ -1,0 +1,164 @@
+package ratelimit
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// WithDenyCache keeps, for up to maxKeys keys, the store's latest denial in
+// process memory: when the store denies a key's request of cost n until
+// time T (its RetryAfter), requests for that key of cost n or more are
+// denied locally until T, without a store round trip, with Source
+// SourceDenyCache. A key under attack then costs the store about one call
+// per refill instead of one per request.
+//
+// The cache only ever denies what the store itself would deny if nothing
+// else happened to the key, so it admits nothing extra. What it cannot see
+// is a Reset or a change of numbers made by another process: such a key
+// stays denied here until T (Reset on this limiter clears its entry).
+// Requests of a smaller cost, which might fit sooner, still go to the
+// store. RetryAfter and ResetAfter count down from the store's answer;
+// Remaining is the store's figure at the time of the denial.
+//
+// The cache is off by default. maxKeys bounds its memory (about 100 bytes
+// per key plus the key); when it is full, an entry that has expired, or
+// else an arbitrary one, makes room. Times are read from the limiter's
+// clock, so a store on its server's clock and a limiter on a fake one do
+// not mix here.
+func WithDenyCache(maxKeys int) Option {
+	return func(l *Limiter) error {
+		if err := checkPositive("deny cache size", maxKeys); err != nil {
+			return err
+		}
+		guardOf(l).deny = newDenyCache(maxKeys)
+		return nil
+	}
+}
+
+// denyShards is the most shards a deny cache splits its keys over, so that
+// callers on different keys rarely wait on one lock.
+const denyShards = 16
+
+// denyCache maps keys to their latest denial, in shards of bounded size.
+type denyCache struct {
+	seed     maphash.Seed
+	shards   []denyShard
+	perShard int
+}
+
+type denyShard struct {
+	mu sync.Mutex
+	m  map[string]denial
+	_  [40]byte // keeps shards on separate cache lines
+}
+
+// denial is a denial of cost by the store, as of the limiter's clock.
+type denial struct {
+	cost      int64 // the smallest cost the entry denies
+	until     int64 // µs: when a request of cost may be admitted
+	reset     int64 // µs: when the key is back to unused
+	limit     int64
+	remaining int64
+}
+
+func newDenyCache(maxKeys int) *denyCache {
+	n := min(denyShards, maxKeys)
+	c := &denyCache{seed: maphash.MakeSeed(), shards: make([]denyShard, n), perShard: maxKeys / n}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]denial)
+	}
+	return c
+}
+
+func (c *denyCache) shard(key string) *denyShard {
+	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
+}
+
+// lookup reports whether key's request is denied by a cached denial, and
+// if so fills in d.
+func (c *denyCache) lookup(key string, req algorithms.Request, d *Decision) bool {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	e, ok := sh.m[key]
+	if ok && req.Now >= e.until {
+		delete(sh.m, key)
+		ok = false
+	}
+	sh.mu.Unlock()
+	if !ok || req.Cost < e.cost {
+		return false
+	}
+	*d = Decision{
+		Limit:      int(e.limit),
+		Remaining:  int(e.remaining),
+		RetryAfter: time.Duration(e.until-req.Now) * time.Microsecond,
+		ResetAfter: time.Duration(max(e.reset-req.Now, 0)) * time.Microsecond,
+		Source:     SourceDenyCache,
+	}
+	return true
+}
+
+// remember records the store's denial d of req.
+func (c *denyCache) remember(key string, req algorithms.Request, d Decision) {
+	retry := int64(d.RetryAfter / time.Microsecond)
+	if retry <= 0 {
+		return
+	}
+	e := denial{
+		cost:      req.Cost,
+		until:     req.Now + retry,
+		reset:     req.Now + int64(d.ResetAfter/time.Microsecond),
+		limit:     int64(d.Limit),
+		remaining: int64(d.Remaining),
+	}
+	sh := c.shard(key)
+	sh.mu.Lock()
+	if _, ok := sh.m[key]; !ok && len(sh.m) >= c.perShard {
+		sh.makeRoom(req.Now)
+	}
+	sh.m[key] = e
+	sh.mu.Unlock()
+}
+
+// makeRoom removes one entry, preferring an expired one among a few
+// visited in the map's random order.
+func (sh *denyShard) makeRoom(now int64) {
+	const visits = 8
+	var victim string
+	i := 0
+	for k, e := range sh.m {
+		if now >= e.until {
+			victim = k
+			break
+		}
+		if i == 0 {
+			victim = k
+		}
+		if i++; i == visits {
+			break
+		}
+	}
+	delete(sh.m, victim)
+}
+
+func (c *denyCache) forget(key string) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	delete(sh.m, key)
+	sh.mu.Unlock()
+}
+
+// len returns the number of keys held, for tests.
+func (c *denyCache) len() int {
+	n := 0
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

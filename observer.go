@@ -1,0 +1,68 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Observer is told about every decision a limiter makes, for metrics,
+// logs or traces. ObserveDecision runs on the deciding goroutine, after the
+// decision and before it is returned, so it must be quick and must not
+// block; it may be called concurrently. It is not called for calls
+// rejected as bad input (a bad key, cost or clock reading), which decide
+// nothing.
+//
+// A limiter without an observer pays nothing for the hook: no clock reads,
+// no allocations (BenchmarkObserver measures both).
+type Observer interface {
+	ObserveDecision(ctx context.Context, e Event)
+}
+
+// ObserverFunc adapts a function to an Observer.
+type ObserverFunc func(ctx context.Context, e Event)
+
+// ObserveDecision calls f(ctx, e).
+func (f ObserverFunc) ObserveDecision(ctx context.Context, e Event) { f(ctx, e) }
+
+// Event describes one decision, for an Observer.
+type Event struct {
+	// Limiter is the limiter's name: the one given to WithName, or the
+	// name derived from its algorithm and numbers.
+	Limiter string
+	// Algorithm is the algorithm's name, such as "gcra".
+	Algorithm string
+	// Key is the caller's key. Metrics should not use it as a label: keys
+	// are unbounded.
+	Key string
+	// Cost is the request's cost; Peek reports a Peek, which consumes
+	// nothing.
+	Cost int
+	Peek bool
+	// Allowed is the limit's answer. It differs from Decision.Allowed only
+	// in shadow mode, where a denial is returned as allowed.
+	Allowed bool
+	// Decision is what the caller gets; Decision.Source says where it came
+	// from.
+	Decision Decision
+	// CalledStore reports whether the decision called the store (the deny
+	// cache and an open circuit breaker spare it), and StoreLatency how
+	// long that call took, failed or not. The fallback's local call is not
+	// counted.
+	CalledStore  bool
+	StoreLatency time.Duration
+	// Err is the error returned with the decision: the store's failure, or
+	// ErrCircuitOpen; nil when the store answered.
+	Err error
+}
+
+// WithObserver has o told about every decision the limiter makes.
+func WithObserver(o Observer) Option {
+	return func(l *Limiter) error {
+		if o == nil {
+			return fmt.Errorf("%w: nil observer", ErrInvalidParams)
+		}
+		guardOf(l).observer = o
+		return nil
+	}
+}
