@@ -73,7 +73,7 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	case g.deny != nil && g.deny.lookup(k.ID, req, &d):
 	case g.breaker != nil && !g.breaker.allow(req.Now):
 		err = g.breaker.openError()
-		d = l.degraded(ctx, k, req, err)
+		d = l.degraded(ctx, k, req, err, ctx.Err() == nil)
 	default:
 		called = true
 		var start time.Time
@@ -88,7 +88,7 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 			g.breaker.record(ctx, req.Now, err)
 		}
 		if err != nil {
-			d = l.degraded(ctx, k, req, err)
+			d = l.degraded(ctx, k, req, err, storeFault(ctx, err))
 		} else if g.deny != nil && !d.Allowed {
 			g.deny.remember(k.ID, req, d)
 		}
@@ -114,12 +114,13 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	return d, err
 }
 
-// degraded is the decision for a request the store could not decide (err
-// says why): the fallback's when there is one and the store, not the
-// caller or the key's data, is at fault; the failure policy's otherwise.
-func (l *Limiter) degraded(ctx context.Context, k Key, req algorithms.Request, err error) Decision {
+// degraded is the decision for a request the store did not decide (err
+// says why): the fallback's when there is one and the store is at fault
+// (fault), not the caller or the key's data; the failure policy's
+// otherwise.
+func (l *Limiter) degraded(ctx context.Context, k Key, req algorithms.Request, err error, fault bool) Decision {
 	g := l.guard
-	if g.fallback != nil && storeFault(ctx, err) {
+	if g.fallback != nil && fault {
 		if d, ok := g.fallback.decide(ctx, k, req, g.retry); ok {
 			return d
 		}
