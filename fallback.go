@@ -63,19 +63,21 @@ func (f *fallback) init(l *Limiter) error {
 	return nil
 }
 
-// decide asks the fallback store, and reports false when it cannot answer.
-// retry is the RetryAfter of a request above the fallback's burst, which
-// only the store can admit.
-func (f *fallback) decide(ctx context.Context, k Key, req algorithms.Request, retry time.Duration) (Decision, bool) {
+// decide asks the fallback store into d, and reports false when it cannot
+// answer. retry is the RetryAfter of a request above the fallback's burst,
+// which only the store can admit.
+func (f *fallback) decide(ctx context.Context, k Key, req algorithms.Request, retry time.Duration, d *Decision) bool {
 	if req.Cost > f.lim.maxCost {
-		return Decision{Limit: int(f.lim.maxCost), RetryAfter: retry, Source: SourceFallback}, true
+		*d = Decision{Limit: int(f.lim.maxCost), RetryAfter: retry, Source: SourceFallback}
+		return true
 	}
-	d, err := f.lim.fromStore(ctx, k, req)
+	fd, err := f.lim.fromStore(ctx, k, req)
 	if err != nil {
-		return Decision{}, false
+		return false
 	}
+	*d = fd
 	d.Source = SourceFallback
-	return d, true
+	return true
 }
 
 // forget drops key's local state.

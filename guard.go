@@ -72,8 +72,12 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	switch {
 	case g.deny != nil && g.deny.lookup(k.ID, req, &d):
 	case g.breaker != nil && !g.breaker.allow(req.Now):
+		// The store is not called: this is the path whose cost
+		// BenchmarkOutageRatio holds to a memory-store decision's.
 		err = g.breaker.openError()
-		d = l.degraded(ctx, k, req, err, ctx.Err() == nil)
+		if g.fallback == nil || ctx.Err() != nil || !g.fallback.decide(ctx, k, req, g.retry, &d) {
+			d, _ = l.failed(err)
+		}
 	default:
 		called = true
 		var start time.Time
@@ -120,12 +124,10 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 // otherwise.
 func (l *Limiter) degraded(ctx context.Context, k Key, req algorithms.Request, err error, fault bool) Decision {
 	g := l.guard
-	if g.fallback != nil && fault {
-		if d, ok := g.fallback.decide(ctx, k, req, g.retry); ok {
-			return d
-		}
+	var d Decision
+	if g.fallback == nil || !fault || !g.fallback.decide(ctx, k, req, g.retry, &d) {
+		d, _ = l.failed(err)
 	}
-	d, _ := l.failed(err)
 	return d
 }
 
