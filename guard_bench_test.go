@@ -132,12 +132,17 @@ func BenchmarkOutageRatio(b *testing.B) {
 	reportSpread(b, "ratio", ratios)
 }
 
-// reportSpread reports the median, lowest and highest of xs.
+// reportSpread reports the median of xs, its quartiles (q1, q3: the
+// middle half of the rounds, which the stalls of a shared machine do not
+// reach) and its lowest and highest values.
 func reportSpread(b *testing.B, unit string, xs []float64) {
 	slices.Sort(xs)
-	b.ReportMetric(xs[len(xs)/2], unit+"-median")
+	n := len(xs)
+	b.ReportMetric(xs[n/2], unit+"-median")
+	b.ReportMetric(xs[n/4], unit+"-q1")
+	b.ReportMetric(xs[(3*n)/4], unit+"-q3")
 	b.ReportMetric(xs[0], unit+"-min")
-	b.ReportMetric(xs[len(xs)-1], unit+"-max")
+	b.ReportMetric(xs[n-1], unit+"-max")
 }
 
 // BenchmarkDenyCacheHotKey attacks one key on Redis (a private server, on
