@@ -74,8 +74,10 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	case g.breaker != nil && !g.breaker.allow(req.Now):
 		// The store is not called: this is the path whose cost
 		// BenchmarkOutageRatio holds to a memory-store decision's.
+		// A caller whose context has ended gets the failure policy: the
+		// fallback store returns the context's error, as every store must.
 		err = g.breaker.openError()
-		if g.fallback == nil || ctx.Err() != nil || !g.fallback.decide(ctx, k, req, g.retry, &d) {
+		if g.fallback == nil || !g.fallback.decide(ctx, k, req, g.retry, &d) {
 			d, _ = l.failed(err)
 		}
 	default:

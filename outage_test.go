@@ -140,6 +140,14 @@ func TestFrozenStore(t *testing.T) {
 		}
 	}
 
+	// A caller whose context has ended gets the failure policy, not the
+	// fallback.
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if d, err := lim.Allow(canceled, "k"); d.Source != ratelimit.SourceFailurePolicy || d.Allowed || !errors.Is(err, ratelimit.ErrCircuitOpen) {
+		t.Errorf("lim.Allow with a canceled context, breaker open = %+v, %v; want the failure policy's denial with ErrCircuitOpen", d, err)
+	}
+
 	// The store is back, but the breaker stays open for its cool-down.
 	srv.Thaw()
 	d, err := lim.Allow(ctx, "k")
