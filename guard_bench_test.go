@@ -3,6 +3,7 @@ package ratelimit_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -105,31 +106,43 @@ func BenchmarkOutage(b *testing.B) {
 }
 
 // BenchmarkOutageRatio times the two sides of BenchmarkOutage interleaved
-// in one process, 10,000 calls each per iteration, and reports the
-// median, lowest and highest ratio of breaker-open to memory time per call
-// over the iterations (run it with -benchtime=Nx for N rounds).
+// in one process, 10,000 calls each per iteration (the side that goes first
+// alternates), and reports the ratio of breaker-open to memory time per
+// call: its median, quartiles and extremes over the iterations (run it with
+// -benchtime=Nx for N rounds), in the CPU time of the benchmark's thread
+// (cpu-ratio, on Linux) and in wall time (ratio).
 func BenchmarkOutageRatio(b *testing.B) {
 	memLim, outageLim := outageLimiters(b)
 	ctx := context.Background()
 	const calls = 10000
-	timeCalls := func(lim *ratelimit.Limiter) time.Duration {
-		start := time.Now()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	timeCalls := func(lim *ratelimit.Limiter) (wall, cpu time.Duration) {
+		start, startCPU := time.Now(), threadCPU()
 		for range calls {
 			lim.Allow(ctx, "key")
 		}
-		return time.Since(start)
+		return time.Since(start), threadCPU() - startCPU
 	}
-	var ratios []float64
+	var ratios, cpuRatios []float64
 	for b.Loop() {
-		var m, o time.Duration
-		if len(ratios)%2 == 0 { // alternate which side goes first
-			m, o = timeCalls(memLim), timeCalls(outageLim)
+		var m, o, mCPU, oCPU time.Duration
+		if len(ratios)%2 == 0 {
+			m, mCPU = timeCalls(memLim)
+			o, oCPU = timeCalls(outageLim)
 		} else {
-			o, m = timeCalls(outageLim), timeCalls(memLim)
+			o, oCPU = timeCalls(outageLim)
+			m, mCPU = timeCalls(memLim)
 		}
 		ratios = append(ratios, float64(o)/float64(m))
+		if mCPU > 0 {
+			cpuRatios = append(cpuRatios, float64(oCPU)/float64(mCPU))
+		}
 	}
 	reportSpread(b, "ratio", ratios)
+	if len(cpuRatios) > 0 {
+		reportSpread(b, "cpu-ratio", cpuRatios)
+	}
 }
 
 // reportSpread reports the median of xs, its quartiles (q1, q3: the
