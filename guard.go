@@ -74,12 +74,18 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	case g.breaker != nil && !g.breaker.allow(req.Now):
 		// The store is not called: this is the path whose cost
 		// BenchmarkOutageRatio holds to a memory-store decision's.
-		// A caller whose context has ended gets the failure policy: the
-		// fallback store returns the context's error, as every store must.
+		// The fallback's common case is inlined here; degraded has the
+		// rest (a cost above the fallback's burst, a caller whose context
+		// has ended, which the fallback store reports as every store must).
 		err = g.breaker.openError()
-		if g.fallback == nil || !g.fallback.decide(ctx, k, req, g.retry, &d) {
-			d, _ = l.failed(err)
+		if f := g.fallback; f != nil && req.Cost <= f.lim.maxCost {
+			var ferr error
+			if d, ferr = f.lim.fromStore(ctx, k, req); ferr == nil {
+				d.Source = SourceFallback
+				break
+			}
 		}
+		d = l.degraded(ctx, k, req, err, ctx.Err() == nil)
 	default:
 		called = true
 		var start time.Time
