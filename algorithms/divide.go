@@ -33,26 +33,19 @@ func Divide(alg Algorithm, n int64) (Algorithm, error) {
 	if n == 1 {
 		return alg, nil
 	}
-	share := func(v int64) int64 { return max(v/n, 1) }
-	period := func(p int64) time.Duration { return time.Duration(p) * time.Microsecond }
 	var d Algorithm
-	switch a := alg.(type) {
-	case Divisible:
-		d = a.Divide(n)
-	case *fixedWindow:
-		d = FixedWindow(share(a.limit), period(a.period))
-	case *slidingLog:
-		d = SlidingLog(share(a.limit), period(a.period))
-	case *slidingWindow:
-		d = SlidingWindow(share(a.limit), period(a.period))
-	case *tokenBucket:
-		d = TokenBucket(share(a.limit), period(a.period), share(a.burst))
-	case *leakyBucket:
-		d = LeakyBucket(share(a.limit), period(a.period), share(a.burst))
-	case *gcra:
-		d = GCRA(share(a.limit), period(a.period), share(a.burst))
+	p, numbers := alg.(numbered)
+	switch b := BuiltinOf(alg); {
+	case numbers && b != nil:
+		limit, period, burst := p.numbers()
+		share := func(v int64) int64 { return max(v/n, 1) }
+		d = b.New(share(limit), time.Duration(period)*time.Microsecond, share(burst))
 	default:
-		return nil, fmt.Errorf("%w: algorithm %s cannot be divided between replicas: implement algorithms.Divisible", ErrInvalidParams, alg.Name())
+		a, ok := alg.(Divisible)
+		if !ok {
+			return nil, fmt.Errorf("%w: algorithm %s cannot be divided between replicas: implement algorithms.Divisible", ErrInvalidParams, alg.Name())
+		}
+		d = a.Divide(n)
 	}
 	if d == nil {
 		return nil, fmt.Errorf("%w: %s.Divide(%d) returned nil", ErrInvalidParams, alg.Name(), n)
@@ -62,3 +55,15 @@ func Divide(alg Algorithm, n int64) (Algorithm, error) {
 	}
 	return d, nil
 }
+
+// numbered is implemented by the built-in algorithms: their numbers as
+// given to their constructor (the period in microseconds; 0 for the burst
+// of the window algorithms, which have none), for Builtin.New.
+type numbered interface {
+	numbers() (limit, period, burst int64)
+}
+
+func (r rate) numbers() (limit, period, burst int64)           { return r.limit, r.period, r.burst }
+func (a *fixedWindow) numbers() (limit, period, burst int64)   { return a.limit, a.period, 0 }
+func (a *slidingLog) numbers() (limit, period, burst int64)    { return a.limit, a.period, 0 }
+func (a *slidingWindow) numbers() (limit, period, burst int64) { return a.limit, a.period, 0 }

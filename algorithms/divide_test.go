@@ -57,3 +57,15 @@ func TestDivideRejects(t *testing.T) {
 		t.Errorf("Divide(a Divisible algorithm, 2) = %v, %v; want its own Divide's answer", d, err)
 	}
 }
+
+// TestEveryBuiltinDivides keeps Divide in step with the registry: a new
+// built-in algorithm must divide too.
+func TestEveryBuiltinDivides(t *testing.T) {
+	for _, b := range algorithms.Builtins() {
+		alg := b.New(10, time.Second, 10)
+		d, err := algorithms.Divide(alg, 2)
+		if err != nil || d.Name() != b.Name || d.MaxCost() != 5 {
+			t.Errorf("Divide(%v, 2) = %v, %v; want the same algorithm with a max cost of 5", alg, d, err)
+		}
+	}
+}
