@@ -81,6 +81,12 @@ type Harness struct {
 	// skipping, when Decide answers ErrUnsupported for one: a limiter
 	// would silently fall back to Update.
 	DecidesAllBuiltins bool
+	// Twin returns a second, separate instance of the store over the same
+	// backend and key prefix as Store (its own client or connection pool
+	// where the store has one), so that the lease groups can prove mutual
+	// exclusion between instances, as between two processes. A store with
+	// no such thing leaves it nil, and those subtests skip saying so.
+	Twin func(t *testing.T) ratelimit.Store
 }
 
 // Expiry is one backend key (or row, or item) and its expiry.

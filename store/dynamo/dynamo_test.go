@@ -163,6 +163,13 @@ func TestConformance(t *testing.T) {
 			State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
 				return readState(ctx, client, table, s, key)
 			},
+			Twin: func(t *testing.T) ratelimit.Store {
+				s2, err := dynamo.New(newClient(testserver.DynamoDBEndpoint(t)), dynamo.WithTable(table))
+				if err != nil {
+					t.Fatalf("dynamo.New: %v", err)
+				}
+				return s2
+			},
 		}
 	})
 }

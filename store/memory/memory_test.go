@@ -22,6 +22,9 @@ func harness(t *testing.T) conformance.Harness {
 			return list, nil
 		},
 		DecidesAllBuiltins: true, // its Decider runs every Go form
+		// One process holds one memory store: a second instance over the
+		// same backend is the same store.
+		Twin: func(t *testing.T) ratelimit.Store { return s },
 	}
 }
 

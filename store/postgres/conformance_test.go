@@ -125,11 +125,24 @@ func state(p *testPool, s *postgres.Store) func(ctx context.Context, key ratelim
 	}
 }
 
+// twin returns a factory of stores on s's table through a new pool.
+func twin(s *postgres.Store, opts ...postgres.Option) func(t *testing.T) ratelimit.Store {
+	return func(t *testing.T) ratelimit.Store {
+		t2, err := postgres.New(newTestPool(t, 8), append([]postgres.Option{postgres.WithTable(strings.Trim(s.Table(), `"`))}, opts...)...)
+		if err != nil {
+			t.Fatalf("postgres.New: %v", err)
+		}
+		return t2
+	}
+}
+
 func TestConformance(t *testing.T) {
 	p := newTestPool(t, 32)
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		s := newStore(t, p, postgres.WithRequestClock())
-		return harness(t, p, s)
+		h := harness(t, p, s)
+		h.Twin = twin(s, postgres.WithRequestClock())
+		return h
 	})
 }
 
@@ -141,6 +154,8 @@ func TestConformanceUnlogged(t *testing.T) {
 	p := newTestPool(t, 32)
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
 		s := newStore(t, p, postgres.WithRequestClock(), postgres.WithUnlogged())
-		return harness(t, p, s)
+		h := harness(t, p, s)
+		h.Twin = twin(s, postgres.WithRequestClock(), postgres.WithUnlogged())
+		return h
 	})
 }

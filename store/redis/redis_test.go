@@ -92,39 +92,39 @@ func expiries(c goredis.UniversalClient, prefix string) func(ctx context.Context
 }
 
 // harnessOn returns a conformance factory for stores on c, each with its own
-// prefix and the server clock off.
-func harnessOn(c goredis.UniversalClient) func(t *testing.T) conformance.Harness {
+// prefix and the server clock off. Its Twin is a store on a new client from
+// newClient, with the same prefix.
+func harnessOn(c goredis.UniversalClient, newClient func(testing.TB) goredis.UniversalClient) func(t *testing.T) conformance.Harness {
 	return func(t *testing.T) conformance.Harness {
 		prefix := uniquePrefix()
-		s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(false))
-		if err != nil {
-			t.Fatalf("redis.New: %v", err)
+		newStore := func(t *testing.T, c goredis.UniversalClient, serverClock bool) *redis.Store {
+			s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(serverClock))
+			if err != nil {
+				t.Fatalf("redis.New: %v", err)
+			}
+			return s
 		}
+		s := newStore(t, c, false)
 		return conformance.Harness{
-			Store:          s,
-			Expiries:       expiries(c, prefix),
-			RealTimeExpiry: true,
-			State:          redis.State(s),
-			ServerClock: func(t *testing.T) ratelimit.Store {
-				s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(true))
-				if err != nil {
-					t.Fatalf("redis.New: %v", err)
-				}
-				return s
-			},
+			Store:              s,
+			Expiries:           expiries(c, prefix),
+			RealTimeExpiry:     true,
+			State:              redis.State(s),
+			ServerClock:        func(t *testing.T) ratelimit.Store { return newStore(t, c, true) },
 			DecidesAllBuiltins: true,
+			Twin:               func(t *testing.T) ratelimit.Store { return newStore(t, newClient(t), false) },
 		}
 	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	conformance.Run(t, harnessOn(standalone(t)))
+	conformance.Run(t, harnessOn(standalone(t), standalone))
 }
 
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, harnessOn(cluster(t)))
+	conformance.Run(t, harnessOn(cluster(t), cluster))
 }
 
 func TestConformanceRing(t *testing.T) {
-	conformance.Run(t, harnessOn(ring(t)))
+	conformance.Run(t, harnessOn(ring(t), ring))
 }

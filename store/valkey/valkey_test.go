@@ -73,34 +73,34 @@ func expiries(c vk.Client, prefix string) func(ctx context.Context) ([]conforman
 
 // harnessOn returns a conformance factory for stores on c, each with its own
 // prefix and the server clock off.
-func harnessOn(c vk.Client) func(t *testing.T) conformance.Harness {
+// Its Twin is a store on a new client from newClient, with the same prefix.
+func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client) func(t *testing.T) conformance.Harness {
 	return func(t *testing.T) conformance.Harness {
 		prefix := uniquePrefix()
-		s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(false))
-		if err != nil {
-			t.Fatalf("valkey.New: %v", err)
+		newStore := func(t *testing.T, c vk.Client, serverClock bool) *valkey.Store {
+			s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(serverClock))
+			if err != nil {
+				t.Fatalf("valkey.New: %v", err)
+			}
+			return s
 		}
+		s := newStore(t, c, false)
 		return conformance.Harness{
-			Store:          s,
-			Expiries:       expiries(c, prefix),
-			RealTimeExpiry: true,
-			State:          valkey.State(s),
-			ServerClock: func(t *testing.T) ratelimit.Store {
-				s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(true))
-				if err != nil {
-					t.Fatalf("valkey.New: %v", err)
-				}
-				return s
-			},
+			Store:              s,
+			Expiries:           expiries(c, prefix),
+			RealTimeExpiry:     true,
+			State:              valkey.State(s),
+			ServerClock:        func(t *testing.T) ratelimit.Store { return newStore(t, c, true) },
 			DecidesAllBuiltins: true,
+			Twin:               func(t *testing.T) ratelimit.Store { return newStore(t, newClient(t), false) },
 		}
 	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	conformance.Run(t, harnessOn(standalone(t)))
+	conformance.Run(t, harnessOn(standalone(t), standalone))
 }
 
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, harnessOn(cluster(t)))
+	conformance.Run(t, harnessOn(cluster(t), cluster))
 }

@@ -1,0 +1,389 @@
+// Package lease_test measures the SDK's leases: uncontended TryAcquire +
+// Release on Redis beside github.com/bsm/redislock's Obtain + Release on the
+// same server, contention on one key on every store, and takeover after a
+// holder stops renewing. The figures in docs/benchmarks.md come from
+// TestLeaseReport (RATELIMIT_BENCH_REPORT=1), run by bench/lease/run.sh.
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/bsm/redislock"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store/dynamo"
+	"github.com/ratelimitkit/ratelimit/store/memory"
+	"github.com/ratelimitkit/ratelimit/store/postgres"
+	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
+	rlvalkey "github.com/ratelimitkit/ratelimit/store/valkey"
+)
+
+var seq atomic.Int64
+
+func unique(prefix string) string {
+	return fmt.Sprintf("%s%d_%d", prefix, time.Now().UnixNano()%1e9, seq.Add(1))
+}
+
+func env(tb testing.TB, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		tb.Skipf("%s is not set: run under scripts/with-servers.sh", name)
+	}
+	return v
+}
+
+func redisClient(tb testing.TB) *goredis.Client {
+	c := goredis.NewClient(&goredis.Options{Addr: env(tb, "RATELIMIT_REDIS_ADDR"), PoolSize: 64})
+	tb.Cleanup(func() { c.Close() })
+	return c
+}
+
+// updateOnly hides the store's lease.Runner, so the locker uses Update.
+type updateOnly struct{ ratelimit.Store }
+
+// stores are the stores the lease runs on, each made fresh (own prefix or
+// table) with the server's clock where it has one.
+var stores = []struct {
+	name string
+	make func(tb testing.TB) ratelimit.Store
+}{
+	{"memory", func(tb testing.TB) ratelimit.Store { return memory.MustNew() }},
+	{"redis", func(tb testing.TB) ratelimit.Store {
+		s, err := rlredis.New(redisClient(tb), rlredis.WithPrefix(unique("bench-lease-")))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	}},
+	{"redis (Update path)", func(tb testing.TB) ratelimit.Store {
+		s, err := rlredis.New(redisClient(tb), rlredis.WithPrefix(unique("bench-lease-")))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return updateOnly{s}
+	}},
+	{"valkey", func(tb testing.TB) ratelimit.Store {
+		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{env(tb, "RATELIMIT_VALKEY_ADDR")}, DisableCache: true})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(c.Close)
+		s, err := rlvalkey.New(c, rlvalkey.WithPrefix(unique("bench-lease-")))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	}},
+	{"postgres", func(tb testing.TB) ratelimit.Store {
+		ctx := context.Background()
+		p, err := pgxpool.New(ctx, env(tb, "RATELIMIT_POSTGRES_URL"))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(p.Close)
+		table := unique("bench_lease_")
+		s, err := postgres.New(p, postgres.WithTable(table))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			for _, stmt := range []string{"DROP TABLE IF EXISTS " + pgx.Identifier{table}.Sanitize()} {
+				if _, err := p.Exec(context.Background(), stmt); err != nil {
+					tb.Error(err)
+				}
+			}
+		})
+		return s
+	}},
+	{"dynamodb (dynalite)", func(tb testing.TB) ratelimit.Store {
+		ctx := context.Background()
+		client := dynamodb.NewFromConfig(aws.Config{
+			Region:      "us-east-1",
+			Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		}, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(env(tb, "RATELIMIT_DYNAMODB_ENDPOINT")) })
+		table := unique("bench-lease-")
+		if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() {
+			if _, err := client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &table}); err != nil {
+				tb.Error(err)
+			}
+		})
+		s, err := dynamo.New(client, dynamo.WithTable(table))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return s
+	}},
+}
+
+// cycle is one uncontended TryAcquire + Release (or its peer's Obtain +
+// Release) on key.
+type cycle func(ctx context.Context, key string) error
+
+func sdkCycle(tb testing.TB, s ratelimit.Store) cycle {
+	lk, err := lease.New(s, 10*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return func(ctx context.Context, key string) error {
+		le, err := lk.TryAcquire(ctx, key)
+		if err != nil {
+			return err
+		}
+		return le.Release(ctx)
+	}
+}
+
+func redislockCycle(tb testing.TB, c *goredis.Client) cycle {
+	lk := redislock.New(c)
+	prefix := unique("bench-redislock-")
+	return func(ctx context.Context, key string) error {
+		l, err := lk.Obtain(ctx, prefix+key, 10*time.Second, nil)
+		if err != nil {
+			return err
+		}
+		return l.Release(ctx)
+	}
+}
+
+// BenchmarkUncontended is one TryAcquire + Release per op, a fresh key per
+// op from a set of 1024, beside redislock on the same server.
+func BenchmarkUncontended(b *testing.B) {
+	c := redisClient(b)
+	for _, cs := range []struct {
+		name string
+		make func() cycle
+	}{
+		{"lease/redis", func() cycle { return sdkCycle(b, stores[1].make(b)) }},
+		{"lease/redis-update-path", func() cycle { return sdkCycle(b, stores[2].make(b)) }},
+		{"redislock", func() cycle { return redislockCycle(b, c) }},
+	} {
+		b.Run(cs.name, func(b *testing.B) {
+			fn := cs.make()
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if err := fn(ctx, fmt.Sprintf("k%d", i%1024)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// timeCycles runs n cycles on distinct keys and returns cycles per second.
+func timeCycles(tb testing.TB, fn cycle, n int, round int) float64 {
+	ctx := context.Background()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		if err := fn(ctx, fmt.Sprintf("r%d-k%d", round, i%256)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// contended runs workers goroutines that each take the lease on one key
+// (Acquire, polling every poll) for hold, count times, and reports the
+// acquisitions per second, overlaps and fence inversions. With shared, the
+// goroutines share one Locker, as in one process; otherwise each has its
+// own, as if each were a process of its own.
+func contended(tb testing.TB, s ratelimit.Store, shared bool, workers, count int, hold, poll time.Duration) (perSec float64, overlaps, inversions, errs int64) {
+	key := unique("contended-")
+	var inside, lastFence atomic.Int64
+	var wg sync.WaitGroup
+	one, err := lease.New(s, 10*time.Second, lease.WithPollInterval(poll))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	for w := 0; w < workers; w++ {
+		lk := one
+		if !shared {
+			if lk, err = lease.New(s, 10*time.Second, lease.WithPollInterval(poll)); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for i := 0; i < count; i++ {
+				le, err := lk.Acquire(ctx, key)
+				if err != nil {
+					atomic.AddInt64(&errs, 1)
+					continue
+				}
+				if inside.Add(1) != 1 {
+					atomic.AddInt64(&overlaps, 1)
+				}
+				if prev := lastFence.Swap(le.Fence()); prev >= le.Fence() {
+					atomic.AddInt64(&inversions, 1)
+				}
+				time.Sleep(hold)
+				inside.Add(-1)
+				if err := le.Release(ctx); err != nil {
+					atomic.AddInt64(&errs, 1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(workers*count) / time.Since(start).Seconds(), overlaps, inversions, errs
+}
+
+// takeover measures how long after a holder's acquire was sent another
+// worker, already waiting in Acquire, gets the key when the holder stops
+// renewing (it neither extends nor releases).
+func takeover(tb testing.TB, s ratelimit.Store, ttl, poll time.Duration) time.Duration {
+	ctx := context.Background()
+	key := unique("takeover-")
+	lk, err := lease.New(s, ttl, lease.WithPollInterval(poll))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sent := time.Now()
+	if _, err := lk.TryAcquire(ctx, key); err != nil {
+		tb.Fatal(err)
+	}
+	// The holder now stops: no Extend, no Release.
+	if _, err := lk.Acquire(ctx, key); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Since(sent)
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// TestLeaseReport prints the tables of docs/benchmarks.md's lease section.
+// It runs only with RATELIMIT_BENCH_REPORT=1.
+func TestLeaseReport(t *testing.T) {
+	if os.Getenv("RATELIMIT_BENCH_REPORT") == "" {
+		t.Skip("set RATELIMIT_BENCH_REPORT=1 to print the lease tables")
+	}
+	var out strings.Builder
+
+	t.Run("uncontended", func(t *testing.T) {
+		// Uncontended, on one server and one client. The contenders take
+		// turns cycle by cycle (rotating who goes first), so a burst of
+		// load from elsewhere hits all alike; each round's figure is the
+		// median cycle time, the ratio is per round (redislock's median
+		// time ÷ the contender's, so above 1 is faster), and the table
+		// shows the median ratio and its range over the rounds.
+		const rounds, n = 21, 200
+		c := redisClient(t)
+		sdkStore, err := rlredis.New(c, rlredis.WithPrefix(unique("bench-lease-")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		contenders := []struct {
+			name string
+			fn   cycle
+		}{
+			{"redislock Obtain+Release", redislockCycle(t, c)},
+			{"lease TryAcquire+Release (Lua form)", sdkCycle(t, sdkStore)},
+			{"lease TryAcquire+Release (Update path)", sdkCycle(t, updateOnly{sdkStore})},
+		}
+		ctx := context.Background()
+		for i, cs := range contenders {
+			timeCycles(t, cs.fn, 500, -1-i) // warm up
+		}
+		medians := make([][]float64, len(contenders)) // per contender, per round, µs
+		for r := 0; r < rounds; r++ {
+			times := make([][]float64, len(contenders))
+			for k := 0; k < n; k++ {
+				key := fmt.Sprintf("r%d-k%d", r, k%256)
+				for j := range contenders {
+					i := (j + k) % len(contenders)
+					start := time.Now()
+					if err := contenders[i].fn(ctx, key); err != nil {
+						t.Fatal(err)
+					}
+					times[i] = append(times[i], float64(time.Since(start).Microseconds()))
+				}
+			}
+			for i := range contenders {
+				medians[i] = append(medians[i], median(times[i]))
+			}
+		}
+		fmt.Fprintf(&out, "\nUncontended on Redis (one go-redis client, same server; %d rounds of %d cycles, the contenders taking turns cycle by cycle; ratio = redislock's median cycle time ÷ the contender's, per round)\n\n", rounds, n)
+		fmt.Fprintf(&out, "| contender | median cycle (µs) | ratio to redislock: median | min | max |\n|---|---:|---:|---:|---:|\n")
+		for i, cs := range contenders {
+			ratios := make([]float64, rounds)
+			for r := range ratios {
+				ratios[r] = medians[0][r] / medians[i][r]
+			}
+			fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.2f |\n", cs.name, median(medians[i]), median(ratios), slices.Min(ratios), slices.Max(ratios))
+		}
+	})
+	t.Run("contended", func(t *testing.T) {
+		// Contended: 32 goroutines, one key, 100µs critical section.
+		const workers, count, hold, poll = 32, 8, 100 * time.Microsecond, 2 * time.Millisecond
+		fmt.Fprintf(&out, "\nContended: %d goroutines, one key, each taking the lease %d times and holding it %v; Acquire polls every %v (jittered)\n\n", workers, count, hold, poll)
+		fmt.Fprintf(&out, "| store | lockers | acquisitions/s | overlaps | fence inversions | errors |\n|---|---|---:|---:|---:|---:|\n")
+		for _, st := range stores {
+			for _, shared := range []bool{true, false} {
+				lockers := fmt.Sprintf("%d (one per goroutine)", workers)
+				if shared {
+					lockers = "1 (shared)"
+				}
+				perSec, ov, inv, errs := contended(t, st.make(t), shared, workers, count, hold, poll)
+				fmt.Fprintf(&out, "| %s | %s | %.0f | %d | %d | %d |\n", st.name, lockers, perSec, ov, inv, errs)
+				if ov != 0 || inv != 0 || errs != 0 {
+					t.Errorf("%s: %d overlaps, %d fence inversions, %d errors; want 0", st.name, ov, inv, errs)
+				}
+			}
+		}
+
+	})
+	t.Run("takeover", func(t *testing.T) {
+		// Takeover after a holder stops renewing.
+		const ttl, tpoll, reps = 500 * time.Millisecond, 50 * time.Millisecond, 5
+		fmt.Fprintf(&out, "\nTakeover: a holder takes a lease of TTL %v and stops; a waiter in Acquire (poll %v) gets it after (from the holder's acquire being sent; %d runs)\n\n", ttl, tpoll, reps)
+		fmt.Fprintf(&out, "| store | median | max | bar: TTL + poll = %v |\n|---|---:|---:|---|\n", ttl+tpoll)
+		for _, st := range stores {
+			s := st.make(t)
+			var ds []float64
+			for r := 0; r < reps; r++ {
+				ds = append(ds, float64(takeover(t, s, ttl, tpoll)))
+			}
+			worst := time.Duration(slices.Max(ds))
+			verdict := "met"
+			if worst > ttl+tpoll {
+				verdict = "**not met**"
+			}
+			fmt.Fprintf(&out, "| %s | %v | %v | %s |\n", st.name, time.Duration(median(ds)).Round(time.Millisecond), worst.Round(time.Millisecond), verdict)
+		}
+	})
+	fmt.Println(out.String())
+}

@@ -1,0 +1,469 @@
+// Package lease gives out per-key leases (distributed locks) with owner
+// tokens and fencing tokens, held in any ratelimit.Store: memory, Redis,
+// Valkey, PostgreSQL, DynamoDB, or a user's own store that passes the
+// conformance suite.
+//
+// A Locker hands out leases on keys. TryAcquire returns at once, with a
+// Lease or an error wrapping ErrHeld; Acquire waits for the key. Do is what
+// most callers want: it acquires, renews while the work runs, cancels the
+// work's context before the lease could run out when renewal fails, and
+// releases:
+//
+//	locker, err := lease.New(store, "chat-session", 30*time.Second)
+//	...
+//	err = locker.Do(ctx, sessionID, func(ctx context.Context, l *lease.Lease) error {
+//		// Only this worker processes the session now. Pass l.Fence() to
+//		// every write the lease protects, which rejects a smaller one.
+//		return appendMessages(ctx, sessionID, l.Fence(), msgs)
+//	})
+//
+// Every acquire returns a fence, minted in the same atomic step, greater
+// than every fence issued before for that key on that store: after a
+// release, an expiry, the reclaiming of the record, or a restart that lost
+// it. A lease alone keeps two holders apart only while clocks and pauses
+// behave; the fence, checked by the resource the lease protects, keeps a
+// holder that paused past its lease from doing harm. docs/leases.md says
+// when that matters and what each store guarantees.
+//
+// The lease's transitions are one pure function (Step) of the stored record
+// and the store's time, run through Store.Update, so they are the same on
+// every store. Keys are namespaced "<locker name>:@lease", which no
+// limiter's namespace ("<name>:<algorithm>") can equal.
+package lease
+
+import (
+	"context"
+	crand "crypto/rand"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/clock"
+)
+
+// Errors. Check them with errors.Is; the store's own failures are returned
+// wrapped, reachable with errors.As, and a context that ends is the
+// context's error.
+var (
+	// ErrHeld reports a key held by another owner. The error is a
+	// *HeldError, which says until when.
+	ErrHeld = errors.New("lease: held by another owner")
+	// ErrLost reports a lease that is no longer the caller's: it ran out,
+	// or another owner took the key over, or its record was lost.
+	ErrLost = errors.New("lease: lost")
+	// ErrMaxHold is the cause of the cancellation of Do's work when the
+	// lease has been held for the locker's maximum hold time.
+	ErrMaxHold = errors.New("lease: maximum hold time reached")
+)
+
+// HeldError is the error of TryAcquire on a key another owner holds.
+type HeldError struct {
+	// Key is the key asked for.
+	Key string
+	// Until is when the holder's lease runs out unless extended, on the
+	// store's clock.
+	Until time.Time
+	// RetryAfter is how long that is from the store's time of the attempt.
+	RetryAfter time.Duration
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lease: %q held by another owner until %s (in %v)", e.Key, e.Until.UTC().Format(time.RFC3339Nano), e.RetryAfter)
+}
+
+// Is reports whether target is ErrHeld.
+func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+
+// Runner is implemented by stores that run the lease's transition (Step)
+// next to their data in one round trip, such as a Lua script on Redis. It
+// is optional: a Locker uses RunLease when its store has it, and
+// Store.Update otherwise. RunLease must apply Step to key's record exactly
+// as Update would, atomically, with the same clock rule (now is the
+// locker's clock, which a store configured to use its own clock replaces),
+// and return Step's Result; the conformance suite checks both paths.
+type Runner interface {
+	RunLease(ctx context.Context, key ratelimit.Key, now int64, req Request) (Result, error)
+}
+
+// DefaultName is a Locker's name unless WithName says otherwise.
+const DefaultName = "lease"
+
+// NamespaceSuffix ends the namespace of a locker's keys: the namespace is
+// "<name>:@lease". A limiter's namespace is "<name>:<algorithm>", and an
+// algorithm's name cannot hold '@', so a locker never shares state with a
+// limiter.
+const NamespaceSuffix = ":@lease"
+
+// Option configures a Locker.
+type Option func(*Locker) error
+
+// WithName sets the locker's name (DefaultName otherwise), which namespaces
+// its keys: lockers with the same name on one store share their leases. A
+// name matches [A-Za-z0-9_.-]{1,64}.
+func WithName(name string) Option {
+	return func(l *Locker) error {
+		if err := ratelimit.CheckName("lease name", name); err != nil {
+			return err
+		}
+		l.name = name
+		return nil
+	}
+}
+
+// WithClock makes the locker read time from c instead of the system clock:
+// for expiry on stores that use the locker's clock, and for Acquire's polls
+// and Do's renewals everywhere. Tests pass a clock.Fake.
+func WithClock(c clock.Clock) Option {
+	return func(l *Locker) error {
+		if c == nil {
+			return fmt.Errorf("%w: lease: nil clock", ratelimit.ErrInvalidParams)
+		}
+		l.clock = c
+		return nil
+	}
+}
+
+// WithPollInterval sets how often Acquire tries again while the key is
+// held (TTL/10 otherwise, at least 1ms). Each wait is jittered between half
+// the interval and the whole of it, and never outlasts the holder's lease.
+func WithPollInterval(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease: poll interval %v must be positive", ratelimit.ErrInvalidParams, d)
+		}
+		l.poll = d
+		return nil
+	}
+}
+
+// WithMaxHold caps how long Do keeps a lease: at that time Do cancels the
+// work's context with cause ErrMaxHold and stops renewing. Zero, the
+// default, means no cap.
+func WithMaxHold(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d < 0 {
+			return fmt.Errorf("%w: lease: maximum hold time %v must not be negative", ratelimit.ErrInvalidParams, d)
+		}
+		l.maxHold = d
+		return nil
+	}
+}
+
+// Locker hands out leases on keys held in one store. Create it with New;
+// the zero value is not usable. Do is the method most callers want. A
+// Locker is safe for concurrent use.
+type Locker struct {
+	store   ratelimit.Store
+	runner  Runner // store as a Runner, or nil
+	name    string
+	ns      string
+	ttl     time.Duration
+	clock   clock.Clock
+	poll    time.Duration
+	maxHold time.Duration
+
+	// waiting queues, per key, the goroutines of this locker waiting in
+	// Acquire; this locker's Release of the key wakes the first.
+	mu      sync.Mutex
+	waiting map[string][]chan struct{}
+}
+
+// released queues a waiter for key and returns a channel closed when a
+// lease of this locker on key is released and it is the waiter's turn;
+// done must be called when the caller stops waiting.
+func (l *Locker) released(key string) (ch <-chan struct{}, done func()) {
+	c := make(chan struct{})
+	l.mu.Lock()
+	if l.waiting == nil {
+		l.waiting = map[string][]chan struct{}{}
+	}
+	l.waiting[key] = append(l.waiting[key], c)
+	l.mu.Unlock()
+	return c, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		q := l.waiting[key]
+		if i := slices.Index(q, c); i >= 0 {
+			q = slices.Delete(q, i, i+1)
+		}
+		if len(q) == 0 {
+			delete(l.waiting, key)
+		} else {
+			l.waiting[key] = q
+		}
+	}
+}
+
+// wake wakes the first of this locker's goroutines waiting for key: one
+// request to the store per hand-over instead of one per waiter.
+func (l *Locker) wake(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if q := l.waiting[key]; len(q) > 0 {
+		close(q[0])
+		if len(q) == 1 {
+			delete(l.waiting, key)
+		} else {
+			l.waiting[key] = q[1:]
+		}
+	}
+}
+
+// MinTTL is the shortest lease TTL New accepts.
+const MinTTL = time.Millisecond
+
+// New returns a locker whose leases live in store and run out ttl after
+// they were acquired or last extended. It returns an error wrapping
+// ratelimit.ErrInvalidParams for a nil store, a TTL below MinTTL, or an
+// unusable option.
+func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: lease: nil store", ratelimit.ErrInvalidParams)
+	}
+	if ttl < MinTTL || ttl > 365*24*time.Hour {
+		return nil, fmt.Errorf("%w: lease: TTL %v outside %v..1 year", ratelimit.ErrInvalidParams, ttl, MinTTL)
+	}
+	l := &Locker{store: store, name: DefaultName, ttl: ttl, clock: clock.System}
+	for _, opt := range opts {
+		if err := opt(l); err != nil {
+			return nil, err
+		}
+	}
+	if l.poll == 0 {
+		l.poll = max(ttl/10, time.Millisecond)
+	}
+	l.runner, _ = store.(Runner)
+	l.ns = l.name + NamespaceSuffix
+	return l, nil
+}
+
+// TTL returns the lease TTL.
+func (l *Locker) TTL() time.Duration { return l.ttl }
+
+// Namespace returns the namespace of the locker's keys in its store.
+func (l *Locker) Namespace() string { return l.ns }
+
+// Store returns the locker's store.
+func (l *Locker) Store() ratelimit.Store { return l.store }
+
+// TryAcquire takes key's lease if it is free, and returns at once: the
+// lease, or an error wrapping ErrHeld (a *HeldError saying when the
+// holder's lease runs out), the context's error, or the store's. A store
+// failure is retried once with the same owner token, which returns the same
+// lease if the first attempt took it; if both fail, the key may stay held
+// until the TTL passes.
+func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
+	if err := ratelimit.CheckKey(key); err != nil {
+		return nil, err
+	}
+	var owner Token
+	if _, err := crand.Read(owner[:]); err != nil {
+		return nil, fmt.Errorf("lease: owner token: %w", err)
+	}
+	k := ratelimit.Key{Namespace: l.ns, ID: key}
+	sent, res, err := l.run(ctx, k, Request{Op: OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
+	if err != nil {
+		return nil, err
+	}
+	if res.Code == Held {
+		return nil, &HeldError{Key: key, Until: time.UnixMicro(res.Expires), RetryAfter: time.Duration(res.Expires-res.Now) * time.Microsecond}
+	}
+	le := &Lease{l: l, key: k, owner: owner, fence: res.Fence}
+	le.set(sent, res)
+	return le, nil
+}
+
+// Acquire takes key's lease, waiting while another owner holds it: it tries
+// again after a jittered poll interval, or sooner when the holder's lease
+// runs out first, or at once when a lease of this same Locker on key is
+// released and it is first in line (so goroutines of one process hand a
+// hot key on in turn, one request each, without polling the store for
+// it). It returns the context's error when ctx ends first, and
+// the store's error at once when the store fails.
+func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
+	for {
+		// Listen for a release by this locker before asking, so that one
+		// between the answer and the wait is not missed.
+		released, done := l.released(key)
+		le, err := l.TryAcquire(ctx, key)
+		var held *HeldError
+		if !errors.As(err, &held) {
+			done()
+			return le, err
+		}
+		wait := l.poll/2 + rand.N(l.poll/2+1)
+		if held.RetryAfter > 0 && held.RetryAfter < wait {
+			wait = held.RetryAfter
+		}
+		select {
+		case <-l.clock.After(wait):
+		case <-released:
+		case <-ctx.Done():
+			done()
+			return nil, ctx.Err()
+		}
+		done()
+	}
+}
+
+// run applies req to k's record through the store's Runner or Update, and
+// returns when the request was sent (by the locker's clock, before the
+// store read its clock) with the outcome. With retry set, a store failure
+// while ctx is live is retried once: every op is idempotent for its owner.
+func (l *Locker) run(ctx context.Context, k ratelimit.Key, req Request, retry bool) (time.Time, Result, error) {
+	for attempt := 1; ; attempt++ {
+		sent := l.clock.Now()
+		res, err := l.once(ctx, k, sent.UnixMicro(), req)
+		if err == nil || !retry || attempt == 2 || ctx.Err() != nil || !ambiguous(err) {
+			return sent, res, err
+		}
+	}
+}
+
+func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
+	if l.runner != nil {
+		return l.runner.RunLease(ctx, k, now, req)
+	}
+	var res Result
+	err := l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
+		next, ttl, r, err := Step(cur, now, req)
+		res = r
+		return next, ttl, err
+	})
+	return res, err
+}
+
+// ambiguous reports whether err leaves open whether the store applied the
+// request: not bad input or unreadable state, which no retry changes.
+func ambiguous(err error) bool {
+	return !errors.Is(err, ratelimit.ErrCorruptState) && !errors.Is(err, ratelimit.ErrInvalidParams) &&
+		!errors.Is(err, ratelimit.ErrInvalidTime) && !errors.Is(err, ratelimit.ErrInvalidKey)
+}
+
+// Lease is one owner's hold on a key. Its fence and owner token are fixed
+// for its life; its expiry moves with Extend. It is safe for concurrent
+// use.
+type Lease struct {
+	l     *Locker
+	key   ratelimit.Key
+	owner Token
+	fence int64
+
+	mu       sync.Mutex
+	expires  time.Time // on the store's clock
+	deadline time.Time // on the locker's clock: when the lease might run out
+	released bool
+}
+
+func (le *Lease) set(sent time.Time, res Result) {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	le.expires = time.UnixMicro(res.Expires)
+	le.deadline = sent.Add(time.Duration(res.Expires-res.Now) * time.Microsecond)
+}
+
+// Key returns the key the lease holds.
+func (le *Lease) Key() string { return le.key.ID }
+
+// Fence returns the lease's fencing token: greater than the fence of every
+// lease on this key before it. Pass it to the resource the lease protects,
+// and have the resource refuse a write whose fence is below the last one it
+// accepted (docs/leases.md, examples/chatsession).
+func (le *Lease) Fence() int64 { return le.fence }
+
+// Owner returns the lease's owner token.
+func (le *Lease) Owner() Token { return le.owner }
+
+// Expires returns when the lease runs out unless extended, on the store's
+// clock, as of the last acquire or extend that succeeded.
+func (le *Lease) Expires() time.Time {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.expires
+}
+
+// Deadline returns the time on the locker's clock before which the lease
+// is surely still held: the time the last successful acquire or extend was
+// sent plus what the store granted. It is what Do cancels its work by.
+func (le *Lease) Deadline() time.Time {
+	le.mu.Lock()
+	defer le.mu.Unlock()
+	return le.deadline
+}
+
+// Extend moves the lease's expiry to the store's time plus the TTL. It
+// returns an error wrapping ErrLost when the lease is no longer the
+// caller's (it ran out, was taken over, released, or its record was lost),
+// and the store's error when the store fails. Extend is idempotent: a
+// failed attempt (whose reply may have been lost) is tried once more, and
+// only that reading of the record declares the lease lost.
+func (le *Lease) Extend(ctx context.Context) error {
+	sent, res, err := le.l.run(ctx, le.key, Request{Op: OpExtend, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}, true)
+	if err != nil {
+		return err
+	}
+	if res.Code != OK {
+		return le.lost("extend", res)
+	}
+	le.set(sent, res)
+	return nil
+}
+
+// Release gives the key back if the lease still holds it. It returns nil
+// once released (again on later calls), an error wrapping ErrLost when the
+// lease ran out or another owner holds the key (whose lease Release leaves
+// alone), and the store's error when the store fails. When an attempt fails
+// ambiguously, Release tries once more and reads the result: a record no
+// longer held by this lease, and no one else's, counts as released.
+func (le *Lease) Release(ctx context.Context) error {
+	le.mu.Lock()
+	done := le.released
+	le.mu.Unlock()
+	if done {
+		return nil
+	}
+	req := Request{Op: OpRelease, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}
+	_, res, err := le.l.run(ctx, le.key, req, false)
+	if err != nil && ctx.Err() == nil && ambiguous(err) {
+		_, res, err = le.l.run(ctx, le.key, req, false)
+		if err == nil && res.Code == Lost && (!res.Found || res.Released || res.Expires <= res.Now) {
+			res.Code = OK // the first attempt released it, or it ran out unclaimed
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if res.Code != OK {
+		return le.lost("release", res)
+	}
+	le.mu.Lock()
+	le.released = true
+	le.mu.Unlock()
+	le.l.wake(le.key.ID)
+	return nil
+}
+
+func (le *Lease) lost(op string, res Result) error {
+	var why string
+	switch {
+	case !res.Found:
+		why = "no record of it (it ran out and was reclaimed, or the store lost it)"
+	case res.Owner != le.owner || res.Fence != le.fence:
+		if res.Expires > res.Now {
+			why = fmt.Sprintf("another owner holds it with fence %d", res.Fence)
+		} else {
+			why = fmt.Sprintf("another owner held it since, with fence %d", res.Fence)
+		}
+	case res.Released:
+		why = "it was released"
+	default:
+		why = fmt.Sprintf("it ran out %v ago", time.Duration(res.Now-res.Expires)*time.Microsecond)
+	}
+	return fmt.Errorf("%w: %s of %q with fence %d: %s", ErrLost, op, le.key.ID, le.fence, why)
+}
+
+func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
