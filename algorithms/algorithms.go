@@ -175,10 +175,6 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// Ceiling and floor division of non-negative numerators by positive
-// divisors.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
 func nonNeg(n int64) int64 { return max(n, 0) }
 
 // State encoding: a fixed number of little-endian int64 fields, each in
@@ -195,6 +191,16 @@ func decodeFields(state []byte, dst []int64) error {
 		}
 	}
 	return nil
+}
+
+// step is the Step for a decide core's answer: the state's fields are
+// stored, with the given TTL, when ttl is positive, and nothing is stored
+// when it is zero.
+func step(buf []byte, d Decision, ttl int64, fields ...int64) Step {
+	if ttl <= 0 {
+		return Step{Decision: d}
+	}
+	return Step{Decision: d, Next: encodeFields(buf, fields...), TTL: ttl}
 }
 
 // encodeFields writes fields into buf when it has room (reusing the
