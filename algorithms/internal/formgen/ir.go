@@ -59,10 +59,12 @@ type (
 	}
 )
 
-func (e eConst) exprType() typ  { return e.t }
-func (e eVar) exprType() typ    { return e.t }
-func (e eArg) exprType() typ    { return tInt }
-func (e eIn) exprType() typ     { return map[bool]typ{true: tBool, false: tInt}[e.name == "peek" || e.name == "live"] }
+func (e eConst) exprType() typ { return e.t }
+func (e eVar) exprType() typ   { return e.t }
+func (e eArg) exprType() typ   { return tInt }
+func (e eIn) exprType() typ {
+	return map[bool]typ{true: tBool, false: tInt}[e.name == "peek" || e.name == "live"]
+}
 func (e eNot) exprType() typ    { return tBool }
 func (e eNeg) exprType() typ    { return tInt }
 func (e eCall) exprType() typ   { return tInt }
