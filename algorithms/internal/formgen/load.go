@@ -254,11 +254,13 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 		}
 		vc := *c
 		vc.state = l.info.Defs[vd.Recv.List[0].Names[0]]
+		vc.facts = &stateFacts{live: true}
 		if f.valid, err = vc.expr(e); err != nil {
 			return nil, err
 		}
 	}
 
+	c.facts = &stateFacts{set: map[string]bool{}}
 	if f.body, err = c.block(fd.Body.List); err != nil {
 		return nil, err
 	}
@@ -287,6 +289,66 @@ type conv struct {
 	order             []*helper
 	calling           map[types.Object]bool
 	decisionVarPrefix string
+	facts             *stateFacts // what decide may read of the state here
+}
+
+// stateFacts is what is known, at a point of decide, about reading the
+// state: when live is true every field holds the stored value, and set
+// names the fields decide has assigned on every path to that point. A read
+// of any other field is an error: when live is false the Go form reads a
+// zero where the SQL form reads NULL, and decide must not depend on either.
+type stateFacts struct {
+	live bool
+	set  map[string]bool
+}
+
+func (f *stateFacts) clone() *stateFacts {
+	c := &stateFacts{live: f.live, set: map[string]bool{}}
+	for k, v := range f.set {
+		c.set[k] = v
+	}
+	return c
+}
+
+func (f *stateFacts) readable(name string) bool { return f.live || f.set[name] }
+
+// meet is what holds after two paths join.
+func meet(a, b *stateFacts) *stateFacts {
+	m := &stateFacts{live: a.live && b.live, set: map[string]bool{}}
+	for _, f := range []*stateFacts{a, b} {
+		for k := range f.set {
+			if a.readable(k) && b.readable(k) {
+				m.set[k] = true
+			}
+		}
+	}
+	return m
+}
+
+// isLive reports whether e is decide's live parameter.
+func (c *conv) isLive(e ast.Expr) bool {
+	id, ok := ast.Unparen(e).(*ast.Ident)
+	return ok && c.helper == nil && c.l.info.Uses[id] == c.live
+}
+
+// impliesLive reports whether e being true means live is true.
+func (c *conv) impliesLive(e ast.Expr) bool {
+	e = ast.Unparen(e)
+	if c.isLive(e) {
+		return true
+	}
+	b, ok := e.(*ast.BinaryExpr)
+	return ok && b.Op == token.LAND && (c.impliesLive(b.X) || c.impliesLive(b.Y))
+}
+
+// negImpliesLive reports whether e being false means live is true.
+func (c *conv) negImpliesLive(e ast.Expr) bool {
+	e = ast.Unparen(e)
+	if u, ok := e.(*ast.UnaryExpr); ok && u.Op == token.NOT {
+		return c.impliesLive(u.X)
+	}
+	b, ok := e.(*ast.BinaryExpr)
+	return ok && b.Op == token.LOR && (c.negImpliesLive(b.X) || c.negImpliesLive(b.Y))
 }
 
 // declare names a new variable.
@@ -342,10 +404,16 @@ func (c *conv) stmt(s ast.Stmt) ([]stmt, error) {
 		if err != nil {
 			return nil, err
 		}
+		before := c.facts
+		c.facts = before.clone()
+		c.facts.live = c.facts.live || c.impliesLive(s.Cond)
 		then, err := c.block(s.Body.List)
 		if err != nil {
 			return nil, err
 		}
+		afterThen := c.facts
+		c.facts = before.clone()
+		c.facts.live = c.facts.live || c.negImpliesLive(s.Cond)
 		var els []stmt
 		switch e := s.Else.(type) {
 		case *ast.BlockStmt:
@@ -355,6 +423,17 @@ func (c *conv) stmt(s ast.Stmt) ([]stmt, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		afterElse := c.facts
+		switch {
+		case terminates(then) && terminates(els):
+			c.facts = before
+		case terminates(then):
+			c.facts = afterElse
+		case terminates(els):
+			c.facts = afterThen
+		default:
+			c.facts = meet(afterThen, afterElse)
 		}
 		return []stmt{sIf{cond: cond, then: then, els: els}}, nil
 	case *ast.ForStmt:
@@ -564,6 +643,9 @@ func (c *conv) assign(s *ast.AssignStmt) ([]stmt, error) {
 		if lhs[i].t != rhs[i].exprType() {
 			return nil, c.l.errorAt(s, "mismatched types in assignment to %s", lhs[i].name)
 		}
+		if strings.HasPrefix(lhs[i].name, "s_") && c.helper == nil {
+			c.facts.set[lhs[i].name] = true
+		}
 	}
 	return []stmt{sAssign{lhs: lhs, rhs: rhs, decl: decl}}, nil
 }
@@ -634,7 +716,11 @@ func (c *conv) expr(e ast.Expr) (expr, error) {
 					return eIn{name: "peek"}, nil
 				}
 			case obj == c.state:
-				return c.stateField(e)
+				v, err := c.stateField(e)
+				if err == nil && c.facts != nil && !c.facts.readable(v.name) {
+					err = c.l.errorAt(e, "decide reads %s where live may be false and it has not been assigned: read the state only under if live { ... } (or after if !live || ... { assign it })", types.ExprString(e))
+				}
+				return v, err
 			case c.decisions[obj]:
 				return c.decisionField(e, c.names[obj].name)
 			}
@@ -645,11 +731,18 @@ func (c *conv) expr(e ast.Expr) (expr, error) {
 		if err != nil {
 			return nil, err
 		}
+		op := e.Op.String()
+		saved := c.facts
+		if c.facts != nil && (op == "&&" && c.impliesLive(e.X) || op == "||" && c.negImpliesLive(e.X)) {
+			// The right operand is evaluated only when live is true.
+			c.facts = saved.clone()
+			c.facts.live = true
+		}
 		y, err := c.expr(e.Y)
+		c.facts = saved
 		if err != nil {
 			return nil, err
 		}
-		op := e.Op.String()
 		switch op {
 		case "+", "-", "*", "/", "%":
 			if x.exprType() != tInt || y.exprType() != tInt {

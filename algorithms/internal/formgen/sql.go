@@ -228,7 +228,12 @@ func (g *sqlGen) exec(b []stmt, env map[string]*snode, parent *outcome) (*outcom
 			}
 			_, te := g.exec(s.then, clone(env), parent)
 			_, ee := g.exec(s.els, clone(env), parent)
+			keys := make([]string, 0, len(env))
 			for k := range env {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys) // node ids, and so names, do not depend on map order
+			for _, k := range keys {
 				env[k] = g.caseOf(c, te[k], ee[k])
 				if env[k].hint == "" {
 					env[k].hint = k
