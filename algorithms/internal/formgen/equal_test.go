@@ -174,4 +174,3 @@ func doubles(b []byte) []int64 {
 	}
 	return v
 }
-
