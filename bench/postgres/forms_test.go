@@ -142,7 +142,74 @@ func TestFormsReport(t *testing.T) {
 			out.WriteString(row)
 		}
 	}
+	formAlone(t, pools, &out)
 	t.Log(out.String())
+}
+
+// formAlone adds to out the cost of the SQL form alone, without the
+// store's upsert or a round trip: a procedure in each schema calls the
+// form in a loop, each call its own transaction (as each decision is), so
+// that PL/pgSQL prepares the form's expressions again every time, carrying
+// the state from call to call. Interleaved rounds as above; the ratio is
+// hand-written ÷ generated time per call, above 1 when the generated form
+// is cheaper.
+func formAlone(t *testing.T, pools []*pgxpool.Pool, out *strings.Builder) {
+	const (
+		rounds = 11
+		calls  = 3000
+	)
+	ctx := context.Background()
+	fmt.Fprintf(out, "\nThe form alone: one call per transaction in a server-side loop (CALL of a procedure that COMMITs after each call), %d calls per form per round, %d rounds; ratio = hand-written ÷ generated µs per call\n\n", calls, rounds)
+	fmt.Fprintf(out, "| algorithm | generated µs/call | hand-written µs/call | ratio median | ratio range |\n|---|---:|---:|---:|---|\n")
+	for _, alg := range algs() {
+		if !slices.Contains(handforms.Names, alg.Name()) {
+			continue
+		}
+		proc := "rl_loop_" + alg.Name()
+		for _, p := range pools {
+			if _, err := p.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s(n int, a bigint[]) LANGUAGE plpgsql AS $$
+DECLARE
+    st bigint[];
+    r  ratelimit_step;
+BEGIN
+    FOR i IN 1 .. n LOOP
+        r := ratelimit_%[2]s(st, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 1, false, a);
+        IF r.next_state IS NOT NULL THEN
+            st := r.next_state;
+        END IF;
+        COMMIT;
+    END LOOP;
+END $$`, proc, alg.Name())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args := alg.(interface{ ServerArgs() []int64 }).ServerArgs()
+		call := func(p *pgxpool.Pool, n int) float64 {
+			start := time.Now()
+			if _, err := p.Exec(ctx, "CALL "+proc+"($1, $2)", n, args); err != nil {
+				t.Fatal(err)
+			}
+			return float64(time.Since(start).Microseconds()) / float64(n)
+		}
+		for _, p := range pools {
+			call(p, 300) // warm up
+		}
+		var us [2][]float64
+		var ratios []float64
+		for r := range rounds {
+			var u [2]float64
+			for j := range 2 {
+				i := (j + r) % 2
+				u[i] = call(pools[i], calls)
+				us[i] = append(us[i], u[i])
+			}
+			ratios = append(ratios, u[1]/u[0])
+		}
+		row := fmt.Sprintf("| %s | %.2f | %.2f | %.3f | %.3f–%.3f |\n", alg.Name(), median(us[0]), median(us[1]),
+			median(ratios), slices.Min(ratios), slices.Max(ratios))
+		t.Log(row)
+		out.WriteString(row)
+	}
 }
 
 func median(v []float64) float64 {
