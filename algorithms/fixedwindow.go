@@ -68,7 +68,7 @@ func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
 // with a count of zero.
 func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decision, int64) {
 	if !live || req.Now >= s.start+a.period {
-		s.start, s.count = req.Now-req.Now%a.period, 0
+		s.start, s.count = req.Now/a.period*a.period, 0
 	}
 	end := s.start + a.period
 	d := Decision{Limit: a.limit, ResetAfter: end - req.Now}

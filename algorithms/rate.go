@@ -325,6 +325,7 @@ func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 	if req.Peek {
 		return d, 0
 	}
-	s.tat, s.frac, s.drip = req.Now+ahead/a.drip, ahead%a.drip, a.drip
+	whole := ahead / a.drip
+	s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
 	return d, d.ResetAfter
 }

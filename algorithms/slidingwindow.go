@@ -102,7 +102,7 @@ func (a *slidingWindow) Decide(state []byte, req Request) (Step, error) {
 func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (Decision, int64) {
 	if !live || req.Now >= s.start+2*a.period {
 		// No state, or older than the previous window.
-		s.start, s.curr, s.prev = req.Now-req.Now%a.period, 0, 0
+		s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
 	} else if req.Now >= s.start+a.period {
 		// The stored window is the previous one. Otherwise it is the
 		// current one (or ahead of our clock).

@@ -46,7 +46,7 @@ end
 if not live or now >= s_start + period then
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
-  s_start, s_count = now - (now - q1 * period), 0
+  s_start, s_count = q1 * period, 0
 end
 local end_ = s_start + period
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0

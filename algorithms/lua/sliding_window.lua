@@ -47,7 +47,7 @@ end
 if not live or now >= s_start + 2 * period then
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
-  s_start, s_curr, s_prev = now - (now - q1 * period), 0, 0
+  s_start, s_curr, s_prev = q1 * period, 0, 0
 elseif now >= s_start + period then
   s_start, s_curr, s_prev = s_start + period, 0, s_curr
 end

@@ -29,7 +29,7 @@ DECLARE
         THEN ratelimit_corrupt(format('fixed_window state %s', state)) IS NULL ELSE true END;
     v_t boolean := NOT live OR now_us >= state[1] + args[2];
     v_s_count bigint := CASE WHEN v_t THEN 0 ELSE state[2] END;
-    v_s_start bigint := CASE WHEN v_t THEN now_us - now_us % args[2] ELSE state[1] END;
+    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END;
     v_d_reset_after bigint := v_s_start + args[2] - now_us;
     v_d_allowed boolean := v_s_count + cost <= args[1];
 BEGIN

@@ -52,7 +52,7 @@ BEGIN
             v_d_reset_after,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[now_us + v_ahead3 / args[2], v_ahead3 % args[2], args[2]] END,
+    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[now_us + v_ahead3 / args[2], v_ahead3 - v_ahead3 / args[2] * args[2], args[2]] END,
         CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
         v_ahead2 <= args[3],
         args[5],

@@ -54,7 +54,7 @@ DECLARE
     v_t2 boolean := now_us >= state[1] + args[2];
     v_s_curr bigint := CASE WHEN v_t THEN 0 WHEN v_t2 THEN 0 ELSE state[2] END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN v_t2 THEN state[2] ELSE state[3] END;
-    v_s_start bigint := CASE WHEN v_t THEN now_us - now_us % args[2] WHEN v_t2 THEN state[1] + args[2] ELSE state[1] END;
+    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN v_t2 THEN state[1] + args[2] ELSE state[1] END;
     v_elapsed bigint := greatest(now_us - v_s_start, 0);
     v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - v_elapsed)::float8 / args[2]::float8), 9007199254740992)::bigint;
     v_d_allowed boolean := v_weighted + v_s_curr + cost <= args[1];

@@ -103,29 +103,27 @@ func valkeyScript(tb testing.TB, c vk.Client, src, prefix string, alg algorithms
 	}
 }
 
-// evalsha returns the server's count of EVALSHA calls and the
-// microseconds of CPU they took (INFO commandstats).
-func evalsha(tb testing.TB, c *goredis.Client) (calls, usec float64) {
-	info, err := c.Info(context.Background(), "commandstats").Result()
+// cpuUsec returns the CPU time the server process has used, user and
+// system, in microseconds (INFO cpu). On a server only this test talks to,
+// the difference over a run is what the run cost the server, however often
+// the machine's other work preempted it.
+func cpuUsec(tb testing.TB, c *goredis.Client) float64 {
+	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
-		tb.Fatalf("INFO commandstats: %v", err)
+		tb.Fatalf("INFO cpu: %v", err)
 	}
+	var sum float64
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, f := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			k, v, _ := strings.Cut(f, "=")
-			x, _ := strconv.ParseFloat(v, 64)
-			switch k {
-			case "calls":
-				calls = x
-			case "usec":
-				usec = x
+		k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if k == "used_cpu_user" || k == "used_cpu_sys" {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				tb.Fatalf("INFO cpu: %s: %v", line, err)
 			}
+			sum += x * 1e6
 		}
 	}
-	return calls, usec
+	return sum
 }
 
 // TestFormsReport measures the generated Lua forms (algorithms.Lua) against
@@ -133,14 +131,15 @@ func evalsha(tb testing.TB, c *goredis.Client) (calls, usec float64) {
 // throughput on the same server from one process: for each server, shape
 // and algorithm, rounds that run both forms one after the other (who goes
 // first alternates), so that drifting load hits both alike. The servers are
-// a private redis-server this test starts (only this test talks to it, so
-// INFO commandstats also gives each form's server CPU per call exactly),
-// and the shared Redis and Valkey servers the environment names, through
-// go-redis and valkey-go respectively. It prints, per row, the median
-// calls/s of each form and the median and range of the per-round ratio
-// generated ÷ hand-written (for server CPU: hand-written ÷ generated, so
-// that above 1 means the generated form is cheaper). It runs only with
-// RATELIMIT_BENCH_FORMS=1.
+// a private redis-server this test starts, and the shared Redis and
+// Valkey servers the environment names, through
+// go-redis and valkey-go respectively; only this test talks to the
+// private server, so INFO cpu also gives each form's server CPU per call.
+// It prints, per row, the median calls/s of each form and the median and
+// range of the per-round ratio generated ÷ hand-written (for server CPU:
+// hand-written ÷ generated, so that above 1 means the generated form is
+// cheaper). It runs only with RATELIMIT_BENCH_FORMS=1 (=alone: only the
+// script-alone table).
 func TestFormsReport(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_FORMS") == "" {
 		t.Skip("set RATELIMIT_BENCH_FORMS=1 to compare the generated Lua forms with the hand-written ones")
@@ -151,6 +150,14 @@ func TestFormsReport(t *testing.T) {
 		callers = 32
 	)
 	private := storetest.StartServer(t)
+	if os.Getenv("RATELIMIT_BENCH_FORMS") == "alone" {
+		pc := goredis.NewClient(&goredis.Options{Addr: private.Addr})
+		defer pc.Close()
+		var out strings.Builder
+		scriptAlone(t, pc, &out)
+		t.Log(out.String())
+		return
+	}
 	type server struct {
 		name  string
 		make  func(src, prefix string, alg algorithms.Algorithm) evalFunc
@@ -173,7 +180,7 @@ func TestFormsReport(t *testing.T) {
 		hot  bool
 	}{{"hot key", true}, {"10,000 keys", false}}
 	var out strings.Builder
-	fmt.Fprintf(&out, "\nEVALSHA, %d callers, %d calls per form per round, %d rounds; ratio = generated ÷ hand-written calls/s; CPU ratio = hand-written ÷ generated server µs per call\n\n", callers, n, rounds)
+	fmt.Fprintf(&out, "\nEVALSHA, %d callers, %d calls per form per round, %d rounds; ratio = generated ÷ hand-written calls/s; CPU ratio = hand-written ÷ generated server CPU µs per call (private server, INFO cpu)\n\n", callers, n, rounds)
 	fmt.Fprintf(&out, "| server | keys | algorithm | generated calls/s | hand-written calls/s | ratio median | ratio range | generated µs/call | hand-written µs/call | CPU ratio median | CPU ratio range |\n|---|---|---|---:|---:|---:|---|---:|---:|---:|---|\n")
 	for _, srv := range servers {
 		for _, sh := range shapes {
@@ -198,17 +205,16 @@ func TestFormsReport(t *testing.T) {
 					var rate, usec [2]float64
 					for j := range forms {
 						i := (j + r) % 2
-						var c0, u0 float64
+						var u0 float64
 						if srv.stats != nil {
-							c0, u0 = evalsha(t, srv.stats)
+							u0 = cpuUsec(t, srv.stats)
 						}
 						v, failed, err := runEval(forms[i], n, callers, sh.hot)
 						if failed > 0 {
 							t.Fatalf("%s %s %s: %d calls failed: %v", srv.name, sh.name, alg.Name(), failed, err)
 						}
 						if srv.stats != nil {
-							c1, u1 := evalsha(t, srv.stats)
-							usec[i] = (u1 - u0) / (c1 - c0)
+							usec[i] = (cpuUsec(t, srv.stats) - u0) / float64(n)
 						}
 						rate[i] = v
 					}
@@ -233,5 +239,71 @@ func TestFormsReport(t *testing.T) {
 			}
 		}
 	}
+	scriptAlone(t, pc, &out)
 	t.Log(out.String())
+}
+
+// loopScript wraps a form's source in a script that runs it n times on one
+// key (the form's own return ends each run) and returns the server's
+// microseconds for all of them: the cost of the script alone, without the
+// client, the network or the command's parsing.
+func loopScript(src string) *goredis.Script {
+	return goredis.NewScript(`local form = function(KEYS, ARGV)
+` + src + `
+end
+local n = tonumber(ARGV[7])
+local t0 = redis.call('TIME')
+for i = 1, n do
+  form(KEYS, ARGV)
+end
+local t1 = redis.call('TIME')
+return (t1[1] - t0[1]) * 1000000 + (t1[2] - t0[2])`)
+}
+
+// scriptAlone adds to out, for the private server, the server CPU per run
+// of each form alone (loopScript; INFO cpu before and after), on one key
+// whose state each run reads and writes. Rounds interleave the two forms as
+// above; the ratio is hand-written ÷ generated µs per run, above 1 when the
+// generated form is cheaper.
+func scriptAlone(t *testing.T, c *goredis.Client, out *strings.Builder) {
+	const (
+		rounds = 21
+		n      = 20000
+	)
+	ctx := context.Background()
+	fmt.Fprintf(out, "\nThe script alone on the private server: %d runs of a form inside one EVAL, server CPU (INFO cpu), %d rounds; ratio = hand-written ÷ generated µs per run\n\n", n, rounds)
+	fmt.Fprintf(out, "| algorithm | generated µs/run | hand-written µs/run | ratio median | ratio range |\n|---|---:|---:|---:|---|\n")
+	for _, alg := range formAlgs {
+		src, _ := algorithms.Lua(alg.Name())
+		scripts := []*goredis.Script{loopScript(src), loopScript(handforms.Lua(alg.Name()))}
+		p := prefix()
+		packed := algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())
+		run := func(i, n int) float64 {
+			// The time moves by 1 µs per call of the loop script: the
+			// state stays live and every run admits and writes.
+			now := time.Now().UnixMicro()
+			u0 := cpuUsec(t, c)
+			if err := scripts[i].Run(ctx, c, []string{fmt.Sprintf("%s:%d", p, i)}, now, 1, "0", "0", "0", packed, n).Err(); err != nil {
+				t.Fatalf("%s: %v", alg.Name(), err)
+			}
+			return (cpuUsec(t, c) - u0) / float64(n)
+		}
+		run(0, 1000)
+		run(1, 1000)
+		var us [2][]float64
+		var ratios []float64
+		for r := range rounds {
+			var u [2]float64
+			for j := range 2 {
+				i := (j + r) % 2
+				u[i] = run(i, n)
+				us[i] = append(us[i], u[i])
+			}
+			ratios = append(ratios, u[1]/u[0])
+		}
+		row := fmt.Sprintf("| %s | %.3f | %.3f | %.3f | %.3f–%.3f |\n", alg.Name(), median(us[0]), median(us[1]),
+			median(ratios), slices.Min(ratios), slices.Max(ratios))
+		t.Log(row)
+		out.WriteString(row)
+	}
 }
