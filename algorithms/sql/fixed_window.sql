@@ -28,38 +28,16 @@ DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 2
         THEN ratelimit_corrupt(format('fixed_window state %s', state)) IS NULL ELSE true END;
     v_t boolean := NOT live OR now_us >= state[1] + args[2];
-    v_s_count bigint := CASE WHEN v_t THEN 0 ELSE state[2] END;
-    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END;
-    v_d_reset_after bigint := v_s_start + args[2] - now_us;
-    v_d_allowed boolean := v_s_count + cost <= args[1];
+    v_d_reset_after bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END + args[2] - now_us;
+    v_t2 boolean := NOT CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1];
 BEGIN
-    IF NOT v_d_allowed THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_d_allowed,
-            args[1],
-            greatest(args[1] - v_s_count, 0),
-            v_d_reset_after,
-            CASE WHEN v_s_count = 0 THEN 0 ELSE v_d_reset_after END,
-            0)::ratelimit_step;
-    END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_d_allowed,
-            args[1],
-            greatest(args[1] - v_s_count, 0),
-            0,
-            CASE WHEN v_s_count = 0 THEN 0 ELSE v_d_reset_after END,
-            0)::ratelimit_step;
-    END IF;
-    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[v_s_start, v_s_count + cost] END,
-        CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
-        v_d_allowed,
+    RETURN ROW(CASE WHEN v_t2 THEN NULL WHEN peek THEN NULL WHEN v_d_reset_after > 0 THEN ARRAY[CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END, CASE WHEN v_t THEN 0 ELSE state[2] END + cost] END,
+        CASE WHEN v_t2 THEN NULL WHEN peek THEN NULL WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
+        CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
         args[1],
-        args[1] - (v_s_count + cost),
-        0,
-        v_d_reset_after,
+        CASE WHEN v_t2 THEN greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0) WHEN peek THEN greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0) ELSE args[1] - (CASE WHEN v_t THEN 0 ELSE state[2] END + cost) END,
+        CASE WHEN v_t2 THEN v_d_reset_after ELSE 0 END,
+        CASE WHEN v_t2 THEN CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END WHEN peek THEN CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END ELSE v_d_reset_after END,
         0)::ratelimit_step;
 END
 $$;

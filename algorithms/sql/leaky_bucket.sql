@@ -27,39 +27,17 @@ RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT state[3] > 0
         THEN ratelimit_corrupt(format('leaky_bucket state %s', state)) IS NULL ELSE true END;
-    v_level bigint := CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END;
-    v_level2 bigint := CASE WHEN live THEN CASE WHEN now_us - state[2] <= 0 THEN v_level WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(v_level - (now_us - state[2]) * args[2], 0) END ELSE 0 END;
-    v_level3 bigint := v_level2 + cost * args[1];
-    v_level4 bigint := CASE WHEN v_level3 <= args[3] THEN CASE WHEN NOT peek THEN v_level3 ELSE v_level2 END ELSE v_level2 END;
-    v_d_reset_after bigint := (v_level4 + args[2] - 1) / args[2];
+    v_level bigint := CASE WHEN live THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END;
+    v_d_allowed boolean := v_level + cost * args[1] <= args[3];
+    v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * args[1] ELSE v_level END ELSE v_level END;
 BEGIN
-    IF NOT v_level3 <= args[3] THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_level3 <= args[3],
-            args[5],
-            (args[3] - v_level4) / args[1],
-            (v_level4 + cost * args[1] - args[3] + args[2] - 1) / args[2],
-            v_d_reset_after,
-            CASE WHEN v_level3 <= args[3] THEN (v_level2 + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
-    END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_level3 <= args[3],
-            args[5],
-            (args[3] - v_level4) / args[1],
-            0,
-            v_d_reset_after,
-            CASE WHEN v_level3 <= args[3] THEN (v_level2 + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
-    END IF;
-    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[v_level4, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
-        CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
-        v_level3 <= args[3],
+    RETURN ROW(CASE WHEN NOT v_d_allowed THEN NULL WHEN peek THEN NULL WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
+        CASE WHEN NOT v_d_allowed THEN NULL WHEN peek THEN NULL WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN (v_level2 + args[2] - 1) / args[2] END,
+        v_d_allowed,
         args[5],
-        (args[3] - v_level4) / args[1],
-        0,
-        v_d_reset_after,
-        CASE WHEN v_level3 <= args[3] THEN (v_level2 + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
+        (args[3] - v_level2) / args[1],
+        CASE WHEN NOT v_d_allowed THEN (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
+        (v_level2 + args[2] - 1) / args[2],
+        CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
 END
 $$;

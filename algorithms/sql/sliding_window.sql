@@ -51,45 +51,31 @@ DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3
         THEN ratelimit_corrupt(format('sliding_window state %s', state)) IS NULL ELSE true END;
     v_t boolean := NOT live OR now_us >= state[1] + 2 * args[2];
-    v_t2 boolean := now_us >= state[1] + args[2];
-    v_s_curr bigint := CASE WHEN v_t THEN 0 WHEN v_t2 THEN 0 ELSE state[2] END;
-    v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN v_t2 THEN state[2] ELSE state[3] END;
-    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN v_t2 THEN state[1] + args[2] ELSE state[1] END;
-    v_elapsed bigint := greatest(now_us - v_s_start, 0);
-    v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - v_elapsed)::float8 / args[2]::float8), 9007199254740992)::bigint;
-    v_d_allowed boolean := v_weighted + v_s_curr + cost <= args[1];
-    v_s_curr2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_s_curr + cost ELSE v_s_curr END;
-    v_d_reset_after bigint := v_s_start + 2 * args[2] - now_us;
+    v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN state[2] ELSE state[3] END;
+    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN now_us >= state[1] + args[2] THEN state[1] + args[2] ELSE state[1] END;
+    v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - greatest(now_us - v_s_start, 0))::float8 / args[2]::float8), 9007199254740992)::bigint;
+    v_d_allowed boolean := v_weighted + CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END + cost <= args[1];
+    v_s_curr bigint := CASE WHEN v_d_allowed AND NOT peek THEN CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END + cost WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END;
     v_e bigint;
 BEGIN
     IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait(v_s_prev, args[1] - v_s_curr2 - cost, v_elapsed, args);
+        v_e := ratelimit_sliding_window_wait(v_s_prev, args[1] - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             args[1],
-            greatest(args[1] - v_weighted - v_s_curr2, 0),
-            CASE WHEN v_e < args[2] THEN v_e - v_elapsed ELSE args[2] - v_elapsed + ratelimit_sliding_window_wait(v_s_curr2, args[1] - cost, 0, args) END,
-            CASE WHEN v_s_curr2 > 0 THEN v_d_reset_after WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
+            greatest(args[1] - v_weighted - v_s_curr, 0),
+            CASE WHEN v_e < args[2] THEN v_e - greatest(now_us - v_s_start, 0) ELSE args[2] - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait(v_s_curr, args[1] - cost, 0, args) END,
+            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_d_allowed,
-            args[1],
-            greatest(args[1] - v_weighted - v_s_curr2, 0),
-            0,
-            CASE WHEN v_s_curr2 > 0 THEN v_d_reset_after WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
-            0)::ratelimit_step;
-    END IF;
-    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[v_s_start, v_s_curr2, v_s_prev] END,
-        CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
+    RETURN ROW(CASE WHEN peek THEN NULL WHEN v_s_start + 2 * args[2] - now_us > 0 THEN ARRAY[v_s_start, v_s_curr, v_s_prev] END,
+        CASE WHEN peek THEN NULL WHEN v_s_start + 2 * args[2] - now_us > 0 THEN v_s_start + 2 * args[2] - now_us END,
         v_d_allowed,
         args[1],
-        greatest(args[1] - v_weighted - v_s_curr2, 0),
+        greatest(args[1] - v_weighted - v_s_curr, 0),
         0,
-        CASE WHEN v_s_curr2 > 0 THEN v_d_reset_after WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
+        CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
         0)::ratelimit_step;
 END
 $$;

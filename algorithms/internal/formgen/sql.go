@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -26,7 +27,6 @@ type snode struct {
 	kids []*snode
 	hint string // the Go variable it was first assigned to, for naming
 
-	uses    int    // how many times the most demanding path uses it
 	mat     string // the variable that holds it, when materialized
 	place   *outcome
 	placeOK bool
@@ -42,6 +42,7 @@ type outcome struct {
 	env       map[string]*snode // the variables at the return
 	dec       string
 	mats      []*snode // nodes computed at the start of this branch
+	folded    []*snode // the ROW of the returns below, folded into CASEs
 }
 
 type sqlGen struct {
@@ -261,7 +262,7 @@ func SQL(f *form) (string, error) {
 	}
 	rows := map[*outcome][]*snode{}
 	g.rows(root, rows)
-	g.count(root, rows)
+	g.materialize(root, rows)
 	g.placeAll(root, rows)
 
 	var b strings.Builder
@@ -348,21 +349,24 @@ END
 $$;
 `
 
-// rows returns the nodes a return's ROW holds: the next state and TTL
-// (when the TTL may be positive), then the decision's fields.
+// rows sets, for every return, the nodes of its ROW: next_state and ttl
+// (NULL when the TTL is the constant 0, else NULL unless it is positive),
+// then the decision's fields.
 func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 	if o.cond != nil {
 		g.rows(o.then, rows)
 		g.rows(o.els, rows)
 		return
 	}
-	var r []*snode
+	null := g.leaf("NULL", tInt)
+	r := []*snode{null, null}
 	if !g.zero(o.val) {
-		pos := g.bin(">", o.val, g.leaf("0", tInt))
+		var st []*snode
 		for _, s := range g.f.state {
-			r = append(r, o.env["s_"+s.name])
+			st = append(st, o.env["s_"+s.name])
 		}
-		r = append(r, pos, pos, o.val)
+		pos := g.bin(">", o.val, g.leaf("0", tInt))
+		r = []*snode{g.caseOf(pos, g.intern(&snode{op: "array", kids: st}), null), g.caseOf(pos, o.val, null)}
 	}
 	for _, f := range g.f.decision {
 		r = append(r, o.env[o.dec+"_"+f.name])
@@ -370,69 +374,194 @@ func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 	rows[o] = r
 }
 
-// small reports a node that costs less to compute again than to keep in a
-// variable: a leaf, or one operator over leaves and variables.
-func (g *sqlGen) small(n *snode) bool {
-	if n.op == "leaf" {
-		return true
-	}
-	if n.op != "bin" && n.op != "not" && n.op != "neg" {
-		return false
-	}
-	for _, k := range n.kids {
-		if k.op != "leaf" && k.mat == "" {
-			return false
-		}
-	}
-	return true
-}
-
 func (g *sqlGen) zero(n *snode) bool { return n.op == "leaf" && n.text == "0" }
 
-// roots returns the nodes an outcome evaluates itself: its condition, or
-// its row.
-func roots(o *outcome, rows map[*outcome][]*snode) []*snode {
-	if o.cond != nil {
-		return []*snode{o.cond}
+// split reports whether the function branches with IF at o: when a return
+// below it calls a helper function (a loop, costly), so that only the
+// paths that need the call make it. Elsewhere the returns below o fold
+// into one RETURN of CASEs: one expression for PL/pgSQL to prepare
+// instead of an IF per branch.
+func (g *sqlGen) split(o *outcome, rows map[*outcome][]*snode) bool {
+	if o.cond == nil {
+		return false
 	}
-	return rows[o]
+	seen := map[*snode]bool{}
+	var calls func(n *snode) bool
+	calls = func(n *snode) bool {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		if n.op == "call" && strings.HasPrefix(n.text, "ratelimit_") {
+			return true
+		}
+		for _, k := range n.kids {
+			if calls(k) {
+				return true
+			}
+		}
+		return false
+	}
+	var walk func(o *outcome) bool
+	walk = func(o *outcome) bool {
+		if o.cond == nil {
+			for _, n := range rows[o] {
+				if calls(n) {
+					return true
+				}
+			}
+			return false
+		}
+		return walk(o.then) || walk(o.els)
+	}
+	return walk(o)
 }
 
-// count sets every node's uses: the most times one path from the root to
-// a return evaluates it (a node inside a CASE arm counts as evaluated).
-func (g *sqlGen) count(root *outcome, rows map[*outcome][]*snode) {
-	var walk func(o *outcome, acc map[*snode]int)
-	walk = func(o *outcome, acc map[*snode]int) {
-		var visit func(n *snode)
-		visit = func(n *snode) {
-			acc[n]++
-			if acc[n] > 1 {
-				return
-			}
-			for _, k := range n.kids {
-				visit(k)
-			}
-		}
-		for _, n := range roots(o, rows) {
-			visit(n)
-		}
-		if o.cond == nil {
-			for n, c := range acc {
-				n.uses = max(n.uses, c)
-			}
-			return
-		}
-		a := map[*snode]int{}
-		for k, v := range acc {
-			a[k] = v
-		}
-		walk(o.then, a)
-		walk(o.els, acc)
+// paths returns, for every RETURN the function will hold, the nodes
+// evaluated on the way to it: the conditions of the IFs taken, then its
+// ROW (folded).
+func (g *sqlGen) paths(o *outcome, rows map[*outcome][]*snode, prefix []*snode, out *[][]*snode) {
+	if !g.split(o, rows) {
+		*out = append(*out, append(slices.Clone(prefix), g.folded(o, rows)...))
+		return
 	}
-	walk(root, map[*snode]int{})
+	p := append(slices.Clone(prefix), o.cond)
+	g.paths(o.then, rows, p, out)
+	g.paths(o.els, rows, p, out)
+}
+
+func addCounts(dst, src map[*snode]int) {
+	for k, v := range src {
+		dst[k] += v
+	}
+}
+
+// evals returns how many times evaluating roots evaluates each node when
+// the nodes in mat are computed once, into a variable: a CASE evaluates its
+// condition and one of its arms.
+func evals(roots []*snode, mat map[*snode]bool) map[*snode]int {
+	memo := map[*snode]map[*snode]int{}
+	var body func(n *snode) map[*snode]int
+	var ev func(n *snode) map[*snode]int
+	ev = func(n *snode) map[*snode]int {
+		if m, ok := memo[n]; ok {
+			return m
+		}
+		r := map[*snode]int{n: 1}
+		if !mat[n] {
+			addCounts(r, body(n))
+		}
+		memo[n] = r
+		return r
+	}
+	body = func(n *snode) map[*snode]int {
+		r := map[*snode]int{}
+		if n.op == "case" {
+			addCounts(r, ev(n.kids[0]))
+			a, b := ev(n.kids[1]), ev(n.kids[2])
+			for k, v := range a {
+				r[k] += max(v, b[k])
+			}
+			for k, v := range b {
+				if _, ok := a[k]; !ok {
+					r[k] += v
+				}
+			}
+			return r
+		}
+		for _, k := range n.kids {
+			addCounts(r, ev(k))
+		}
+		return r
+	}
+	total := map[*snode]int{}
+	for _, n := range roots {
+		addCounts(total, ev(n))
+	}
+	// Each variable the path reads is computed once.
+	defined := map[*snode]bool{}
+	for {
+		var next *snode
+		for n := range total {
+			if mat[n] && !defined[n] && (next == nil || n.id < next.id) {
+				next = n
+			}
+		}
+		if next == nil {
+			return total
+		}
+		defined[next] = true
+		addCounts(total, body(next))
+	}
+}
+
+// size is about how many operations n computes, not counting variables':
+// an operator is one, the float helpers' casts, product, quotient and floor
+// seven, and a call of a helper function, which loops, a hundred.
+func size(n *snode, mat map[*snode]bool, top bool) int {
+	if n.op == "leaf" || mat[n] && !top {
+		return 0
+	}
+	s := 1
+	if n.op == "call" {
+		switch {
+		case n.text == "ceilDiv":
+			s = 3
+		case n.text == "mulDivFloor" || n.text == "divMulFloor":
+			s = 7
+		case strings.HasPrefix(n.text, "ratelimit_"):
+			s = 100
+		}
+	}
+	for _, k := range n.kids {
+		s += size(k, mat, false)
+	}
+	return s
+}
+
+// inlineBelow is how many operations a path may compute again rather than
+// keep in a variable: every variable is one more expression for PL/pgSQL
+// to prepare in each transaction, which costs more than a few additions.
+const inlineBelow = 8
+
+// materialize chooses the nodes kept in variables, from the largest
+// (created last) down: those a path would otherwise compute more than
+// once, at a cost of inlineBelow operations or more.
+func (g *sqlGen) materialize(root *outcome, rows map[*outcome][]*snode) {
+	var ps [][]*snode
+	g.paths(root, rows, nil, &ps)
+	mat := map[*snode]bool{}
+	worth := func(n *snode) bool {
+		uses := 0
+		for _, p := range ps {
+			uses = max(uses, evals(p, mat)[n])
+		}
+		return uses >= 2 && (uses-1)*size(n, mat, true) >= inlineBelow
+	}
+	for i := len(g.all) - 1; i >= 0; i-- {
+		if n := g.all[i]; n.op != "leaf" && n.op != "array" && worth(n) {
+			mat[n] = true
+		}
+	}
+	// A node chosen before its operands were is smaller than it looked:
+	// check again, smallest first, until nothing changes.
+	for changed := true; changed; {
+		changed = false
+		for _, n := range g.all {
+			if !mat[n] {
+				continue
+			}
+			delete(mat, n)
+			if worth(n) {
+				mat[n] = true
+			} else {
+				changed = true
+			}
+		}
+	}
 	names := map[string]bool{"live": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
 	for _, n := range g.all {
-		if n.uses < 2 || g.small(n) {
+		if !mat[n] {
 			continue
 		}
 		base := "v_" + n.hint
@@ -451,29 +580,30 @@ func (g *sqlGen) count(root *outcome, rows map[*outcome][]*snode) {
 // placeAll puts every materialized node at the outcome where all the paths
 // that evaluate it part (the lowest common ancestor of its uses).
 func (g *sqlGen) placeAll(root *outcome, rows map[*outcome][]*snode) {
+	mat := map[*snode]bool{}
+	for _, n := range g.all {
+		if n.mat != "" {
+			mat[n] = true
+		}
+	}
 	var walk func(o *outcome)
 	walk = func(o *outcome) {
-		seen := map[*snode]bool{}
-		var visit func(n *snode)
-		visit = func(n *snode) {
-			if seen[n] {
-				return
+		if g.split(o, rows) {
+			for n := range evals([]*snode{o.cond}, mat) {
+				if mat[n] {
+					n.place = lca(n.place, o, n.placeOK)
+					n.placeOK = true
+				}
 			}
-			seen[n] = true
-			if n.mat != "" {
+			walk(o.then)
+			walk(o.els)
+			return
+		}
+		for n := range evals(g.folded(o, rows), mat) {
+			if mat[n] {
 				n.place = lca(n.place, o, n.placeOK)
 				n.placeOK = true
 			}
-			for _, k := range n.kids {
-				visit(k)
-			}
-		}
-		for _, n := range roots(o, rows) {
-			visit(n)
-		}
-		if o.cond != nil {
-			walk(o.then)
-			walk(o.els)
 		}
 	}
 	walk(root)
@@ -508,6 +638,32 @@ func lca(a, b *outcome, aSet bool) *outcome {
 	return a
 }
 
+// folded is the ROW of the returns below o as one row of CASEs, made once
+// per outcome.
+func (g *sqlGen) folded(o *outcome, rows map[*outcome][]*snode) []*snode {
+	if o.folded == nil {
+		o.folded = g.foldRow(o, rows)
+	}
+	return o.folded
+}
+
+func (g *sqlGen) foldRow(o *outcome, rows map[*outcome][]*snode) []*snode {
+	if o.cond == nil {
+		return rows[o]
+	}
+	a, b := g.foldRow(o.then, rows), g.foldRow(o.els, rows)
+	r := make([]*snode, len(a))
+	for i := range a {
+		if a[i] == b[i] {
+			r[i] = a[i]
+			continue
+		}
+		// Not interned: a node of its own, never a variable.
+		r[i] = &snode{op: "case", t: a[i].t, kids: []*snode{o.cond, a[i], b[i]}}
+	}
+	return r
+}
+
 func (g *sqlGen) writeOutcome(b *strings.Builder, o *outcome, rows map[*outcome][]*snode, depth int, root bool) {
 	in := strings.Repeat("    ", depth)
 	if !root {
@@ -515,29 +671,15 @@ func (g *sqlGen) writeOutcome(b *strings.Builder, o *outcome, rows map[*outcome]
 			fmt.Fprintf(b, "%s%s := %s;\n", in, n.mat, g.render(n, 0))
 		}
 	}
-	if o.cond != nil {
+	if g.split(o, rows) {
 		fmt.Fprintf(b, "%sIF %s THEN\n", in, g.ref(o.cond, 0))
 		g.writeOutcome(b, o.then, rows, depth+1, false)
 		fmt.Fprintf(b, "%sEND IF;\n", in)
 		g.writeOutcome(b, o.els, rows, depth, false)
 		return
 	}
-	r := rows[o]
 	var fields []string
-	if g.zero(o.val) {
-		fields = append(fields, "NULL", "NULL")
-	} else {
-		var st []string
-		for _, n := range r[:len(g.f.state)] {
-			st = append(st, g.ref(n, 0))
-		}
-		pos := g.ref(r[len(g.f.state)], 0)
-		fields = append(fields,
-			fmt.Sprintf("CASE WHEN %s THEN ARRAY[%s] END", pos, strings.Join(st, ", ")),
-			fmt.Sprintf("CASE WHEN %s THEN %s END", pos, g.ref(o.val, 0)))
-		r = r[len(g.f.state)+3:]
-	}
-	for _, n := range r {
+	for _, n := range g.folded(o, rows) {
 		fields = append(fields, g.ref(n, 0))
 	}
 	fmt.Fprintf(b, "%sRETURN ROW(%s)::ratelimit_step;\n", in, strings.Join(fields, ",\n"+in+"    "))
@@ -612,6 +754,10 @@ func (g *sqlGen) renderTop(n *snode, top bool) (string, int) {
 		for {
 			fmt.Fprintf(&b, " WHEN %s THEN %s", g.ref(n.kids[0], 0), g.ref(n.kids[1], 0))
 			e := n.kids[2]
+			if e.op == "leaf" && e.text == "NULL" {
+				b.WriteString(" END")
+				break
+			}
 			if e.op != "case" || e.mat != "" {
 				fmt.Fprintf(&b, " ELSE %s END", g.ref(e, 0))
 				break
@@ -619,6 +765,12 @@ func (g *sqlGen) renderTop(n *snode, top bool) (string, int) {
 			n = e
 		}
 		return b.String(), sqlAtom
+	case "array":
+		var a []string
+		for _, k := range n.kids {
+			a = append(a, g.ref(k, 0))
+		}
+		return "ARRAY[" + strings.Join(a, ", ") + "]", sqlAtom
 	case "call":
 		var a []string
 		for _, k := range n.kids {
