@@ -67,11 +67,21 @@
 //
 // Lua computes in doubles: every integer division becomes a division in
 // doubles followed by one correction step, exact below 2^53; statement
-// helpers are inlined. The PL/pgSQL function is one expression per
-// variable the result needs more than once, evaluated symbolically from
-// decide's assignments (so there is no per-statement work), with bigint
-// arithmetic, whose division truncates as Go's does; a helper that holds a
-// loop becomes a function of its own.
+// helpers are inlined, so a script is straight-line code without closures.
+//
+// PL/pgSQL is generated symbolically: decide runs over expressions instead
+// of values, so every variable becomes one SQL expression of the
+// function's arguments (an if that assigns becomes a CASE) and every
+// return one ROW. The returns fold into a single RETURN of CASEs, except
+// where a branch calls a helper that holds a loop (it becomes a function of
+// its own, called only on the paths that need it, behind an IF). An
+// expression a path would compute again becomes a DECLARE variable when
+// that saves more than a few operations (a cost model of path-sensitive
+// use counts and operation sizes), computed once where the paths that need
+// it part. The result is a handful of single-assignment expressions:
+// PL/pgSQL prepares each expression once per transaction, and a decision
+// is usually a transaction of its own. Arithmetic is bigint, whose
+// division truncates as Go's does.
 //
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset

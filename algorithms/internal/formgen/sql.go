@@ -11,11 +11,12 @@ import (
 // The PL/pgSQL form is computed symbolically: decide's statements are run
 // over expressions instead of values, so that every variable ends up as
 // one SQL expression of the function's arguments (an if that assigns
-// becomes a CASE), and every return as one ROW(...). Expressions that a
-// path through the function would compute more than once become variables
-// of their own, computed once where the paths that need them part; the
-// rest stays inline. A helper that holds a loop becomes a function of its
-// own, written statement by statement.
+// becomes a CASE), and every return as one ROW(...). The returns fold into
+// one RETURN of CASEs unless a branch calls a helper function. Expressions
+// that a path would compute again become variables when that saves more
+// than inlineBelow operations, computed once where the paths that need them
+// part; the rest stays inline. A helper that holds a loop becomes a
+// function of its own, written statement by statement.
 
 // snode is a node of the expressions the symbolic run builds. Equal nodes
 // are shared (hash-consed), so a value computed twice in Go is one node.
