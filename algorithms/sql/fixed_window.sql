@@ -29,15 +29,34 @@ DECLARE
         THEN ratelimit_corrupt(format('fixed_window state %s', state)) IS NULL ELSE true END;
     v_t boolean := NOT live OR now_us >= state[1] + args[2];
     v_d_reset_after bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END + args[2] - now_us;
-    v_t2 boolean := NOT CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1];
 BEGIN
-    RETURN ROW(CASE WHEN v_t2 THEN NULL WHEN peek THEN NULL WHEN v_d_reset_after > 0 THEN ARRAY[CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END, CASE WHEN v_t THEN 0 ELSE state[2] END + cost] END,
-        CASE WHEN v_t2 THEN NULL WHEN peek THEN NULL WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
+    IF (NOT CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1]) THEN
+        RETURN ROW(NULL,
+            NULL,
+            CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
+            args[1],
+            greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0),
+            v_d_reset_after,
+            CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END,
+            0)::ratelimit_step;
+    END IF;
+    IF peek THEN
+        RETURN ROW(NULL,
+            NULL,
+            CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
+            args[1],
+            greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0),
+            0,
+            CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END,
+            0)::ratelimit_step;
+    END IF;
+    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END, CASE WHEN v_t THEN 0 ELSE state[2] END + cost] END,
+        CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
         CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
         args[1],
-        CASE WHEN v_t2 THEN greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0) WHEN peek THEN greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0) ELSE args[1] - (CASE WHEN v_t THEN 0 ELSE state[2] END + cost) END,
-        CASE WHEN v_t2 THEN v_d_reset_after ELSE 0 END,
-        CASE WHEN v_t2 THEN CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END WHEN peek THEN CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END ELSE v_d_reset_after END,
+        args[1] - (CASE WHEN v_t THEN 0 ELSE state[2] END + cost),
+        0,
+        v_d_reset_after,
         0)::ratelimit_step;
 END
 $$;

@@ -29,14 +29,33 @@ DECLARE
         THEN ratelimit_corrupt(format('gcra state %s', state)) IS NULL ELSE true END;
     v_ahead bigint := CASE WHEN live AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END;
     v_ahead2 bigint := CASE WHEN v_ahead + cost * args[1] <= args[3] AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;
-    v_t boolean := NOT v_ahead + cost * args[1] <= args[3];
 BEGIN
-    RETURN ROW(CASE WHEN v_t THEN NULL WHEN peek THEN NULL WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]] END,
-        CASE WHEN v_t THEN NULL WHEN peek THEN NULL WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN (v_ahead2 + args[2] - 1) / args[2] END,
+    IF NOT v_ahead + cost * args[1] <= args[3] THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_ahead + cost * args[1] <= args[3],
+            args[5],
+            greatest(args[3] - v_ahead2, 0) / args[1],
+            (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
+            (v_ahead2 + args[2] - 1) / args[2],
+            0)::ratelimit_step;
+    END IF;
+    IF peek THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_ahead + cost * args[1] <= args[3],
+            args[5],
+            greatest(args[3] - v_ahead2, 0) / args[1],
+            0,
+            (v_ahead2 + args[2] - 1) / args[2],
+            0)::ratelimit_step;
+    END IF;
+    RETURN ROW(CASE WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]] END,
+        CASE WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN (v_ahead2 + args[2] - 1) / args[2] END,
         v_ahead + cost * args[1] <= args[3],
         args[5],
         greatest(args[3] - v_ahead2, 0) / args[1],
-        CASE WHEN v_t THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
+        0,
         (v_ahead2 + args[2] - 1) / args[2],
         0)::ratelimit_step;
 END

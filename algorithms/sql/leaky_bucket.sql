@@ -31,12 +31,32 @@ DECLARE
     v_d_allowed boolean := v_level + cost * args[1] <= args[3];
     v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * args[1] ELSE v_level END ELSE v_level END;
 BEGIN
-    RETURN ROW(CASE WHEN NOT v_d_allowed THEN NULL WHEN peek THEN NULL WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
-        CASE WHEN NOT v_d_allowed THEN NULL WHEN peek THEN NULL WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN (v_level2 + args[2] - 1) / args[2] END,
+    IF NOT v_d_allowed THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_d_allowed,
+            args[5],
+            (args[3] - v_level2) / args[1],
+            (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
+            (v_level2 + args[2] - 1) / args[2],
+            CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
+    END IF;
+    IF peek THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_d_allowed,
+            args[5],
+            (args[3] - v_level2) / args[1],
+            0,
+            (v_level2 + args[2] - 1) / args[2],
+            CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
+    END IF;
+    RETURN ROW(CASE WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
+        CASE WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN (v_level2 + args[2] - 1) / args[2] END,
         v_d_allowed,
         args[5],
         (args[3] - v_level2) / args[1],
-        CASE WHEN NOT v_d_allowed THEN (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
+        0,
         (v_level2 + args[2] - 1) / args[2],
         CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
 END

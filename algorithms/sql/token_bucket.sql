@@ -29,14 +29,33 @@ DECLARE
         THEN ratelimit_corrupt(format('token_bucket state %s', state)) IS NULL ELSE true END;
     v_deficit bigint := CASE WHEN live THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END;
     v_deficit2 bigint := CASE WHEN v_deficit + cost * args[1] <= args[3] AND NOT peek THEN v_deficit + cost * args[1] ELSE v_deficit END;
-    v_t boolean := NOT v_deficit + cost * args[1] <= args[3];
 BEGIN
-    RETURN ROW(CASE WHEN v_t THEN NULL WHEN peek THEN NULL WHEN (v_deficit2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_deficit2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
-        CASE WHEN v_t THEN NULL WHEN peek THEN NULL WHEN (v_deficit2 + args[2] - 1) / args[2] > 0 THEN (v_deficit2 + args[2] - 1) / args[2] END,
+    IF NOT v_deficit + cost * args[1] <= args[3] THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_deficit + cost * args[1] <= args[3],
+            args[5],
+            (args[3] - v_deficit2) / args[1],
+            (v_deficit2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
+            (v_deficit2 + args[2] - 1) / args[2],
+            0)::ratelimit_step;
+    END IF;
+    IF peek THEN
+        RETURN ROW(NULL,
+            NULL,
+            v_deficit + cost * args[1] <= args[3],
+            args[5],
+            (args[3] - v_deficit2) / args[1],
+            0,
+            (v_deficit2 + args[2] - 1) / args[2],
+            0)::ratelimit_step;
+    END IF;
+    RETURN ROW(CASE WHEN (v_deficit2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_deficit2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
+        CASE WHEN (v_deficit2 + args[2] - 1) / args[2] > 0 THEN (v_deficit2 + args[2] - 1) / args[2] END,
         v_deficit + cost * args[1] <= args[3],
         args[5],
         (args[3] - v_deficit2) / args[1],
-        CASE WHEN v_t THEN (v_deficit2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
+        0,
         (v_deficit2 + args[2] - 1) / args[2],
         0)::ratelimit_step;
 END

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func schemaPool(t *testing.T, url, schema string) *pgxpool.Pool {
 // (who goes first alternates), so that drifting load hits both alike. It
 // prints per row the median decisions/s of each and the median and range
 // of the per-round ratio generated ÷ hand-written. It runs only with
-// RATELIMIT_BENCH_FORMS=1.
+// RATELIMIT_BENCH_FORMS=1 (=alone: only the form-alone table).
 func TestFormsReport(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_FORMS") == "" {
 		t.Skip("set RATELIMIT_BENCH_FORMS=1 to compare the generated SQL forms with the hand-written ones")
@@ -78,6 +79,30 @@ func TestFormsReport(t *testing.T) {
 	ctx := context.Background()
 	tag := fmt.Sprintf("rl_forms_%d_%d", os.Getpid(), time.Now().UnixNano()%1_000_000)
 	pools := []*pgxpool.Pool{schemaPool(t, url, tag+"_gen"), schemaPool(t, url, tag+"_hand")}
+	if os.Getenv("RATELIMIT_BENCH_FORMS") == "alone" {
+		// Only the form-alone table: install the forms and go.
+		var out strings.Builder
+		for _, alg := range algs() {
+			if !slices.Contains(handforms.Names, alg.Name()) {
+				continue
+			}
+			for i, p := range pools {
+				s, err := postgres.New(p, postgres.WithTable("t_"+alg.Name()))
+				if err == nil {
+					err = s.Migrate(ctx)
+				}
+				if err == nil && i == 1 {
+					_, err = p.Exec(ctx, handforms.SQL(alg.Name()))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		formAlone(t, pools, &out)
+		t.Log(out.String())
+		return
+	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nPostgreSQL store decisions (server clock), %d callers, %d decisions per form per round, %d rounds; ratio = generated ÷ hand-written\n\n", callers, n, rounds)
 	fmt.Fprintf(&out, "| keys | algorithm | generated decisions/s | hand-written decisions/s | ratio median | ratio range |\n|---|---|---:|---:|---:|---|\n")
@@ -156,9 +181,17 @@ func TestFormsReport(t *testing.T) {
 func formAlone(t *testing.T, pools []*pgxpool.Pool, out *strings.Builder) {
 	const (
 		rounds = 11
-		calls  = 3000
+		calls  = 5000
 	)
 	ctx := context.Background()
+	cpuKnown := true
+	defer func() {
+		what := "the backend's CPU time (/proc/<pid>/schedstat)"
+		if !cpuKnown {
+			what = "wall-clock time (the backend's CPU time could not be read)"
+		}
+		fmt.Fprintf(out, "\nµs per call: %s.\n", what)
+	}()
 	fmt.Fprintf(out, "\nThe form alone: one call per transaction in a server-side loop (CALL of a procedure that COMMITs after each call), %d calls per form per round, %d rounds; ratio = hand-written ÷ generated µs per call\n\n", calls, rounds)
 	fmt.Fprintf(out, "| algorithm | generated µs/call | hand-written µs/call | ratio median | ratio range |\n|---|---:|---:|---:|---|\n")
 	for _, alg := range algs() {
@@ -184,15 +217,37 @@ END $$`, proc, alg.Name())); err != nil {
 			}
 		}
 		args := alg.(interface{ ServerArgs() []int64 }).ServerArgs()
-		call := func(p *pgxpool.Pool, n int) float64 {
-			start := time.Now()
-			if _, err := p.Exec(ctx, "CALL "+proc+"($1, $2)", n, args); err != nil {
+		var conns [2]*pgxpool.Conn
+		var pids [2]uint32
+		for i, p := range pools {
+			c, err := p.Acquire(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			return float64(time.Since(start).Microseconds()) / float64(n)
+			defer c.Release()
+			conns[i] = c
+			if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pids[i]); err != nil {
+				t.Fatal(err)
+			}
 		}
-		for _, p := range pools {
-			call(p, 300) // warm up
+		// call returns the server's CPU µs per call when it can read the
+		// backend's CPU time, else the wall-clock µs per call.
+		call := func(i, n int) float64 {
+			cpu0, ok := backendCPU(pids[i])
+			start := time.Now()
+			if _, err := conns[i].Exec(ctx, "CALL "+proc+"($1, $2)", n, args); err != nil {
+				t.Fatal(err)
+			}
+			wall := float64(time.Since(start).Microseconds()) / float64(n)
+			cpu1, ok1 := backendCPU(pids[i])
+			if !ok || !ok1 {
+				cpuKnown = false
+				return wall
+			}
+			return (cpu1 - cpu0) / float64(n)
+		}
+		for i := range pools {
+			call(i, 300) // warm up
 		}
 		var us [2][]float64
 		var ratios []float64
@@ -200,7 +255,7 @@ END $$`, proc, alg.Name())); err != nil {
 			var u [2]float64
 			for j := range 2 {
 				i := (j + r) % 2
-				u[i] = call(pools[i], calls)
+				u[i] = call(i, calls)
 				us[i] = append(us[i], u[i])
 			}
 			ratios = append(ratios, u[1]/u[0])
@@ -210,6 +265,30 @@ END $$`, proc, alg.Name())); err != nil {
 		t.Log(row)
 		out.WriteString(row)
 	}
+}
+
+// backendCPU returns the CPU time in µs that the server process pid has
+// used, from Linux's /proc/<pid>/schedstat (nanoseconds on the CPU), and
+// false when it cannot: another OS, or a server on another machine (the
+// process is not a postgres one).
+func backendCPU(pid uint32) (float64, bool) {
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !strings.Contains(string(cmd), "postgres") {
+		return 0, false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	ns, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return 0, false
+	}
+	return ns / 1000, true
 }
 
 func median(v []float64) float64 {

@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -173,4 +175,37 @@ func doubles(b []byte) []int64 {
 		v[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:])))
 	}
 	return v
+}
+
+// TestGoldenLoads loads the translator's golden output for testdata/toy
+// into real servers: the Lua with SCRIPT LOAD (which compiles it) and the
+// SQL inside a transaction that is rolled back, so that output the servers
+// cannot parse fails here and not only in a store.
+func TestGoldenLoads(t *testing.T) {
+	ctx := context.Background()
+	files, err := Generate(filepath.Join("testdata", "toy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
+	defer c.Close()
+	if err := c.ScriptLoad(ctx, string(files["lua/counter.lua"])).Err(); err != nil {
+		t.Errorf("SCRIPT LOAD lua/counter.lua: %v", err)
+	}
+	conn, err := pgx.Connect(ctx, testserver.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "CREATE SCHEMA formgen_golden; SET LOCAL search_path = formgen_golden"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, string(files["sql/counter.sql"])); err != nil {
+		t.Errorf("sql/counter.sql: %v", err)
+	}
 }

@@ -11,11 +11,12 @@ import (
 // The PL/pgSQL form is computed symbolically: decide's statements are run
 // over expressions instead of values, so that every variable ends up as
 // one SQL expression of the function's arguments (an if that assigns
-// becomes a CASE), and every return as one ROW(...). The returns fold into
-// one RETURN of CASEs unless a branch calls a helper function. Expressions
-// that a path would compute again become variables when that saves more
-// than inlineBelow operations, computed once where the paths that need them
-// part; the rest stays inline. A helper that holds a loop becomes a
+// becomes a CASE), and every return as one ROW(...) behind the IFs of the
+// Go form's early returns: PL/pgSQL prepares an expression only when it
+// first reaches it in a transaction, so a RETURN the request does not take
+// costs nothing. Expressions that a path would compute again become
+// variables when that saves more than inlineBelow operations, computed
+// once where the paths that need them part; the rest stays inline. A helper that holds a loop becomes a
 // function of its own, written statement by statement.
 
 // snode is a node of the expressions the symbolic run builds. Equal nodes
@@ -43,7 +44,6 @@ type outcome struct {
 	env       map[string]*snode // the variables at the return
 	dec       string
 	mats      []*snode // nodes computed at the start of this branch
-	folded    []*snode // the ROW of the returns below, folded into CASEs
 }
 
 type sqlGen struct {
@@ -377,53 +377,11 @@ func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 
 func (g *sqlGen) zero(n *snode) bool { return n.op == "leaf" && n.text == "0" }
 
-// split reports whether the function branches with IF at o: when a return
-// below it calls a helper function (a loop, costly), so that only the
-// paths that need the call make it. Elsewhere the returns below o fold
-// into one RETURN of CASEs: one expression for PL/pgSQL to prepare
-// instead of an IF per branch.
-func (g *sqlGen) split(o *outcome, rows map[*outcome][]*snode) bool {
-	if o.cond == nil {
-		return false
-	}
-	seen := map[*snode]bool{}
-	var calls func(n *snode) bool
-	calls = func(n *snode) bool {
-		if seen[n] {
-			return false
-		}
-		seen[n] = true
-		if n.op == "call" && strings.HasPrefix(n.text, "ratelimit_") {
-			return true
-		}
-		for _, k := range n.kids {
-			if calls(k) {
-				return true
-			}
-		}
-		return false
-	}
-	var walk func(o *outcome) bool
-	walk = func(o *outcome) bool {
-		if o.cond == nil {
-			for _, n := range rows[o] {
-				if calls(n) {
-					return true
-				}
-			}
-			return false
-		}
-		return walk(o.then) || walk(o.els)
-	}
-	return walk(o)
-}
-
-// paths returns, for every RETURN the function will hold, the nodes
-// evaluated on the way to it: the conditions of the IFs taken, then its
-// ROW (folded).
+// paths returns, for every RETURN, the nodes evaluated on the way to it:
+// the conditions of the IFs taken, then its ROW.
 func (g *sqlGen) paths(o *outcome, rows map[*outcome][]*snode, prefix []*snode, out *[][]*snode) {
-	if !g.split(o, rows) {
-		*out = append(*out, append(slices.Clone(prefix), g.folded(o, rows)...))
+	if o.cond == nil {
+		*out = append(*out, append(slices.Clone(prefix), rows[o]...))
 		return
 	}
 	p := append(slices.Clone(prefix), o.cond)
@@ -589,7 +547,7 @@ func (g *sqlGen) placeAll(root *outcome, rows map[*outcome][]*snode) {
 	}
 	var walk func(o *outcome)
 	walk = func(o *outcome) {
-		if g.split(o, rows) {
+		if o.cond != nil {
 			for n := range evals([]*snode{o.cond}, mat) {
 				if mat[n] {
 					n.place = lca(n.place, o, n.placeOK)
@@ -600,7 +558,7 @@ func (g *sqlGen) placeAll(root *outcome, rows map[*outcome][]*snode) {
 			walk(o.els)
 			return
 		}
-		for n := range evals(g.folded(o, rows), mat) {
+		for n := range evals(rows[o], mat) {
 			if mat[n] {
 				n.place = lca(n.place, o, n.placeOK)
 				n.placeOK = true
@@ -639,32 +597,6 @@ func lca(a, b *outcome, aSet bool) *outcome {
 	return a
 }
 
-// folded is the ROW of the returns below o as one row of CASEs, made once
-// per outcome.
-func (g *sqlGen) folded(o *outcome, rows map[*outcome][]*snode) []*snode {
-	if o.folded == nil {
-		o.folded = g.foldRow(o, rows)
-	}
-	return o.folded
-}
-
-func (g *sqlGen) foldRow(o *outcome, rows map[*outcome][]*snode) []*snode {
-	if o.cond == nil {
-		return rows[o]
-	}
-	a, b := g.foldRow(o.then, rows), g.foldRow(o.els, rows)
-	r := make([]*snode, len(a))
-	for i := range a {
-		if a[i] == b[i] {
-			r[i] = a[i]
-			continue
-		}
-		// Not interned: a node of its own, never a variable.
-		r[i] = &snode{op: "case", t: a[i].t, kids: []*snode{o.cond, a[i], b[i]}}
-	}
-	return r
-}
-
 func (g *sqlGen) writeOutcome(b *strings.Builder, o *outcome, rows map[*outcome][]*snode, depth int, root bool) {
 	in := strings.Repeat("    ", depth)
 	if !root {
@@ -672,18 +604,27 @@ func (g *sqlGen) writeOutcome(b *strings.Builder, o *outcome, rows map[*outcome]
 			fmt.Fprintf(b, "%s%s := %s;\n", in, n.mat, g.render(n, 0))
 		}
 	}
-	if g.split(o, rows) {
-		fmt.Fprintf(b, "%sIF %s THEN\n", in, g.ref(o.cond, 0))
+	if o.cond != nil {
+		fmt.Fprintf(b, "%sIF %s THEN\n", in, ifCond(g.ref(o.cond, 0)))
 		g.writeOutcome(b, o.then, rows, depth+1, false)
 		fmt.Fprintf(b, "%sEND IF;\n", in)
 		g.writeOutcome(b, o.els, rows, depth, false)
 		return
 	}
 	var fields []string
-	for _, n := range g.folded(o, rows) {
+	for _, n := range rows[o] {
 		fields = append(fields, g.ref(n, 0))
 	}
 	fmt.Fprintf(b, "%sRETURN ROW(%s)::ratelimit_step;\n", in, strings.Join(fields, ",\n"+in+"    "))
+}
+
+// ifCond parenthesizes an IF's condition that holds a CASE: PL/pgSQL
+// ends the condition at the first THEN it finds outside parentheses.
+func ifCond(c string) string {
+	if strings.Contains(c, "CASE") {
+		return "(" + c + ")"
+	}
+	return c
 }
 
 // SQL operator precedences (higher binds tighter).
@@ -837,7 +778,7 @@ func (g *sqlGen) writeStmts(b *strings.Builder, list []stmt, env map[string]*sno
 			}
 			fmt.Fprintf(b, "%s%s := %s;\n", in, s.lhs[0].name, g.render(g.eval(s.rhs[0], env), 0))
 		case sIf:
-			fmt.Fprintf(b, "%sIF %s THEN\n", in, g.render(g.eval(s.cond, env), 0))
+			fmt.Fprintf(b, "%sIF %s THEN\n", in, ifCond(g.render(g.eval(s.cond, env), 0)))
 			g.writeStmts(b, s.then, env, depth+1)
 			if len(s.els) > 0 {
 				fmt.Fprintf(b, "%sELSE\n", in)
