@@ -67,10 +67,8 @@ s_count = s_count + cost
 d_remaining = limit - s_count
 d_reset_after = end_ - now
 local ttl = end_ - now
-if ttl > 0 then
-  local r999 = ttl + 999
-  local q2 = floor(r999 / 1000)
-  if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
-  redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
-end
+local r999 = ttl + 999
+local q2 = floor(r999 / 1000)
+if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

@@ -86,10 +86,8 @@ if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = 
 local whole = q6
 s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
 local ttl = d_reset_after
-if ttl > 0 then
-  local r999 = ttl + 999
-  local q7 = floor(r999 / 1000)
-  if q7 * 1000 > r999 then q7 = q7 - 1 elseif (q7 + 1) * 1000 <= r999 then q7 = q7 + 1 end
-  redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_tat, s_frac, s_drip), 'PX', max(q7, 1) + slack)
-end
+local r999 = ttl + 999
+local q7 = floor(r999 / 1000)
+if q7 * 1000 > r999 then q7 = q7 - 1 elseif (q7 + 1) * 1000 <= r999 then q7 = q7 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_tat, s_frac, s_drip), 'PX', max(q7, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

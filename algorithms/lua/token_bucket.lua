@@ -98,10 +98,8 @@ if peek then
 end
 s_level, s_unit = deficit, unit
 local ttl = d_reset_after
-if ttl > 0 then
-  local r999 = ttl + 999
-  local q6 = floor(r999 / 1000)
-  if q6 * 1000 > r999 then q6 = q6 - 1 elseif (q6 + 1) * 1000 <= r999 then q6 = q6 + 1 end
-  redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q6, 1) + slack)
-end
+local r999 = ttl + 999
+local q6 = floor(r999 / 1000)
+if q6 * 1000 > r999 then q6 = q6 - 1 elseif (q6 + 1) * 1000 <= r999 then q6 = q6 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q6, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

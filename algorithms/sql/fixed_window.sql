@@ -27,36 +27,36 @@ RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 2
         THEN ratelimit_corrupt(format('fixed_window state %s', state)) IS NULL ELSE true END;
-    v_t boolean := NOT live OR now_us >= state[1] + args[2];
-    v_d_reset_after bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END + args[2] - now_us;
+    v_s_count bigint := CASE WHEN NOT live OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END;
+    v_s_start bigint := CASE WHEN NOT live OR now_us >= state[1] + args[2] THEN now_us / args[2] * args[2] ELSE state[1] END;
 BEGIN
-    IF (NOT CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1]) THEN
+    IF NOT v_s_count + cost <= args[1] THEN
         RETURN ROW(NULL,
             NULL,
-            CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
+            v_s_count + cost <= args[1],
             args[1],
-            greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0),
-            v_d_reset_after,
-            CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END,
+            greatest(args[1] - v_s_count, 0),
+            v_s_start + args[2] - now_us,
+            CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + args[2] - now_us END,
             0)::ratelimit_step;
     END IF;
     IF peek THEN
         RETURN ROW(NULL,
             NULL,
-            CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
+            v_s_count + cost <= args[1],
             args[1],
-            greatest(args[1] - CASE WHEN v_t THEN 0 ELSE state[2] END, 0),
+            greatest(args[1] - v_s_count, 0),
             0,
-            CASE WHEN CASE WHEN v_t THEN 0 ELSE state[2] END = 0 THEN 0 ELSE v_d_reset_after END,
+            CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + args[2] - now_us END,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(CASE WHEN v_d_reset_after > 0 THEN ARRAY[CASE WHEN v_t THEN now_us / args[2] * args[2] ELSE state[1] END, CASE WHEN v_t THEN 0 ELSE state[2] END + cost] END,
-        CASE WHEN v_d_reset_after > 0 THEN v_d_reset_after END,
-        CASE WHEN v_t THEN 0 ELSE state[2] END + cost <= args[1],
+    RETURN ROW(ARRAY[v_s_start, v_s_count + cost],
+        v_s_start + args[2] - now_us,
+        v_s_count + cost <= args[1],
         args[1],
-        args[1] - (CASE WHEN v_t THEN 0 ELSE state[2] END + cost),
+        args[1] - (v_s_count + cost),
         0,
-        v_d_reset_after,
+        v_s_start + args[2] - now_us,
         0)::ratelimit_step;
 END
 $$;

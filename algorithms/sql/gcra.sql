@@ -28,12 +28,13 @@ DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT (state[3] > 0 AND state[2] < state[3])
         THEN ratelimit_corrupt(format('gcra state %s', state)) IS NULL ELSE true END;
     v_ahead bigint := CASE WHEN live AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END;
-    v_ahead2 bigint := CASE WHEN v_ahead + cost * args[1] <= args[3] AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;
+    v_d_allowed boolean := v_ahead + cost * args[1] <= args[3];
+    v_ahead2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;
 BEGIN
-    IF NOT v_ahead + cost * args[1] <= args[3] THEN
+    IF NOT v_d_allowed THEN
         RETURN ROW(NULL,
             NULL,
-            v_ahead + cost * args[1] <= args[3],
+            v_d_allowed,
             args[5],
             greatest(args[3] - v_ahead2, 0) / args[1],
             (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
@@ -43,16 +44,16 @@ BEGIN
     IF peek THEN
         RETURN ROW(NULL,
             NULL,
-            v_ahead + cost * args[1] <= args[3],
+            v_d_allowed,
             args[5],
             greatest(args[3] - v_ahead2, 0) / args[1],
             0,
             (v_ahead2 + args[2] - 1) / args[2],
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(CASE WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]] END,
-        CASE WHEN (v_ahead2 + args[2] - 1) / args[2] > 0 THEN (v_ahead2 + args[2] - 1) / args[2] END,
-        v_ahead + cost * args[1] <= args[3],
+    RETURN ROW(ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]],
+        (v_ahead2 + args[2] - 1) / args[2],
+        v_d_allowed,
         args[5],
         greatest(args[3] - v_ahead2, 0) / args[1],
         0,

@@ -51,8 +51,8 @@ BEGIN
             (v_level2 + args[2] - 1) / args[2],
             CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
     END IF;
-    RETURN ROW(CASE WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]] END,
-        CASE WHEN (v_level2 + args[2] - 1) / args[2] > 0 THEN (v_level2 + args[2] - 1) / args[2] END,
+    RETURN ROW(ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]],
+        (v_level2 + args[2] - 1) / args[2],
         v_d_allowed,
         args[5],
         (args[3] - v_level2) / args[1],

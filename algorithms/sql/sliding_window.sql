@@ -79,8 +79,8 @@ BEGIN
             CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(CASE WHEN v_s_start + 2 * args[2] - now_us > 0 THEN ARRAY[v_s_start, v_s_curr, v_s_prev] END,
-        CASE WHEN v_s_start + 2 * args[2] - now_us > 0 THEN v_s_start + 2 * args[2] - now_us END,
+    RETURN ROW(ARRAY[v_s_start, v_s_curr, v_s_prev],
+        v_s_start + 2 * args[2] - now_us,
         v_d_allowed,
         args[1],
         greatest(args[1] - v_weighted - v_s_curr, 0),

@@ -279,8 +279,8 @@ func (g *luaGen) inline(v eVar, decl bool, h eHelper) {
 	g.line("end")
 }
 
-// reply writes decide's return: the write of the next state when the TTL
-// is positive, then the reply.
+// reply writes decide's return: the write of the next state unless the TTL
+// is the constant 0, then the reply.
 func (g *luaGen) reply(s sReturn) {
 	d := s.dec
 	var reply []string
@@ -296,8 +296,6 @@ func (g *luaGen) reply(s sReturn) {
 		ttl, _ := g.expr(s.val, &pre)
 		g.flush(pre)
 		g.line("local ttl = %s", ttl)
-		g.line("if ttl > 0 then")
-		g.indent++
 		for _, f := range g.f.state {
 			fields = append(fields, "s_"+f.name)
 		}
@@ -305,8 +303,6 @@ func (g *luaGen) reply(s sReturn) {
 		q := g.floorDiv("r999", "1000")
 		g.line("redis.call('SET', KEYS[1], struct.pack('<%s', now + ttl, %s), 'PX', max(%s, 1) + slack)",
 			strings.Repeat("d", len(fields)+1), strings.Join(fields, ", "), q)
-		g.indent--
-		g.line("end")
 	}
 	g.line("return {%s}", strings.Join(reply, ", "))
 }

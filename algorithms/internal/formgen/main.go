@@ -16,9 +16,11 @@
 // is a form, named by the constant its Name method returns. decide applies
 // req to the state s (live reports whether the key had state; when it is
 // false s holds zeros, and decide must not read it before assigning it) and
-// returns the decision and a TTL in microseconds: when the TTL is positive
-// the new contents of s are stored with it, and when it is 0 nothing is
-// stored. State is a struct of int64 fields, stored in declaration order;
+// returns the decision and a TTL in microseconds: a return whose TTL is the
+// constant 0 stores nothing, and any other stores the new contents of s
+// with its TTL, which must then be positive (the Go form stores nothing on
+// a TTL that is not, so the forms would disagree, which the differential
+// tests catch). State is a struct of int64 fields, stored in declaration order;
 // an optional method valid() bool on *State, one return statement, says
 // which stored states can be read (the others are corrupt). The form's
 // parameters are the receiver's fields that T's serverArgs method lists, in

@@ -351,8 +351,8 @@ $$;
 `
 
 // rows sets, for every return, the nodes of its ROW: next_state and ttl
-// (NULL when the TTL is the constant 0, else NULL unless it is positive),
-// then the decision's fields.
+// (both NULL when the TTL is the constant 0: nothing to store), then the
+// decision's fields.
 func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 	if o.cond != nil {
 		g.rows(o.then, rows)
@@ -366,8 +366,7 @@ func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 		for _, s := range g.f.state {
 			st = append(st, o.env["s_"+s.name])
 		}
-		pos := g.bin(">", o.val, g.leaf("0", tInt))
-		r = []*snode{g.caseOf(pos, g.intern(&snode{op: "array", kids: st}), null), g.caseOf(pos, o.val, null)}
+		r = []*snode{g.intern(&snode{op: "array", kids: st}), o.val}
 	}
 	for _, f := range g.f.decision {
 		r = append(r, o.env[o.dec+"_"+f.name])
@@ -481,7 +480,7 @@ func size(n *snode, mat map[*snode]bool, top bool) int {
 // inlineBelow is how many operations a path may compute again rather than
 // keep in a variable: every variable is one more expression for PL/pgSQL
 // to prepare in each transaction, which costs more than a few additions.
-const inlineBelow = 8
+const inlineBelow = 6
 
 // materialize chooses the nodes kept in variables, from the largest
 // (created last) down: those a path would otherwise compute more than

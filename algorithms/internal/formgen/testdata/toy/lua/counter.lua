@@ -103,10 +103,8 @@ used = used + 1
 used = used - 1
 s_start, s_used, s_seen = start, used, seen + 1
 local ttl = start + period - now
-if ttl > 0 then
-  local r999 = ttl + 999
-  local q5 = floor(r999 / 1000)
-  if q5 * 1000 > r999 then q5 = q5 - 1 elseif (q5 + 1) * 1000 <= r999 then q5 = q5 + 1 end
-  redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_used, s_seen), 'PX', max(q5, 1) + slack)
-end
+local r999 = ttl + 999
+local q5 = floor(r999 / 1000)
+if q5 * 1000 > r999 then q5 = q5 - 1 elseif (q5 + 1) * 1000 <= r999 then q5 = q5 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_used, s_seen), 'PX', max(q5, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

@@ -41,9 +41,9 @@ RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT (state[2] <= state[3] OR state[3] = 0)
         THEN ratelimit_corrupt(format('counter state %s', state)) IS NULL ELSE true END;
+    v_start bigint := CASE WHEN live AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END;
     v_used bigint := CASE WHEN live AND now_us < state[1] + args[2] THEN state[2] WHEN live THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
     v_room bigint := CASE WHEN args[1] - v_used < 0 THEN 0 WHEN args[1] - v_used > args[1] THEN args[1] ELSE greatest(args[1] - v_used - (args[1] - v_used) / 2 % 3, 0) END;
-    v_t bigint;
 BEGIN
     IF NOT (cost <= v_room AND NOT (peek AND v_used > 0)) THEN
         RETURN ROW(NULL,
@@ -51,13 +51,12 @@ BEGIN
             cost <= v_room AND NOT (peek AND v_used > 0),
             args[1],
             0,
-            (ratelimit_counter_search(now_us - CASE WHEN live AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END, args) + 7 - 1) / 7,
+            (ratelimit_counter_search(now_us - v_start, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
-    v_t := CASE WHEN live AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END + args[2] - now_us;
-    RETURN ROW(CASE WHEN v_t > 0 THEN ARRAY[CASE WHEN live AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END, (v_used + cost) * 1 + 1 - 1, CASE WHEN live THEN state[3] ELSE 0 END + 1] END,
-        CASE WHEN v_t > 0 THEN v_t END,
+    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN live THEN state[3] ELSE 0 END + 1],
+        v_start + args[2] - now_us,
         cost <= v_room AND NOT (peek AND v_used > 0),
         args[1],
         v_room - cost,
