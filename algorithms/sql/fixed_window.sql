@@ -25,28 +25,17 @@ CREATE OR REPLACE FUNCTION ratelimit_fixed_window(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 2
-        THEN ratelimit_corrupt(format('fixed_window state %s', state)) IS NULL ELSE true END;
-    v_s_count bigint := CASE WHEN NOT live OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END;
-    v_s_start bigint := CASE WHEN NOT live OR now_us >= state[1] + args[2] THEN now_us / args[2] * args[2] ELSE state[1] END;
+    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2)
+        THEN ratelimit_corrupt(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END END;
+    v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN now_us / args[2] * args[2] ELSE state[1] END;
 BEGIN
-    IF NOT v_s_count + cost <= args[1] THEN
+    IF NOT v_s_count + cost <= args[1] OR peek THEN
         RETURN ROW(NULL,
             NULL,
             v_s_count + cost <= args[1],
             args[1],
             greatest(args[1] - v_s_count, 0),
-            v_s_start + args[2] - now_us,
-            CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + args[2] - now_us END,
-            0)::ratelimit_step;
-    END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_s_count + cost <= args[1],
-            args[1],
-            greatest(args[1] - v_s_count, 0),
-            0,
+            CASE WHEN NOT v_s_count + cost <= args[1] THEN v_s_start + args[2] - now_us ELSE 0 END,
             CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + args[2] - now_us END,
             0)::ratelimit_step;
     END IF;

@@ -25,29 +25,18 @@ CREATE OR REPLACE FUNCTION ratelimit_gcra(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT (state[3] > 0 AND state[2] < state[3])
-        THEN ratelimit_corrupt(format('gcra state %s', state)) IS NULL ELSE true END;
-    v_ahead bigint := CASE WHEN live AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END;
+    v_ahead bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR NOT (state[3] > 0 AND state[2] < state[3]))
+        THEN ratelimit_corrupt(format('gcra state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END END;
     v_d_allowed boolean := v_ahead + cost * args[1] <= args[3];
     v_ahead2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;
 BEGIN
-    IF NOT v_d_allowed THEN
+    IF NOT v_d_allowed OR peek THEN
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             args[5],
             greatest(args[3] - v_ahead2, 0) / args[1],
-            (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
-            (v_ahead2 + args[2] - 1) / args[2],
-            0)::ratelimit_step;
-    END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_d_allowed,
-            args[5],
-            greatest(args[3] - v_ahead2, 0) / args[1],
-            0,
+            CASE WHEN NOT v_d_allowed THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
             (v_ahead2 + args[2] - 1) / args[2],
             0)::ratelimit_step;
     END IF;

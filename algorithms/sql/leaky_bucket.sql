@@ -25,33 +25,22 @@ CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT state[3] > 0
-        THEN ratelimit_corrupt(format('leaky_bucket state %s', state)) IS NULL ELSE true END;
-    v_level bigint := CASE WHEN live THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END;
+    v_level bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR NOT state[3] > 0)
+        THEN ratelimit_corrupt(format('leaky_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
     v_d_allowed boolean := v_level + cost * args[1] <= args[3];
     v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * args[1] ELSE v_level END ELSE v_level END;
 BEGIN
-    IF NOT v_d_allowed THEN
+    IF NOT v_d_allowed OR peek THEN
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             args[5],
             (args[3] - v_level2) / args[1],
-            (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2],
+            CASE WHEN NOT v_d_allowed THEN (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
             (v_level2 + args[2] - 1) / args[2],
             CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
     END IF;
-    IF peek THEN
-        RETURN ROW(NULL,
-            NULL,
-            v_d_allowed,
-            args[5],
-            (args[3] - v_level2) / args[1],
-            0,
-            (v_level2 + args[2] - 1) / args[2],
-            CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
-    END IF;
-    RETURN ROW(ARRAY[v_level2, CASE WHEN live THEN greatest(state[2], now_us) ELSE now_us END, args[1]],
+    RETURN ROW(ARRAY[v_level2, CASE WHEN (state IS NOT NULL) THEN greatest(state[2], now_us) ELSE now_us END, args[1]],
         (v_level2 + args[2] - 1) / args[2],
         v_d_allowed,
         args[5],

@@ -48,9 +48,8 @@ CREATE OR REPLACE FUNCTION ratelimit_sliding_window(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3
-        THEN ratelimit_corrupt(format('sliding_window state %s', state)) IS NULL ELSE true END;
-    v_t boolean := NOT live OR now_us >= state[1] + 2 * args[2];
+    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3)
+        THEN ratelimit_corrupt(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= state[1] + 2 * args[2] END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN state[2] ELSE state[3] END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN now_us >= state[1] + args[2] THEN state[1] + args[2] ELSE state[1] END;
     v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - greatest(now_us - v_s_start, 0))::float8 / args[2]::float8), 9007199254740992)::bigint;

@@ -143,7 +143,9 @@ func (g *sqlGen) eval(e expr, env map[string]*snode) *snode {
 		case "now":
 			return g.leaf("now_us", tInt)
 		case "live":
-			return g.leaf("live", tBool)
+			// The stored state is checked before anything else is
+			// computed (see SQL), so live is whether there is state.
+			return g.leaf("(state IS NOT NULL)", tBool)
 		}
 		return g.leaf(e.name, e.exprType())
 	case eNot:
@@ -263,6 +265,7 @@ func SQL(f *form) (string, error) {
 	}
 	rows := map[*outcome][]*snode{}
 	g.rows(root, rows)
+	g.mergeReturns(root, rows)
 	g.materialize(root, rows)
 	g.placeAll(root, rows)
 
@@ -286,23 +289,39 @@ func SQL(f *form) (string, error) {
 	w("    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])")
 	w("RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$")
 	w("DECLARE")
+	// The stored state is checked in the first declaration, before
+	// anything else reads it: state a form cannot read raises SQLSTATE
+	// RL001 (through ratelimit_corrupt).
 	check := fmt.Sprintf("cardinality(state) <> %d", len(f.state))
 	if f.valid != nil {
 		vg := &sqlGen{f: f, nodes: map[string]*snode{}}
 		check += " OR NOT " + vg.render(vg.eval(f.valid, env), sqlNot+1)
 	}
-	w("    live boolean := CASE WHEN state IS NULL THEN false WHEN %s", check)
-	w("        THEN ratelimit_corrupt(format('%s state %%s', state)) IS NULL ELSE true END;", f.name)
+	check = fmt.Sprintf("state IS NOT NULL AND (%s)", check)
+	corrupt := fmt.Sprintf("ratelimit_corrupt(format('%s state %%s', state))", f.name)
+	checked := false
 	var later []*snode
 	for _, n := range g.all {
 		if n.mat == "" {
 			continue
 		}
-		if n.place == root {
-			w("    %s %s := %s;", n.mat, sqlType(n.t), g.render(n, 0))
-		} else {
+		if n.place != root {
 			later = append(later, n)
+			continue
 		}
+		def := g.render(n, 0)
+		if !checked {
+			c := corrupt
+			if n.t == tBool {
+				c += " IS NULL"
+			}
+			def = fmt.Sprintf("CASE WHEN %s\n        THEN %s ELSE %s END", check, c, def)
+			checked = true
+		}
+		w("    %s %s := %s;", n.mat, sqlType(n.t), def)
+	}
+	if !checked {
+		w("    v_checked boolean := CASE WHEN %s\n        THEN %s IS NULL END;", check, corrupt)
 	}
 	sort.Slice(later, func(i, j int) bool { return later[i].mat < later[j].mat })
 	for _, n := range later {
@@ -375,6 +394,52 @@ func (g *sqlGen) rows(o *outcome, rows map[*outcome][]*snode) {
 }
 
 func (g *sqlGen) zero(n *snode) bool { return n.op == "leaf" && n.text == "0" }
+
+// callsHelper reports whether evaluating the nodes calls a helper
+// function (a loop): such a RETURN stays behind its own IF, so that only
+// the requests that need the call make it.
+func callsHelper(ns []*snode) bool {
+	seen := map[*snode]bool{}
+	var walk func(n *snode) bool
+	walk = func(n *snode) bool {
+		if seen[n] {
+			return false
+		}
+		seen[n] = true
+		if n.op == "call" && strings.HasPrefix(n.text, "ratelimit_") {
+			return true
+		}
+		return slices.ContainsFunc(n.kids, walk)
+	}
+	return slices.ContainsFunc(ns, walk)
+}
+
+// mergeReturns turns IF c1 THEN RETURN a; IF c2 THEN RETURN b; ... into
+// IF c1 OR c2 THEN RETURN (a or b, field by field); ... when neither a nor
+// b stores state (a denial, a peek) or calls a helper function: one IF
+// less to prepare on the path that goes on, usually the admitted
+// request's.
+func (g *sqlGen) mergeReturns(o *outcome, rows map[*outcome][]*snode) {
+	if o.cond == nil {
+		return
+	}
+	for o.then.cond == nil && g.zero(o.then.val) && o.els.cond != nil &&
+		o.els.then.cond == nil && g.zero(o.els.then.val) &&
+		!callsHelper(rows[o.then]) && !callsHelper(rows[o.els.then]) {
+		a, b := rows[o.then], rows[o.els.then]
+		leaf := &outcome{val: o.then.val, parent: o}
+		r := make([]*snode, len(a))
+		for i := range a {
+			r[i] = g.caseOf(o.cond, a[i], b[i])
+		}
+		rows[leaf] = r
+		o.cond = g.bin("||", o.cond, o.els.cond)
+		o.then, o.els = leaf, o.els.els
+		o.els.parent = o
+	}
+	g.mergeReturns(o.then, rows)
+	g.mergeReturns(o.els, rows)
+}
 
 // paths returns, for every RETURN, the nodes evaluated on the way to it:
 // the conditions of the IFs taken, then its ROW.
@@ -517,7 +582,7 @@ func (g *sqlGen) materialize(root *outcome, rows map[*outcome][]*snode) {
 			}
 		}
 	}
-	names := map[string]bool{"live": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
+	names := map[string]bool{"v_checked": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
 	for _, n := range g.all {
 		if !mat[n] {
 			continue

@@ -39,10 +39,9 @@ CREATE OR REPLACE FUNCTION ratelimit_counter(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    live boolean := CASE WHEN state IS NULL THEN false WHEN cardinality(state) <> 3 OR NOT (state[2] <= state[3] OR state[3] = 0)
-        THEN ratelimit_corrupt(format('counter state %s', state)) IS NULL ELSE true END;
-    v_start bigint := CASE WHEN live AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END;
-    v_used bigint := CASE WHEN live AND now_us < state[1] + args[2] THEN state[2] WHEN live THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
+    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR NOT (state[2] <= state[3] OR state[3] = 0))
+        THEN ratelimit_corrupt(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END END;
+    v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[2] WHEN (state IS NOT NULL) THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
     v_room bigint := CASE WHEN args[1] - v_used < 0 THEN 0 WHEN args[1] - v_used > args[1] THEN args[1] ELSE greatest(args[1] - v_used - (args[1] - v_used) / 2 % 3, 0) END;
 BEGIN
     IF NOT (cost <= v_room AND NOT (peek AND v_used > 0)) THEN
@@ -55,7 +54,7 @@ BEGIN
             0,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN live THEN state[3] ELSE 0 END + 1],
+    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN (state IS NOT NULL) THEN state[3] ELSE 0 END + 1],
         v_start + args[2] - now_us,
         cost <= v_room AND NOT (peek AND v_used > 0),
         args[1],
