@@ -50,21 +50,19 @@ end
 local level = 0
 if live then
   do -- rescale
-    local rescale_level, rescale_fromUnit = s_level, s_unit
-    if rescale_fromUnit == unit then
-      level = min(rescale_level, capacity)
+    if s_unit == unit then
+      level = min(s_level, capacity)
     else
-      level = min(min(floor(rescale_level / rescale_fromUnit * unit), MAX), capacity)
+      level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
   do -- drain
-    local drain_level, drain_elapsed = level, now - s_last
+    local drain_elapsed = now - s_last
     if drain_elapsed <= 0 then
-      level = drain_level
     elseif drain_elapsed >= fill then
       level = 0
     else
-      level = max(drain_level - drain_elapsed * drip, 0)
+      level = max(level - drain_elapsed * drip, 0)
     end
   end
   s_last = max(s_last, now)

@@ -67,18 +67,18 @@ end
 if not d_allowed then
   local e
   do -- wait
-    local wait_prev, wait_room, wait_from = s_prev, limit - s_curr - cost, elapsed
+    local wait_room = limit - s_curr - cost
     if wait_room < 0 then
       e = period
     else
-      local wait_e = wait_from
-      if wait_prev > wait_room then
-        wait_e = max(wait_from, period - min(floor((wait_room + 1) * period / wait_prev), MAX))
+      local wait_e = elapsed
+      if s_prev > wait_room then
+        wait_e = max(elapsed, period - min(floor((wait_room + 1) * period / s_prev), MAX))
       end
-      while wait_e > wait_from and min(floor(wait_prev * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+      while wait_e > elapsed and min(floor(s_prev * (period - (wait_e - 1)) / period), MAX) <= wait_room do
         wait_e = wait_e - 1
       end
-      while wait_e < period and min(floor(wait_prev * (period - wait_e) / period), MAX) > wait_room do
+      while wait_e < period and min(floor(s_prev * (period - wait_e) / period), MAX) > wait_room do
         wait_e = wait_e + 1
       end
       e = wait_e
@@ -89,18 +89,18 @@ if not d_allowed then
   else
     local next
     do -- wait
-      local wait_prev, wait_room, wait_from = s_curr, limit - cost, 0
+      local wait_room = limit - cost
       if wait_room < 0 then
         next = period
       else
-        local wait_e = wait_from
-        if wait_prev > wait_room then
-          wait_e = max(wait_from, period - min(floor((wait_room + 1) * period / wait_prev), MAX))
+        local wait_e = 0
+        if s_curr > wait_room then
+          wait_e = max(0, period - min(floor((wait_room + 1) * period / s_curr), MAX))
         end
-        while wait_e > wait_from and min(floor(wait_prev * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+        while wait_e > 0 and min(floor(s_curr * (period - (wait_e - 1)) / period), MAX) <= wait_room do
           wait_e = wait_e - 1
         end
-        while wait_e < period and min(floor(wait_prev * (period - wait_e) / period), MAX) > wait_room do
+        while wait_e < period and min(floor(s_curr * (period - wait_e) / period), MAX) > wait_room do
           wait_e = wait_e + 1
         end
         next = wait_e

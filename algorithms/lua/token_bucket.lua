@@ -50,21 +50,19 @@ end
 local deficit = 0
 if live then
   do -- rescale
-    local rescale_level, rescale_fromUnit = s_level, s_unit
-    if rescale_fromUnit == unit then
-      deficit = min(rescale_level, capacity)
+    if s_unit == unit then
+      deficit = min(s_level, capacity)
     else
-      deficit = min(min(floor(rescale_level / rescale_fromUnit * unit), MAX), capacity)
+      deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
   do -- drain
-    local drain_level, drain_elapsed = deficit, now - s_last
+    local drain_elapsed = now - s_last
     if drain_elapsed <= 0 then
-      deficit = drain_level
     elseif drain_elapsed >= fill then
       deficit = 0
     else
-      deficit = max(drain_level - drain_elapsed * drip, 0)
+      deficit = max(deficit - drain_elapsed * drip, 0)
     end
   end
   s_last = max(s_last, now)

@@ -13,6 +13,7 @@ type luaGen struct {
 	indent   int
 	tmp      int
 	declared map[string]bool
+	alias    map[string]string // inlined helpers' parameters that stand for a name or number
 }
 
 // Lua operator precedences (higher binds tighter).
@@ -59,7 +60,7 @@ func (g *luaGen) line(format string, args ...any) {
 
 // Lua returns the Lua form of f.
 func Lua(f *form) string {
-	g := &luaGen{f: f, declared: map[string]bool{}}
+	g := &luaGen{f: f, declared: map[string]bool{}, alias: map[string]string{}}
 	g.prelude()
 	g.block(f.body, nil)
 	return g.b.String()
@@ -216,7 +217,9 @@ func (g *luaGen) stmt(s stmt, target *eVar) {
 			var pre []string
 			v, _ := g.expr(s.val, &pre)
 			g.flush(pre)
-			g.line("%s = %s", luaName(target.name), v)
+			if v != luaName(target.name) { // not x = x
+				g.line("%s = %s", luaName(target.name), v)
+			}
 			return
 		}
 		g.reply(s)
@@ -257,8 +260,16 @@ func (g *luaGen) inline(v eVar, decl bool, h eHelper) {
 		x, _ := g.expr(a, &pre)
 		args = append(args, x)
 	}
-	for _, p := range h.h.params {
+	// A parameter the helper never assigns, passed a name or a number,
+	// stands for it; the others are locals of the inlined body.
+	var bound []string
+	for i, p := range h.h.params {
+		if simpleLua(args[i]) && !assigns(h.h.body, p.name) {
+			g.alias[p.name] = args[i]
+			continue
+		}
 		params = append(params, luaName(p.name))
+		bound = append(bound, args[i])
 	}
 	g.flush(pre)
 	if decl {
@@ -272,11 +283,49 @@ func (g *luaGen) inline(v eVar, decl bool, h eHelper) {
 	for k := range saved {
 		g.declared[k] = true
 	}
-	g.line("local %s = %s", strings.Join(params, ", "), strings.Join(args, ", "))
+	if len(params) > 0 {
+		g.line("local %s = %s", strings.Join(params, ", "), strings.Join(bound, ", "))
+	}
 	g.block(nest(h.h.body), &v)
+	for _, p := range h.h.params {
+		delete(g.alias, p.name)
+	}
 	g.declared = saved
 	g.indent--
 	g.line("end")
+}
+
+// simpleLua reports whether s is a Lua name or number.
+func simpleLua(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' && i == 0) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// assigns reports whether a block assigns the variable name.
+func assigns(b []stmt, name string) bool {
+	for _, s := range b {
+		switch s := s.(type) {
+		case sAssign:
+			for _, v := range s.lhs {
+				if v.name == name {
+					return true
+				}
+			}
+		case sIf:
+			if assigns(s.then, name) || assigns(s.els, name) {
+				return true
+			}
+		case sFor:
+			if assigns(s.body, name) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // reply writes decide's return: the write of the next state unless the TTL
@@ -365,6 +414,12 @@ func (g *luaGen) expr(e expr, pre *[]string) (string, int) {
 		}
 		return strconv.FormatInt(e.v, 10), luaAtom
 	case eVar:
+		if a, ok := g.alias[e.name]; ok {
+			if strings.HasPrefix(a, "-") {
+				return a, luaUnary
+			}
+			return a, luaAtom
+		}
 		return luaName(e.name), luaAtom
 	case eArg:
 		return luaName(e.name), luaAtom

@@ -64,9 +64,9 @@ local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = f
 d_delay = 0
 local room
 do -- clamp
-  local clamp_x, clamp_lo = limit - used, 0
-  if clamp_x < clamp_lo then
-    room = clamp_lo
+  local clamp_x = limit - used
+  if clamp_x < 0 then
+    room = 0
   elseif clamp_x > limit then
     room = limit
   else
@@ -76,7 +76,7 @@ do -- clamp
     local q3 = floor(q2 / 3)
     if q3 * 3 > q2 then q3 = q3 - 1 elseif (q3 + 1) * 3 <= q2 then q3 = q3 + 1 end
     clamp_y = clamp_y - (q2 - q3 * 3)
-    room = max(clamp_y, clamp_lo)
+    room = max(clamp_y, 0)
   end
 end
 d_allowed = cost <= room and not (peek and used > 0)
