@@ -17,7 +17,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/bench/internal/handforms"
-	"github.com/ratelimitkit/ratelimit/internal/redisform/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
 // formAlgs are the algorithms whose Lua form is generated, with limits no
@@ -149,9 +149,9 @@ func TestFormsReport(t *testing.T) {
 		n       = 3000
 		callers = 32
 	)
-	private := storetest.StartServer(t)
+	private := testserver.StartRedis(t)
 	if os.Getenv("RATELIMIT_BENCH_FORMS") == "alone" {
-		pc := goredis.NewClient(&goredis.Options{Addr: private.Addr})
+		pc := goredis.NewClient(&goredis.Options{Addr: private.Addr()})
 		defer pc.Close()
 		var out strings.Builder
 		scriptAlone(t, pc, &out)
@@ -168,7 +168,7 @@ func TestFormsReport(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	pc, rc := goClient(private.Addr), goClient(redisAddr(t))
+	pc, rc := goClient(private.Addr()), goClient(redisAddr(t))
 	vc := valkeyClient(t)
 	servers := []server{
 		{"private redis-server, go-redis", func(src, p string, a algorithms.Algorithm) evalFunc { return formScript(t, pc, src, p, a) }, pc},
