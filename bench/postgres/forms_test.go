@@ -293,9 +293,3 @@ func backendCPU(pid uint32) (float64, bool) {
 	}
 	return ns / 1000, true
 }
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
