@@ -2,14 +2,18 @@
 // a pure state transition: (state, now, cost, parameters) → (new state,
 // decision). Stores hold the state; they contain no algorithm logic.
 //
-// Every built-in algorithm has three forms kept side by side in this
-// package: the Go form (its Decide method), a Lua form for Redis and Valkey
-// (lua/*.lua), and a SQL form for PostgreSQL (sql/*.sql). Builtins lists
-// them (registry.go is the one list), and BuiltinOf tells, by Go type,
-// which built-in an algorithm is. The conformance suite runs the
-// server-side forms against the Go form on seeded random sequences (clocks
-// that step backwards, numbers switched mid-sequence and at their bounds,
-// costs and peeks) and requires identical decisions and stored states.
+// Every built-in algorithm has three forms in this package: the Go form
+// (its Decide method), a Lua form for Redis and Valkey (lua/*.lua), and a
+// SQL form for PostgreSQL (sql/*.sql). The Go form is the only source: the
+// Lua and SQL forms of the scalar algorithms are generated from each one's
+// decide method by internal/formgen (go generate), and only the sliding
+// log's, which keep data structures the generator's subset of Go does not
+// express, are written by hand. Builtins lists them (registry.go is the one
+// list), and BuiltinOf tells, by Go type, which built-in an algorithm is.
+// The conformance suite runs the server-side forms against the Go form on
+// seeded random sequences (clocks that step backwards, numbers switched
+// mid-sequence and at their bounds, costs and peeks) and requires identical
+// decisions and stored states.
 //
 // Time is an integer count of microseconds since the Unix epoch. All
 // arithmetic is integer arithmetic whose values stay below 2^53, so the Lua
@@ -175,10 +179,6 @@ func gcd(a, b int64) int64 {
 	return a
 }
 
-// Ceiling and floor division of non-negative numerators by positive
-// divisors.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
-
 func nonNeg(n int64) int64 { return max(n, 0) }
 
 // State encoding: a fixed number of little-endian int64 fields, each in
@@ -195,6 +195,16 @@ func decodeFields(state []byte, dst []int64) error {
 		}
 	}
 	return nil
+}
+
+// step is the Step for a decide core's answer: the state's fields are
+// stored, with the given TTL, when ttl is positive, and nothing is stored
+// when it is zero.
+func step(buf []byte, d Decision, ttl int64, fields ...int64) Step {
+	if ttl <= 0 {
+		return Step{Decision: d}
+	}
+	return Step{Decision: d, Next: encodeFields(buf, fields...), TTL: ttl}
 }
 
 // encodeFields writes fields into buf when it has room (reusing the

@@ -18,7 +18,7 @@ func FixedWindow(limit int64, period time.Duration) Algorithm {
 	if a.err == nil {
 		a.err = checkPeriod("fixed window", period)
 	}
-	a.args = []int64{a.limit, a.period}
+	a.args = a.serverArgs()
 	return a
 }
 
@@ -36,43 +36,57 @@ func (a *fixedWindow) String() string {
 	return fmt.Sprintf("FixedWindow(limit=%d, period=%v)", a.limit, time.Duration(a.period)*time.Microsecond)
 }
 
+// serverArgs lists the parameters the server-side forms receive, in order.
+func (a *fixedWindow) serverArgs() []int64 { return []int64{a.limit, a.period} }
+
+// fixedWindowState is the fixed window's stored state, field by field.
+type fixedWindowState struct {
+	start int64 // the window's start, µs
+	count int64 // the cost admitted in it
+}
+
 // Decide implements Algorithm. State: [window start, count].
+func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
+	var s fixedWindowState
+	if state != nil {
+		var f [2]int64
+		if err := decodeFields(state, f[:]); err != nil {
+			return Step{}, err
+		}
+		s = fixedWindowState{start: f[0], count: f[1]}
+	}
+	d, ttl := a.decide(&s, state != nil, req)
+	return step(state, d, ttl, s.start, s.count), nil
+}
+
+// decide is the fixed window's transition, in the subset the server-side
+// forms are generated from (internal/formgen).
 //
 // The stored window is current while now < start+period (also when start
 // lies ahead of now, as it does when clocks disagree: counting into it is
 // the conservative choice). Otherwise a new window aligned to period starts
 // with a count of zero.
-func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
-	var f [2]int64
-	start, count := int64(0), int64(0)
-	fresh := true
-	if state != nil {
-		if err := decodeFields(state, f[:]); err != nil {
-			return Step{}, err
-		}
-		start, count = f[0], f[1]
-		fresh = req.Now >= start+a.period
+func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decision, int64) {
+	if !live || req.Now >= s.start+a.period {
+		s.start, s.count = req.Now/a.period*a.period, 0
 	}
-	if fresh {
-		start, count = req.Now-req.Now%a.period, 0
-	}
-	end := start + a.period
+	end := s.start + a.period
 	d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
-	if count == 0 {
+	if s.count == 0 {
 		d.ResetAfter = 0
 	}
-	d.Allowed = count+req.Cost <= a.limit
+	d.Allowed = s.count+req.Cost <= a.limit
 	if !d.Allowed {
-		d.Remaining = nonNeg(a.limit - count)
+		d.Remaining = max(a.limit-s.count, 0)
 		d.RetryAfter = end - req.Now
-		return Step{Decision: d}, nil
+		return d, 0
 	}
 	if req.Peek {
-		d.Remaining = nonNeg(a.limit - count)
-		return Step{Decision: d}, nil
+		d.Remaining = max(a.limit-s.count, 0)
+		return d, 0
 	}
-	count += req.Cost
-	d.Remaining = a.limit - count
+	s.count += req.Cost
+	d.Remaining = a.limit - s.count
 	d.ResetAfter = end - req.Now
-	return Step{Decision: d, Next: encodeFields(state, start, count), TTL: end - req.Now}, nil
+	return d, end - req.Now
 }

@@ -1,5 +1,7 @@
 package algorithms
 
+//go:generate go run ./internal/formgen
+
 import (
 	"embed"
 	"io/fs"

@@ -28,13 +28,14 @@ import (
 // constants: the fields of Decision in declaration order, with allowed as 1
 // or 0.
 //
-// A script computes exactly what the algorithm's Decide computes: the same
-// fields, the same integer arithmetic (floor and ceiling divisions are exact,
-// with a correction step after the division in doubles, since every value
-// stays below MaxExact), and the same double operations in the same order
-// where the Go form uses floats (the sliding window's weighted estimate and
-// its retry search, the rate algorithms' rescale and GCRA's fraction
-// rescale).
+// Every script but the sliding log's is generated from the Go form by
+// internal/formgen. A script computes exactly what the algorithm's Decide
+// computes: the same fields, the same integer arithmetic (floor and ceiling
+// divisions are exact, with a correction step after the division in
+// doubles, since every value stays below MaxExact), and the same double
+// operations in the same order where the Go form uses floats (the sliding
+// window's weighted estimate and its retry search, the rate algorithms'
+// rescale and GCRA's fraction rescale).
 //
 // State is kept in a form native to the server. Each fixed-size state is a
 // string of little-endian doubles (Lua's struct.pack "<ddd" or "<dddd"; every

@@ -2,7 +2,6 @@ package algorithms
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -46,9 +45,9 @@ func (r rate) String() string {
 	return fmt.Sprintf("limit=%d, period=%v, burst=%d", r.limit, time.Duration(r.period)*time.Microsecond, r.burst)
 }
 
-// args are the parameters every server-side form of a rate algorithm
-// receives: unit, drip, capacity, fill, burst.
-func (r rate) args() []int64 { return []int64{r.unit, r.drip, r.capacity, r.fill, r.burst} }
+// serverArgs lists the parameters every server-side form of a rate
+// algorithm receives, in order.
+func (r rate) serverArgs() []int64 { return []int64{r.unit, r.drip, r.capacity, r.fill, r.burst} }
 
 // drain returns level after elapsed microseconds of dripping, never below
 // zero. A negative elapsed (a clock behind the one that stored the state)
@@ -70,11 +69,31 @@ func (r rate) rescale(level, fromUnit int64) int64 {
 	if fromUnit == r.unit {
 		return min(level, r.capacity)
 	}
-	scaled := math.Floor(float64(level) / float64(fromUnit) * float64(r.unit))
-	if scaled >= float64(r.capacity) {
-		return r.capacity
+	return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+}
+
+// bucketState is the stored state of the token and the leaky bucket, field
+// by field.
+type bucketState struct {
+	level int64 // the token bucket's deficit, the leaky bucket's queue
+	last  int64 // the last update, µs
+	unit  int64 // the unit level is measured in
+}
+
+// valid reports whether a stored state can be read.
+func (s *bucketState) valid() bool { return s.unit > 0 }
+
+// decodeBucket decodes a bucket's stored state.
+func decodeBucket(name string, state []byte) (bucketState, error) {
+	var f [3]int64
+	if err := decodeFields(state, f[:]); err != nil {
+		return bucketState{}, err
 	}
-	return int64(scaled)
+	s := bucketState{level: f[0], last: f[1], unit: f[2]}
+	if !s.valid() {
+		return s, fmt.Errorf("%w: %s unit %d", ErrCorruptState, name, s.unit)
+	}
+	return s, nil
 }
 
 // TokenBucket holds up to burst tokens and refills limit tokens per period,
@@ -87,7 +106,7 @@ func (r rate) rescale(level, fromUnit int64) int64 {
 // GCRA stores one time.
 func TokenBucket(limit int64, period time.Duration, burst int64) Algorithm {
 	r, err := newRate("token bucket", "burst", limit, period, burst)
-	return &tokenBucket{rate: r, err: err, argv: r.args()}
+	return &tokenBucket{rate: r, err: err, argv: r.serverArgs()}
 }
 
 type tokenBucket struct {
@@ -106,18 +125,27 @@ func (a *tokenBucket) String() string      { return "TokenBucket(" + a.rate.Stri
 // The bucket's deficit (capacity − tokens) is stored rather than its level,
 // so that an empty state and a full bucket coincide.
 func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
-	var f [3]int64
-	deficit, last := int64(0), req.Now
+	var s bucketState
 	if state != nil {
-		if err := decodeFields(state, f[:]); err != nil {
+		var err error
+		if s, err = decodeBucket("token bucket", state); err != nil {
 			return Step{}, err
 		}
-		if f[2] <= 0 {
-			return Step{}, fmt.Errorf("%w: token bucket unit %d", ErrCorruptState, f[2])
-		}
-		deficit = a.rescale(f[0], f[2])
-		last = max(f[1], req.Now)
-		deficit = a.drain(deficit, req.Now-f[1])
+	}
+	d, ttl := a.decide(&s, state != nil, req)
+	return step(state, d, ttl, s.level, s.last, s.unit), nil
+}
+
+// decide is the token bucket's transition, in the subset the server-side
+// forms are generated from (internal/formgen).
+func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+	deficit := int64(0)
+	if live {
+		deficit = a.rescale(s.level, s.unit)
+		deficit = a.drain(deficit, req.Now-s.last)
+		s.last = max(s.last, req.Now)
+	} else {
+		s.last = req.Now
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
@@ -129,12 +157,13 @@ func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
 	d.ResetAfter = ceilDiv(deficit, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
-		return Step{Decision: d}, nil
+		return d, 0
 	}
 	if req.Peek {
-		return Step{Decision: d}, nil
+		return d, 0
 	}
-	return Step{Decision: d, Next: encodeFields(state, deficit, last, a.unit), TTL: d.ResetAfter}, nil
+	s.level, s.unit = deficit, a.unit
+	return d, d.ResetAfter
 }
 
 // LeakyBucket is the leaky bucket as a queue: it shapes traffic into a
@@ -148,7 +177,7 @@ func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
 // limiting and shaping.
 func LeakyBucket(limit int64, period time.Duration, capacity int64) Algorithm {
 	r, err := newRate("leaky bucket", "capacity", limit, period, capacity)
-	return &leakyBucket{rate: r, err: err, argv: r.args()}
+	return &leakyBucket{rate: r, err: err, argv: r.serverArgs()}
 }
 
 type leakyBucket struct {
@@ -169,17 +198,27 @@ func (a *leakyBucket) String() string {
 // The queue drains drip units per microsecond; a request admitted behind
 // queued units waits until they have drained.
 func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
-	var f [3]int64
-	level, last := int64(0), req.Now
+	var s bucketState
 	if state != nil {
-		if err := decodeFields(state, f[:]); err != nil {
+		var err error
+		if s, err = decodeBucket("leaky bucket", state); err != nil {
 			return Step{}, err
 		}
-		if f[2] <= 0 {
-			return Step{}, fmt.Errorf("%w: leaky bucket unit %d", ErrCorruptState, f[2])
-		}
-		level = a.drain(a.rescale(f[0], f[2]), req.Now-f[1])
-		last = max(f[1], req.Now)
+	}
+	d, ttl := a.decide(&s, state != nil, req)
+	return step(state, d, ttl, s.level, s.last, s.unit), nil
+}
+
+// decide is the leaky bucket's transition, in the subset the server-side
+// forms are generated from (internal/formgen).
+func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+	level := int64(0)
+	if live {
+		level = a.rescale(s.level, s.unit)
+		level = a.drain(level, req.Now-s.last)
+		s.last = max(s.last, req.Now)
+	} else {
+		s.last = req.Now
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
@@ -194,12 +233,13 @@ func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
 	d.ResetAfter = ceilDiv(level, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-		return Step{Decision: d}, nil
+		return d, 0
 	}
 	if req.Peek {
-		return Step{Decision: d}, nil
+		return d, 0
 	}
-	return Step{Decision: d, Next: encodeFields(state, level, last, a.unit), TTL: d.ResetAfter}, nil
+	s.level, s.unit = level, a.unit
+	return d, d.ResetAfter
 }
 
 // GCRA is the generic cell rate algorithm: it keeps one theoretical arrival
@@ -211,7 +251,7 @@ func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
 // Its decisions are the token bucket's with the same numbers.
 func GCRA(limit int64, period time.Duration, burst int64) Algorithm {
 	r, err := newRate("gcra", "burst", limit, period, burst)
-	return &gcra{rate: r, err: err, argv: r.args()}
+	return &gcra{rate: r, err: err, argv: r.serverArgs()}
 }
 
 type gcra struct {
@@ -226,30 +266,49 @@ func (a *gcra) MaxCost() int64      { return a.burst }
 func (a *gcra) ServerArgs() []int64 { return a.argv }
 func (a *gcra) String() string      { return "GCRA(" + a.rate.String() + ")" }
 
+// gcraState is GCRA's stored state, field by field.
+type gcraState struct {
+	tat  int64 // the theoretical arrival time, µs
+	frac int64 // its fraction, in 1/drip of a µs
+	drip int64 // the drip the fraction is measured in
+}
+
+// valid reports whether a stored state can be read.
+func (s *gcraState) valid() bool { return s.drip > 0 && s.frac < s.drip }
+
 // Decide implements Algorithm. State: [TAT microseconds, TAT fraction in
-// 1/drip of a microsecond, drip]. Everything is compared in units relative
-// to now, where the TAT's distance ahead of now is at most capacity.
+// 1/drip of a microsecond, drip].
 func (a *gcra) Decide(state []byte, req Request) (Step, error) {
-	var f [3]int64
-	ahead := int64(0) // units by which the TAT lies ahead of now
+	var s gcraState
 	if state != nil {
+		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
 			return Step{}, err
 		}
-		tat, frac, drip := f[0], f[1], f[2]
-		if drip <= 0 || frac < 0 || frac >= drip {
-			return Step{}, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, frac, drip)
+		s = gcraState{tat: f[0], frac: f[1], drip: f[2]}
+		if !s.valid() {
+			return Step{}, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
 		}
-		if tat >= req.Now {
-			// A TAT further ahead than the capacity (a clock behind the
-			// one that stored it, or a smaller burst than before) is
-			// capped.
-			us := min(tat-req.Now, a.fill)
-			if drip != a.drip {
-				frac = int64(math.Floor(float64(frac) / float64(drip) * float64(a.drip)))
-			}
-			ahead = min(us*a.drip+frac, a.capacity)
+	}
+	d, ttl := a.decide(&s, state != nil, req)
+	return step(state, d, ttl, s.tat, s.frac, s.drip), nil
+}
+
+// decide is GCRA's transition, in the subset the server-side forms are
+// generated from (internal/formgen). Everything is compared in units
+// relative to now, where the TAT's distance ahead of now is at most
+// capacity.
+func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
+	ahead := int64(0) // units by which the TAT lies ahead of now
+	if live && s.tat >= req.Now {
+		// A TAT further ahead than the capacity (a clock behind the one
+		// that stored it, or a smaller burst than before) is capped.
+		us := min(s.tat-req.Now, a.fill)
+		frac := s.frac
+		if s.drip != a.drip {
+			frac = divMulFloor(s.frac, s.drip, a.drip)
 		}
+		ahead = min(us*a.drip+frac, a.capacity)
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
@@ -257,15 +316,16 @@ func (a *gcra) Decide(state []byte, req Request) (Step, error) {
 	if d.Allowed && !req.Peek {
 		ahead += need
 	}
-	d.Remaining = nonNeg(a.capacity-ahead) / a.unit
+	d.Remaining = max(a.capacity-ahead, 0) / a.unit
 	d.ResetAfter = ceilDiv(ahead, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
-		return Step{Decision: d}, nil
+		return d, 0
 	}
 	if req.Peek {
-		return Step{Decision: d}, nil
+		return d, 0
 	}
-	tat := req.Now + ahead/a.drip
-	return Step{Decision: d, Next: encodeFields(state, tat, ahead%a.drip, a.drip), TTL: d.ResetAfter}, nil
+	whole := ahead / a.drip
+	s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+	return d, d.ResetAfter
 }

@@ -2,7 +2,6 @@ package algorithms
 
 import (
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -22,7 +21,7 @@ func SlidingWindow(limit int64, period time.Duration) Algorithm {
 	if a.err == nil {
 		a.err = checkPeriod("sliding window", period)
 	}
-	a.args = []int64{a.limit, a.period}
+	a.args = a.serverArgs()
 	return a
 }
 
@@ -40,11 +39,21 @@ func (a *slidingWindow) String() string {
 	return fmt.Sprintf("SlidingWindow(limit=%d, period=%v)", a.limit, time.Duration(a.period)*time.Microsecond)
 }
 
+// serverArgs lists the parameters the server-side forms receive, in order.
+func (a *slidingWindow) serverArgs() []int64 { return []int64{a.limit, a.period} }
+
+// slidingWindowState is the sliding window's stored state, field by field.
+type slidingWindowState struct {
+	start int64 // the current window's start, µs
+	curr  int64 // the cost admitted in the current window
+	prev  int64 // the cost admitted in the previous window
+}
+
 // weighted is the previous window's contribution after elapsed of the
-// current one. The server-side forms compute the same expression in the
-// same order in doubles: prev × (period − elapsed), then ÷ period, then floor.
+// current one: prev × (period − elapsed), then ÷ period, then floor, in
+// doubles.
 func (a *slidingWindow) weighted(prev, elapsed int64) int64 {
-	return int64(math.Floor(float64(prev) * float64(a.period-elapsed) / float64(a.period)))
+	return mulDivFloor(prev, a.period-elapsed, a.period)
 }
 
 // wait is the smallest time e ≥ from, within a window, at which
@@ -57,11 +66,10 @@ func (a *slidingWindow) wait(prev, room, from int64) int64 {
 	// weighted(prev, e) ≤ room ⇔ e > period − (room+1)·period/prev. Start
 	// from that estimate and step to the exact boundary of the formula.
 	// When prev ≤ room the answer is from; testing that first keeps the
-	// quotient at most period, well inside an int64.
+	// quotient at most period.
 	e := from
 	if prev > room {
-		est := a.period - int64(math.Floor(float64(room+1)*float64(a.period)/float64(prev)))
-		e = max(from, est)
+		e = max(from, a.period-mulDivFloor(room+1, a.period, prev))
 	}
 	for e > from && a.weighted(prev, e-1) <= room {
 		e--
@@ -73,48 +81,60 @@ func (a *slidingWindow) wait(prev, room, from int64) int64 {
 }
 
 // Decide implements Algorithm. State: [current window start, current count,
-// previous count]. Windows follow each other every period from the first
-// window's start, which is aligned to a multiple of period.
+// previous count].
 func (a *slidingWindow) Decide(state []byte, req Request) (Step, error) {
-	var f [3]int64
-	start, curr, prev := req.Now-req.Now%a.period, int64(0), int64(0)
+	var s slidingWindowState
 	if state != nil {
+		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
 			return Step{}, err
 		}
-		switch k := (req.Now - f[0]) / a.period; {
-		case req.Now < f[0]+a.period: // current (or ahead of our clock)
-			start, curr, prev = f[0], f[1], f[2]
-		case k == 1: // the stored window is the previous one
-			start, curr, prev = f[0]+a.period, 0, f[1]
-		}
+		s = slidingWindowState{start: f[0], curr: f[1], prev: f[2]}
 	}
-	elapsed := max(req.Now-start, 0)
-	weighted := a.weighted(prev, elapsed)
+	d, ttl := a.decide(&s, state != nil, req)
+	return step(state, d, ttl, s.start, s.curr, s.prev), nil
+}
+
+// decide is the sliding window's transition, in the subset the server-side
+// forms are generated from (internal/formgen). Windows follow each other
+// every period from the first window's start, which is aligned to a
+// multiple of period.
+func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (Decision, int64) {
+	if !live || req.Now >= s.start+2*a.period {
+		// No state, or older than the previous window.
+		s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
+	} else if req.Now >= s.start+a.period {
+		// The stored window is the previous one. Otherwise it is the
+		// current one (or ahead of our clock).
+		s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
+	}
+	elapsed := max(req.Now-s.start, 0)
+	weighted := a.weighted(s.prev, elapsed)
 	d := Decision{Limit: a.limit}
-	d.Allowed = weighted+curr+req.Cost <= a.limit
+	d.Allowed = weighted+s.curr+req.Cost <= a.limit
 	if d.Allowed && !req.Peek {
-		curr += req.Cost
+		s.curr += req.Cost
 	}
-	d.Remaining = nonNeg(a.limit - weighted - curr)
-	switch {
-	case curr > 0:
-		d.ResetAfter = start + 2*a.period - req.Now
-	case prev > 0:
-		d.ResetAfter = start + a.period - req.Now
+	d.Remaining = max(a.limit-weighted-s.curr, 0)
+	if s.curr > 0 {
+		d.ResetAfter = s.start + 2*a.period - req.Now
+	} else if s.prev > 0 {
+		d.ResetAfter = s.start + a.period - req.Now
 	}
 	if !d.Allowed {
 		// First try later in this window, as prev decays; failing that,
 		// in the next window, where this window's count becomes prev.
-		if e := a.wait(prev, a.limit-curr-req.Cost, elapsed); e < a.period {
+		e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+		if e < a.period {
 			d.RetryAfter = e - elapsed
 		} else {
-			d.RetryAfter = a.period - elapsed + a.wait(curr, a.limit-req.Cost, 0)
+			next := a.wait(s.curr, a.limit-req.Cost, 0)
+			d.RetryAfter = a.period - elapsed + next
 		}
-		return Step{Decision: d}, nil
+		return d, 0
 	}
 	if req.Peek {
-		return Step{Decision: d}, nil
+		return d, 0
 	}
-	return Step{Decision: d, Next: encodeFields(state, start, curr, prev), TTL: start + 2*a.period - req.Now}, nil
+	return d, s.start + 2*a.period - req.Now
 }

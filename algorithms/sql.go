@@ -44,12 +44,13 @@ package algorithms
 //
 // Each file first creates the shared type and helper if they are missing,
 // then may define helper functions before its main one (the sliding
-// window's weighted estimate and retry search), all named ratelimit_<name>
-// or ratelimit_<name>_<helper>; executing a file creates or replaces them,
-// so it can run again at every migration. The forms are written as a few
-// statements of one expression each: PL/pgSQL prepares each expression the
-// first time it runs in a transaction, and a store's decision is usually a
-// transaction of its own.
+// window's retry search), all named ratelimit_<name> or
+// ratelimit_<name>_<helper>; executing a file creates or replaces them, so
+// it can run again at every migration. The forms are a few statements of
+// one expression each: PL/pgSQL prepares each expression the first time it
+// runs in a transaction, and a store's decision is usually a transaction of
+// its own. Every form but the sliding log's is generated from the Go form
+// by internal/formgen, which writes them in that shape.
 
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.

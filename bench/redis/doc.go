@@ -11,5 +11,7 @@
 //	bash scripts/with-servers.sh bash -c 'cd bench && go test -run ^$ -bench . -benchmem ./redis/'
 //
 // for the raw figures, and with RATELIMIT_BENCH_REPORT=1 and -run TestReport
-// for the table of ratios in docs/benchmarks.md.
+// for the table of ratios in docs/benchmarks.md. With RATELIMIT_BENCH_FORMS=1
+// and -run TestFormsReport it compares the generated Lua forms with a frozen
+// copy of the hand-written ones they replaced (bench/internal/handforms).
 package redis

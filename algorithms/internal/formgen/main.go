@@ -1,0 +1,141 @@
+// Formgen generates the server-side forms of the built-in algorithms from
+// their Go forms: a Lua script for Redis and Valkey (algorithms/lua/) and a
+// PL/pgSQL function for PostgreSQL (algorithms/sql/) per algorithm. The Go
+// form is the only source; the generated files are checked in, and a test
+// fails when running the generator would change them. It runs from
+// algorithms/ through go generate:
+//
+//	//go:generate go run ./internal/formgen
+//
+// # What it translates
+//
+// Every type of the package with a method
+//
+//	func (a *T) decide(s *State, live bool, req Request) (Decision, int64)
+//
+// is a form, named by the constant its Name method returns. decide applies
+// req to the state s (live reports whether the key had state; when it is
+// false s holds zeros, and decide must not read it before assigning it) and
+// returns the decision and a TTL in microseconds: a return whose TTL is the
+// constant 0 stores nothing, and any other stores the new contents of s
+// with its TTL, which must then be positive (the Go form stores nothing on
+// a TTL that is not, so the forms would disagree, which the differential
+// tests catch). State is a struct of int64 fields, stored in declaration order;
+// an optional method valid() bool on *State, one return statement, says
+// which stored states can be read (the others are corrupt). The form's
+// parameters are the receiver's fields that T's serverArgs method lists, in
+// that order: a method whose body is return []int64{a.x, a.y, ...}.
+//
+// decide and the methods it calls are written in this subset of Go:
+//
+//   - values are int64 and bool; integer constants of at most 2^53;
+//   - expressions: + - * on integers, / and % with a non-negative dividend
+//     and a positive divisor (the forms compute floor division, which is
+//     what Go computes there), comparisons, && || !, unary minus, the
+//     builtins min and max, and the named helpers of algorithms/subset.go:
+//     ceilDiv(a, b) for a ≥ 0 and b > 0, and mulDivFloor(a, b, c) and
+//     divMulFloor(a, b, c), the floor of a product and quotient of three
+//     integers computed in doubles in the order the name says, capped at
+//     2^53 (the only floating-point steps);
+//   - reads of req.Now, req.Cost, req.Peek, live, the parameters (a.x), the
+//     state's fields (s.x), local variables and a Decision's fields;
+//   - statements: x := e, x = e (also several at once, evaluated before
+//     any is assigned), x += e, x -= e, x *= e, x++, x--, assignments to
+//     the fields of s and of the Decision, d := Decision{Field: e, ...}
+//     (once), if/else (no init statement), and return;
+//   - a return is the last statement of its block, and an if that holds a
+//     return in one branch either always returns in that branch or holds
+//     no return (so the returns form a tree);
+//   - calls of the receiver's methods (helpers, int64 parameters, one
+//     int64 or bool result): a helper that is one return statement is
+//     inlined as an expression anywhere; any other helper may only be
+//     called as the whole right-hand side of an assignment, and only a
+//     helper (not decide) may hold a loop, for cond { ... }, with no return
+//     and no integer division in cond. Helpers are not recursive.
+//
+// Anything else is an error that names the file, line and column and what
+// is outside the subset, e.g.
+//
+//	formgen: rate.go:120:3: *ast.SwitchStmt is outside the subset (assignments, if/else, for cond, return)
+//
+// # What it writes
+//
+// The shared parts are written once, here: each language's prelude
+// (argument decoding, the server clock, reading and checking the stored
+// state, treating expired state as missing), the exact floor and ceiling
+// division idioms, the helpers' implementations, key expiry and the reply.
+// lua.go in the algorithms package documents the Lua calling convention and
+// sql.go the SQL one; the generated files keep both exactly.
+//
+// Lua computes in doubles: every integer division becomes a division in
+// doubles followed by one correction step, exact below 2^53; statement
+// helpers are inlined, so a script is straight-line code without closures.
+//
+// PL/pgSQL is generated symbolically: decide runs over expressions instead
+// of values, so every variable becomes one SQL expression of the
+// function's arguments (an if that assigns becomes a CASE) and every
+// return one ROW. The returns fold into a single RETURN of CASEs, except
+// where a branch calls a helper that holds a loop (it becomes a function of
+// its own, called only on the paths that need it, behind an IF). An
+// expression a path would compute again becomes a DECLARE variable when
+// that saves more than a few operations (a cost model of path-sensitive
+// use counts and operation sizes), computed once where the paths that need
+// it part. The result is a handful of single-assignment expressions:
+// PL/pgSQL prepares each expression once per transaction, and a decision
+// is usually a transaction of its own. Arithmetic is bigint, whose
+// division truncates as Go's does.
+//
+// The sliding log is not generated: its server forms keep a sorted set
+// (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
+// cannot express, so lua/sliding_log.lua and sql/sliding_log.sql are
+// written by hand and held to the Go form by the conformance suite's
+// differential tests and store/postgres's TestSQLFormsEqualGoForms.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+func main() {
+	dir := flag.String("dir", ".", "the directory of the algorithms package")
+	flag.Parse()
+	files, err := Generate(*dir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for path, b := range files {
+		p := filepath.Join(*dir, path)
+		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, b) {
+			continue
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+}
+
+// Generate returns the files to write under dir, the algorithms package,
+// keyed by their path relative to it: lua/<name>.lua and sql/<name>.sql
+// for every form.
+func Generate(dir string) (map[string][]byte, error) {
+	forms, err := load(dir)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	for _, f := range forms {
+		out[filepath.Join("lua", f.name+".lua")] = []byte(Lua(f))
+		if sql, err := SQL(f); err != nil {
+			return nil, err
+		} else if sql != "" {
+			out[filepath.Join("sql", f.name+".sql")] = []byte(sql)
+		}
+	}
+	return out, nil
+}
