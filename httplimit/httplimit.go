@@ -293,6 +293,55 @@ const (
 )
 
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	v := m.Check(r, w.Header())
+	switch v.Status {
+	case 0:
+		if v.Delay > 0 && !m.noDelay {
+			t := time.NewTimer(v.Delay)
+			select {
+			case <-t.C:
+			case <-r.Context().Done():
+				t.Stop()
+				return // the client is gone; its slot is spent
+			}
+		}
+		next.ServeHTTP(w, r)
+	case http.StatusTooManyRequests:
+		res := v.Result
+		m.answer(w, r, m.deny, &res)
+	case http.StatusServiceUnavailable:
+		res := v.Result
+		m.answer(w, r, m.failure, &res)
+	case http.StatusBadRequest:
+		res := v.Result
+		m.answer(w, r, m.keyError, &res)
+	default:
+		writeProblem(w, v.Status, http.StatusText(v.Status),
+			"The rate limit's cost for this request is out of range.", 0)
+	}
+}
+
+// Verdict is the middleware's decision on one request, for callers that
+// answer it themselves (the grpclimit module answers it in gRPC).
+type Verdict struct {
+	// Status is 0 when the request may go on; otherwise the HTTP status
+	// the middleware answers with: 429 denied, 503 a fail-closed store
+	// failed, 400 no key, 500 a cost out of range.
+	Status int
+	// Delay is how long an admitted request should wait before it
+	// proceeds (the leaky bucket's Decision.Delay); zero otherwise.
+	Delay time.Duration
+	// Result says which rule refused and why; it is zero when Status is 0.
+	Result Result
+}
+
+// Check decides r by the middleware's rules without answering it: it
+// writes the header fields (RateLimit-Policy, RateLimit, Retry-After and
+// the legacy fields) into h, reports errors to the error hook, and returns
+// the verdict. The middleware's Handler is Check followed by the answer;
+// Check is for other transports that carry HTTP semantics, like gRPC
+// (whose method is r.URL.Path and whose metadata is r.Header).
+func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 	var buf [4]outcome
 	outs := buf[:0]
 	ctx := r.Context()
@@ -304,41 +353,33 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		key, err := ru.Key(r)
 		if err != nil {
 			m.report(r, err)
-			m.answer(w, r, m.keyError, &Result{Rule: ru.Name, Err: err})
-			return
+			return Verdict{Status: http.StatusBadRequest, Result: Result{Rule: ru.Name, Err: err}}
 		}
 		cost := 1
 		if ru.Cost != nil {
 			cost = ru.Cost(r)
 		}
 		d, err := ru.Limiter.AllowN(ctx, key, cost)
-		switch {
-		case err == nil:
+		if err == nil {
 			outs = append(outs, outcome{ru, d})
 			continue
 		}
 		m.report(r, err)
-		if errors.Is(err, ratelimit.ErrInvalidKey) {
-			m.answer(w, r, m.keyError, &Result{Rule: ru.Name, Err: err})
-			return
-		}
 		switch {
+		case errors.Is(err, ratelimit.ErrInvalidKey):
+			return Verdict{Status: http.StatusBadRequest, Result: Result{Rule: ru.Name, Err: err}}
 		case errors.Is(err, ratelimit.ErrInvalidCost):
-			writeProblem(w, http.StatusInternalServerError, "Internal Server Error",
-				"The rate limit's cost for this request is out of range.", 0)
-			return
+			return Verdict{Status: http.StatusInternalServerError, Result: Result{Rule: ru.Name, Err: err}}
 		case d.Allowed:
 			continue // fail open: this rule says nothing about the request
 		}
-		w.Header()[hRetryAfter] = []string{strconv.FormatInt(m.failRetry, 10)}
-		m.answer(w, r, m.failure, &Result{Rule: ru.Name, Decision: d, RetryAfter: time.Duration(m.failRetry) * time.Second, Err: err})
-		return
+		h[hRetryAfter] = []string{strconv.FormatInt(m.failRetry, 10)}
+		return Verdict{Status: http.StatusServiceUnavailable,
+			Result: Result{Rule: ru.Name, Decision: d, RetryAfter: time.Duration(m.failRetry) * time.Second, Err: err}}
 	}
 	if len(outs) == 0 {
-		next.ServeHTTP(w, r)
-		return
+		return Verdict{}
 	}
-	h := w.Header()
 	if len(outs) == len(m.rules) {
 		if m.allPolicy != "" {
 			h[hPolicy] = []string{m.allPolicy}
@@ -371,19 +412,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 	if !worst.d.Allowed {
 		retry := max(ceilSeconds(worst.d.RetryAfter), 1)
 		h[hRetryAfter] = []string{strconv.FormatInt(retry, 10)}
-		m.answer(w, r, m.deny, &Result{Rule: worst.rule.Name, Decision: worst.d, RetryAfter: time.Duration(retry) * time.Second})
-		return
+		return Verdict{Status: http.StatusTooManyRequests,
+			Result: Result{Rule: worst.rule.Name, Decision: worst.d, RetryAfter: time.Duration(retry) * time.Second}}
 	}
-	if delay > 0 && !m.noDelay {
-		t := time.NewTimer(delay)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return // the client is gone; its slot is spent
-		}
-	}
-	next.ServeHTTP(w, r)
+	return Verdict{Delay: delay}
 }
 
 // restricts reports whether a is more restrictive than b.
