@@ -84,6 +84,16 @@ func get(t *testing.T, c *http.Client, url string, header ...string) response {
 	return response{resp.StatusCode, resp.Header, string(b)}
 }
 
+// statuses makes n GET requests and returns their status codes, printed.
+func statuses(t *testing.T, srv *httptest.Server, n int) string {
+	t.Helper()
+	var got []int
+	for range n {
+		got = append(got, get(t, srv.Client(), srv.URL).status)
+	}
+	return fmt.Sprint(got)
+}
+
 // member is one parsed member of a RateLimit or RateLimit-Policy field.
 type member struct {
 	name   string
@@ -339,11 +349,7 @@ func TestRedisStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := serve(t, []httplimit.Rule{{Limiter: lim}}, ok)
-	var got []int
-	for range 3 {
-		got = append(got, get(t, srv.Client(), srv.URL).status)
-	}
-	if fmt.Sprint(got) != "[200 200 429]" {
+	if got := statuses(t, srv, 3); got != "[200 200 429]" {
 		t.Errorf("three requests on Redis = %v, want [200 200 429]", got)
 	}
 }

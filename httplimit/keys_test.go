@@ -2,7 +2,6 @@ package httplimit_test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -190,11 +189,7 @@ func TestIPv6OverHTTP(t *testing.T) {
 	if !strings.Contains(srv.URL, "[::1]") {
 		t.Fatalf("server URL %s is not IPv6", srv.URL)
 	}
-	var got []int
-	for range 3 {
-		got = append(got, get(t, srv.Client(), srv.URL).status)
-	}
-	if fmt.Sprint(got) != "[200 200 429]" {
+	if got := statuses(t, srv, 3); got != "[200 200 429]" {
 		t.Errorf("three requests from ::1 = %v, want [200 200 429]", got)
 	}
 }

@@ -57,13 +57,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 // runCompare parses compare's flags, simulates, and renders.
 func runCompare(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	cfg, err := parseCompareFlags(args)
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
-		return exitUsage
+	if code, done := flagsDone(err, stdout, stderr); done {
+		return code
 	}
 	res, err := simulate(cfg)
 	if err != nil {
@@ -91,6 +86,21 @@ func runCompare(args []string, stdout, stderr io.Writer, getenv func(string) str
 		fmt.Fprintf(stdout, "wrote %s\n", cfg.htmlPath)
 	}
 	return exitOK
+}
+
+// flagsDone handles the outcome of parsing a subcommand's flags: help
+// printed (exit 0), or a usage error reported (exit 2). done is false when
+// err is nil and the command goes on.
+func flagsDone(err error, stdout, stderr io.Writer) (code int, done bool) {
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, errHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
+	return exitUsage, true
 }
 
 // writeFile creates path and fills it with render, reporting the first

@@ -63,13 +63,8 @@ func parseServeFlags(args []string) (serveConfig, error) {
 // runServe runs the demo service until SIGINT or SIGTERM.
 func runServe(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	cfg, err := parseServeFlags(args)
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
-		return exitUsage
+	if code, done := flagsDone(err, stdout, stderr); done {
+		return code
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

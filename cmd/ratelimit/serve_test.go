@@ -91,6 +91,21 @@ func params(t *testing.T, h http.Header, field string) (string, map[string]int64
 	return name, out
 }
 
+// defaultComparison is what /compare shows by default on a service with
+// the default numbers: compare's boundary burst at 10 per 10s.
+func defaultComparison(t *testing.T) *result {
+	t.Helper()
+	cfg, err := parseCompareFlags([]string{"-limit", "10", "-period", "10s", "-pattern", "boundary-burst"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := simulate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
 // TestServeEndpoints: each algorithm's endpoint admits its quota, then
 // answers 429 with the fields and a Retry-After.
 func TestServeEndpoints(t *testing.T) {
@@ -197,14 +212,7 @@ func TestServeCompare(t *testing.T) {
 		t.Errorf("boundary burst: n=%d, admitted %v; want 20 requests, fixed window 20, sliding log 10, six lanes", got.N, admitted)
 	}
 	// The same simulation as the command's, through the same code.
-	cfg, err := parseCompareFlags([]string{"-limit", "10", "-period", "10s", "-pattern", "boundary-burst"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := simulate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultComparison(t)
 	var direct bytes.Buffer
 	if err := renderJSON(&direct, res); err != nil {
 		t.Fatal(err)
@@ -368,14 +376,7 @@ func TestCompareInBrowser(t *testing.T) {
 		t.Fatalf("screenshot: %v", err)
 	}
 	// What the page should show: the same simulation, run here.
-	cfg, err := parseCompareFlags([]string{"-limit", "10", "-period", "10s", "-pattern", "boundary-burst"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := simulate(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res := defaultComparison(t)
 	admitted, denied := 1, 1 // the legend's marks
 	for _, l := range res.lanes {
 		for _, o := range l.outcomes {
