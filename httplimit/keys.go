@@ -18,20 +18,17 @@ type KeyFunc func(*http.Request) (string, error)
 // ErrNoKey reports a request whose key cannot be determined.
 var ErrNoKey = errors.New("httplimit: no key")
 
-// RemoteIP keys a request by the IP address of the connection
-// (Request.RemoteAddr), IPv6 addresses grouped by /64. It is the rules'
-// default key, right for a server that clients reach directly; behind a
-// proxy every request would share the proxy's key: use ClientIP with
-// TrustProxies there.
-var RemoteIP KeyFunc = mustClientIP()
+// RemoteIP is a KeyFunc that keys a request by the IP address of the
+// connection (Request.RemoteAddr), IPv6 addresses grouped by /64: ClientIP
+// with no options. It is the rules' default key, right for a server that
+// clients reach directly; behind a proxy every request would share the
+// proxy's key: use ClientIP with TrustProxies there.
+func RemoteIP(r *http.Request) (string, error) { return remoteIP.key(r) }
 
-func mustClientIP() KeyFunc {
-	k, err := ClientIP()
-	if err != nil {
-		panic(err) // unreachable: the defaults are valid
-	}
-	return k
-}
+// remoteIP is ClientIP's default configuration.
+var remoteIP = newIPKey()
+
+func newIPKey() *ipKey { return &ipKey{header: "X-Forwarded-For", bits4: 32, bits6: 64} }
 
 // IPOption configures ClientIP.
 type IPOption func(*ipKey) error
@@ -113,7 +110,7 @@ func IPv4Prefix(bits int) IPOption {
 // ("unknown", an obfuscated RFC 7239 identifier, garbage) where a trusted
 // proxy should have named the client is an error wrapping ErrNoKey.
 func ClientIP(opts ...IPOption) (KeyFunc, error) {
-	k := &ipKey{header: "X-Forwarded-For", bits4: 32, bits6: 64}
+	k := newIPKey()
 	for _, opt := range opts {
 		if err := opt(k); err != nil {
 			return nil, err
