@@ -60,3 +60,35 @@ func ExampleClientIP() {
 	fmt.Println(key(r))
 	// Output: 2001:db8:1:2::/64 <nil>
 }
+
+// A deny handler of your own: the headers are set before it runs, and
+// ResultFrom says which rule refused.
+func ExampleWithDenyHandler() {
+	lim, err := ratelimit.New(memory.MustNew(), algorithms.SlidingLog(1, time.Hour), ratelimit.WithName("uploads"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	deny := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		res, _ := httplimit.ResultFrom(r.Context())
+		w.WriteHeader(http.StatusTooManyRequests)
+		fmt.Fprintf(w, "%s: no more this hour (Retry-After %s)\n", res.Rule, w.Header().Get("Retry-After"))
+	})
+	mw, err := httplimit.New([]httplimit.Rule{{Limiter: lim}}, httplimit.WithDenyHandler(deny))
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := httptest.NewServer(mw.Handler(http.NotFoundHandler()))
+	defer srv.Close()
+	for range 2 {
+		resp, err := http.Get(srv.URL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%d %s", resp.StatusCode, body)
+	}
+	// Output:
+	// 404 404 page not found
+	// 429 uploads: no more this hour (Retry-After 3600)
+}
