@@ -432,23 +432,38 @@ func TestConcurrency(t *testing.T) {
 // TestLeakyBucketDelay: an admitted request waits its turn before the
 // handler runs, unless WithoutDelay.
 func TestLeakyBucketDelay(t *testing.T) {
+	type arrivalKey struct{}
 	for _, wait := range []bool{true, false} {
 		lim := newLimiter(t, algorithms.LeakyBucket(5, time.Second, 3)) // one request every 200ms
 		var opts []httplimit.Option
 		if !wait {
 			opts = append(opts, httplimit.WithoutDelay())
 		}
-		srv := serve(t, []httplimit.Rule{{Limiter: lim}}, ok, opts...)
-		start := time.Now()
-		for range 3 {
+		mw, err := httplimit.New([]httplimit.Rule{{Limiter: lim}}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The handler measures how long the middleware held the request.
+		var mu sync.Mutex
+		var held []time.Duration
+		inner := mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			held = append(held, time.Since(r.Context().Value(arrivalKey{}).(time.Time)))
+			mu.Unlock()
+		}))
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			inner.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), arrivalKey{}, time.Now())))
+		}))
+		for range 2 {
 			if resp := get(t, srv.Client(), srv.URL); resp.status != http.StatusOK {
 				t.Fatalf("status %d, want 200", resp.status)
 			}
 		}
-		// Without waiting, three requests take far less than the two
-		// 200ms intervals the queue imposes.
-		if took := time.Since(start); wait != (took >= 350*time.Millisecond) {
-			t.Errorf("wait=%v: three queued requests took %v", wait, took)
+		srv.Close()
+		// The second request waits for the first's interval, less the
+		// moment between them.
+		if second := held[1]; wait != (second >= 100*time.Millisecond) {
+			t.Errorf("wait=%v: the middleware held the second queued request %v (one interval is 200ms)", wait, second)
 		}
 	}
 }
