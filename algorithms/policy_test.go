@@ -50,6 +50,23 @@ func TestPolicy(t *testing.T) {
 	}
 }
 
+// TestEveryBuiltinStatesItsPolicy: the HTTP fields need every built-in's
+// policy, including one added to the registry later.
+func TestEveryBuiltinStatesItsPolicy(t *testing.T) {
+	for _, b := range algorithms.Builtins() {
+		alg := b.New(10, time.Second, 5)
+		ps, ok := alg.(algorithms.PolicyStater)
+		if !ok {
+			t.Errorf("%s does not implement PolicyStater", b.Name)
+			continue
+		}
+		p := ps.Policy()
+		if p.Algorithm != b.Name || p.Limit != 10 || p.Period != time.Second || p.Quota < 1 || p.Window <= 0 {
+			t.Errorf("%s: Policy() = %+v", b.Name, p)
+		}
+	}
+}
+
 func ExamplePolicyStater() {
 	alg := algorithms.GCRA(100, time.Minute, 20)
 	if ps, ok := alg.(algorithms.PolicyStater); ok {

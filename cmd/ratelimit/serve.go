@@ -144,7 +144,6 @@ func (d *demo) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHT
 func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, error)) (*demo, error) {
 	d := &demo{cfg: cfg, mux: http.NewServeMux()}
 	algs := newAlgorithms(config{limit: cfg.limit, period: cfg.period, burst: cfg.burst})
-	paths := []string{"/fixed-window", "/sliding-window-log", "/sliding-window-counter", "/token-bucket", "/gcra", "/leaky-bucket"}
 	key := httplimit.RemoteIP
 	if cfg.trust != "" {
 		var err error
@@ -152,8 +151,9 @@ func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, er
 			return nil, fmt.Errorf("ratelimit serve: -trust-proxy: %w", err)
 		}
 	}
-	for i, alg := range algs {
-		name := strings.TrimPrefix(paths[i], "/")
+	for _, alg := range algs {
+		path := endpointPath(alg.Name())
+		name := strings.TrimPrefix(path, "/")
 		var opts []ratelimit.Option
 		if cfg.name != "" {
 			opts = append(opts, ratelimit.WithName(cfg.name+"."+name))
@@ -166,9 +166,9 @@ func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, er
 		if err != nil {
 			return nil, err
 		}
-		d.endpoints = append(d.endpoints, endpoint{paths[i], alg})
+		d.endpoints = append(d.endpoints, endpoint{path, alg})
 		d.limiters = append(d.limiters, lim)
-		d.mux.Handle("GET "+paths[i], mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mux.Handle("GET "+path, mw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 			fmt.Fprintf(w, "%s: allowed\n", name)
 		})))
@@ -190,6 +190,26 @@ func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, er
 	d.mux.Handle("GET /compare", mw.Handler(http.HandlerFunc(d.compare)))
 	d.mux.HandleFunc("GET /{$}", d.index)
 	return d, nil
+}
+
+// endpointPaths are the paths of the service this demo replaces, by
+// algorithm name.
+var endpointPaths = map[string]string{
+	"fixed_window":   "/fixed-window",
+	"sliding_log":    "/sliding-window-log",
+	"sliding_window": "/sliding-window-counter",
+	"token_bucket":   "/token-bucket",
+	"gcra":           "/gcra",
+	"leaky_bucket":   "/leaky-bucket",
+}
+
+// endpointPath returns the path of the algorithm named name: the old
+// service's, or for an algorithm it did not have, the name with dashes.
+func endpointPath(name string) string {
+	if p, ok := endpointPaths[name]; ok {
+		return p
+	}
+	return "/" + strings.ReplaceAll(name, "_", "-")
 }
 
 // check asks the store one question, so a wrong -store fails at start.
