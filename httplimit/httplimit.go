@@ -365,6 +365,12 @@ func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 			continue
 		}
 		m.report(r, err)
+		if d.Source == ratelimit.SourceFallback {
+			// The store failed but the limiter's local fallback
+			// decided: a real decision, answered as one.
+			outs = append(outs, outcome{ru, d})
+			continue
+		}
 		switch {
 		case errors.Is(err, ratelimit.ErrInvalidKey):
 			return Verdict{Status: http.StatusBadRequest, Result: Result{Rule: ru.Name, Err: err}}

@@ -335,6 +335,33 @@ func TestStoreFailure(t *testing.T) {
 	})
 }
 
+// TestStoreFailureFallback: while the store is dead, the limiter's local
+// fallback decides, and its decisions are answered as decisions: 200, then
+// 429 with the fields, never 503.
+func TestStoreFailureFallback(t *testing.T) {
+	lim, err := ratelimit.New(deadStore(t), algorithms.SlidingLog(2, time.Hour),
+		ratelimit.WithFallback(memory.MustNew(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hooked atomic.Int32
+	srv := serve(t, []httplimit.Rule{{Limiter: lim, Name: "api"}}, ok,
+		httplimit.WithErrorHook(func(*http.Request, error) { hooked.Add(1) }))
+	if got := statuses(t, srv, 3); got != "[200 200 429]" {
+		t.Errorf("three requests on a dead store with a fallback = %s, want [200 200 429]", got)
+	}
+	resp := get(t, srv.Client(), srv.URL)
+	if rl := parseField(t, resp.header, "RateLimit"); rl[0].name != "api" || rl[0].params["r"] != 0 {
+		t.Errorf("fallback denial: RateLimit %+v, want \"api\";r=0", rl)
+	}
+	if ra := resp.header.Get("Retry-After"); ra == "" || ra == "0" || ra == "5" {
+		t.Errorf("fallback denial: Retry-After %q, want the decision's wait (about an hour)", ra)
+	}
+	if hooked.Load() != 4 {
+		t.Errorf("error hook called %d times, want 4 (every request met the dead store)", hooked.Load())
+	}
+}
+
 // TestRedisStore runs the middleware on a real Redis server.
 func TestRedisStore(t *testing.T) {
 	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
