@@ -201,6 +201,20 @@ func (l *Limiter) Store() Store { return l.store }
 // Namespace returns the namespace of the limiter's keys in its store.
 func (l *Limiter) Namespace() string { return l.ns }
 
+// Name returns the name given with WithName, or "" when none was given.
+func (l *Limiter) Name() string { return l.name }
+
+// Policy returns the numbers of the limiter's algorithm (see
+// algorithms.Policy), and false when the algorithm does not state them
+// (a user's algorithm that does not implement algorithms.PolicyStater).
+func (l *Limiter) Policy() (algorithms.Policy, bool) {
+	ps, ok := l.alg.(algorithms.PolicyStater)
+	if !ok {
+		return algorithms.Policy{}, false
+	}
+	return ps.Policy(), true
+}
+
 // Allow reports whether key may make one request now, and consumes it if so.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	return l.AllowN(ctx, key, 1)

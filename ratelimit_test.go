@@ -223,3 +223,18 @@ func FuzzKeys(f *testing.F) {
 		}
 	})
 }
+
+func TestLimiterPolicy(t *testing.T) {
+	lim, err := ratelimit.New(memory.MustNew(), algorithms.TokenBucket(100, time.Minute, 20), ratelimit.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := lim.Policy()
+	want := algorithms.Policy{Algorithm: "token_bucket", Limit: 100, Period: time.Minute, Burst: 20, Quota: 20, Window: 12 * time.Second}
+	if !ok || p != want {
+		t.Errorf("Policy() = %+v, %v; want %+v, true", p, ok, want)
+	}
+	if lim.Name() != "api" {
+		t.Errorf("Name() = %q, want %q", lim.Name(), "api")
+	}
+}

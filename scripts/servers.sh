@@ -14,9 +14,11 @@
 #   RATELIMIT_VALKEY_ADDR          valkey-server if on PATH (16380), else the Redis above
 #   RATELIMIT_POSTGRES_URL         throwaway PostgreSQL cluster (15432)
 #   RATELIMIT_DYNAMODB_ENDPOINT    dynalite, pinned in scripts/dynalite (18000)
+#   RATELIMIT_CHROMIUM             not a server: the headless browser the
+#                                  /compare page test drives (Debian's chromium)
 #
-# Missing redis-server or PostgreSQL are installed with apt-get, dynalite with
-# npm ci. RATELIMIT_SERVER_TIMEOUT (seconds, default 60) bounds each wait.
+# Missing redis-server, PostgreSQL or chromium are installed with apt-get,
+# dynalite with npm ci. RATELIMIT_SERVER_TIMEOUT (seconds, default 60) bounds each wait.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -104,6 +106,21 @@ show_log() {
 alive() {
   kill -0 "$1" 2>/dev/null || return 1
   [ "$(sed -E 's/.*\) (.).*/\1/' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# ------------------------------------------------------------------ browser
+
+# ensure_browser: set RATELIMIT_CHROMIUM to Debian's chromium, installing it
+# if missing. It runs only headless, started by the test that needs it.
+ensure_browser() {
+  if [ -n "$RATELIMIT_CHROMIUM" ]; then
+    log "browser: using RATELIMIT_CHROMIUM=$RATELIMIT_CHROMIUM"
+    return 0
+  fi
+  if ! command -v chromium >/dev/null 2>&1; then
+    apt_install chromium
+  fi
+  RATELIMIT_CHROMIUM=$(command -v chromium) || die "chromium not found after installing it"
 }
 
 # --------------------------------------------------------------- redis-like
@@ -434,7 +451,7 @@ write_env() {
   local v q
   : >"$STATE/env.tmp"
   for v in RATELIMIT_REDIS_ADDR RATELIMIT_REDIS_CLUSTER_ADDRS RATELIMIT_VALKEY_ADDR \
-    RATELIMIT_POSTGRES_URL RATELIMIT_DYNAMODB_ENDPOINT; do
+    RATELIMIT_POSTGRES_URL RATELIMIT_DYNAMODB_ENDPOINT RATELIMIT_CHROMIUM; do
     q=${!v}
     q=${q//\'/\'\\\'\'} # single-quote the value: ' becomes '\''
     printf "export %s='%s'\n" "$v" "$q" >>"$STATE/env.tmp"
@@ -457,7 +474,7 @@ start() {
   record "tmpdir $TMP"
 
   : "${RATELIMIT_REDIS_ADDR:=}" "${RATELIMIT_REDIS_CLUSTER_ADDRS:=}" "${RATELIMIT_VALKEY_ADDR:=}"
-  : "${RATELIMIT_POSTGRES_URL:=}" "${RATELIMIT_DYNAMODB_ENDPOINT:=}"
+  : "${RATELIMIT_POSTGRES_URL:=}" "${RATELIMIT_DYNAMODB_ENDPOINT:=}" "${RATELIMIT_CHROMIUM:=}"
 
   if [ -n "$RATELIMIT_REDIS_ADDR" ]; then
     log "redis: using RATELIMIT_REDIS_ADDR=$RATELIMIT_REDIS_ADDR"
@@ -487,6 +504,7 @@ start() {
   else
     start_dynalite
   fi
+  ensure_browser
 
   write_env
   log "ready; environment in $STATE/env"

@@ -2,11 +2,14 @@
 // subcommand sends the same traffic through all six algorithms side by
 // side, each on its own in-memory store with a fake clock, and shows which
 // requests each one admitted: a timeline in the terminal, a summary table,
-// and on request an SVG picture and an HTML page.
+// and on request an SVG picture and an HTML page. Its serve subcommand is a
+// demo HTTP service: one rate-limited endpoint per algorithm, through the
+// httplimit middleware, and the comparison as a web page.
 //
 // Usage:
 //
 //	ratelimit compare [flags]
+//	ratelimit serve [flags]
 //	ratelimit help
 //
 // Run "ratelimit help" for the flags and examples.
@@ -43,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return exitOK
 	case "compare":
 		return runCompare(args[1:], stdout, stderr, getenv)
+	case "serve":
+		return runServe(args[1:], stdout, stderr, getenv)
 	default:
 		fmt.Fprintf(stderr, "ratelimit: unknown command %q\nrun 'ratelimit help' for usage\n", args[0])
 		return exitUsage
@@ -52,13 +57,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 // runCompare parses compare's flags, simulates, and renders.
 func runCompare(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	cfg, err := parseCompareFlags(args)
-	if errors.Is(err, errHelp) {
-		fmt.Fprint(stdout, usage)
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
-		return exitUsage
+	if code, done := flagsDone(err, stdout, stderr); done {
+		return code
 	}
 	res, err := simulate(cfg)
 	if err != nil {
@@ -86,6 +86,21 @@ func runCompare(args []string, stdout, stderr io.Writer, getenv func(string) str
 		fmt.Fprintf(stdout, "wrote %s\n", cfg.htmlPath)
 	}
 	return exitOK
+}
+
+// flagsDone handles the outcome of parsing a subcommand's flags: help
+// printed (exit 0), or a usage error reported (exit 2). done is false when
+// err is nil and the command goes on.
+func flagsDone(err error, stdout, stderr io.Writer) (code int, done bool) {
+	switch {
+	case err == nil:
+		return exitOK, false
+	case errors.Is(err, errHelp):
+		fmt.Fprint(stdout, usage)
+		return exitOK, true
+	}
+	fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
+	return exitUsage, true
 }
 
 // writeFile creates path and fills it with render, reporting the first
@@ -132,6 +147,7 @@ is the same on every run.
 
 Usage:
   ratelimit compare [flags]
+  ratelimit serve [flags]
   ratelimit help
 
 From a clone of the repository: go run ./cmd/ratelimit compare [flags]
@@ -179,4 +195,43 @@ Examples:
 
 Exit status: 0 on success, 2 on a usage error or invalid parameters, 1 when
 a file cannot be written.
+
+ratelimit serve runs a demo HTTP service until interrupted: one endpoint per
+algorithm, each answering 200 or 429 with the RateLimit-Policy, RateLimit
+and Retry-After headers, keyed by the client's address; and /compare, the
+comparison above as a web page (or JSON with ?format=json or Accept:
+application/json; query parameters pattern, n, delay, limit, period, burst,
+start, seed).
+
+  /fixed-window  /sliding-window-log  /sliding-window-counter
+  /token-bucket  /gcra  /leaky-bucket  /compare
+
+Serve flags:
+  -addr HOST:PORT  where to listen (default 127.0.0.1:8080)
+  -limit N         requests per period for each endpoint (default 10)
+  -period D        the period (default 10s)
+  -burst N         token bucket and GCRA burst, leaky bucket capacity
+                   (default: the limit)
+  -store S         where the state lives (default memory):
+                     memory
+                     redis://host:port[/db]        (rediss:// for TLS)
+                     valkey://host:port[/db]
+                     postgres://user@host:port/db?sslmode=disable
+                     dynamodb://host:port[?table=T&region=R]   (http endpoint)
+                     dynamodbs://host[?table=T&region=R]       (https endpoint)
+                   PostgreSQL and DynamoDB tables are created if missing;
+                   DynamoDB credentials come from AWS_ACCESS_KEY_ID and
+                   AWS_SECRET_ACCESS_KEY
+  -trust-proxy L   comma-separated proxy addresses or CIDRs whose
+                   X-Forwarded-For is believed (default: none)
+  -name NAME       name the limiters NAME.fixed-window and so on, so that
+                   they keep their state when the numbers change (default:
+                   unnamed, each set of numbers starts afresh)
+
+Try it:
+  ratelimit serve &
+  for i in $(seq 12); do curl -si localhost:8080/fixed-window | grep -E '^HTTP|^Ratelimit|^Retry'; done
+
+Serve exits 0 when interrupted (SIGINT, SIGTERM), 2 on a usage error, 1
+when the store or the address cannot be used.
 `
