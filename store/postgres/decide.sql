@@ -11,27 +11,29 @@
 -- p_wait_ms bounds the wait for the row lock (NULL: lock_timeout as
 -- configured).
 --
--- A request that may consume (not a peek) runs as one upsert: the INSERT of
--- the state a fresh key would get, ON CONFLICT DO UPDATE with the algorithm
--- applied to the existing row, under the row lock the upsert takes itself,
--- and only WHERE the algorithm admits the request. Concurrent first
--- requests for a key cannot both insert: the loser's insert turns into the
--- update of the winner's row, decided on its state. An expired row counts
--- as no state (the CASE on expires_at), and state written by Update is read
--- through ratelimit_int8s. The admitted request's decision comes back
--- through the row's dec column, since RETURNING sees only the new row.
+-- It decides with one evaluation of the algorithm. A request that may
+-- consume (not a peek) first locks the key's row, if there is one (SELECT
+-- ... FOR NO KEY UPDATE, waiting for a concurrent decision on the key to
+-- commit and then reading its state), and runs the algorithm's SQL form once
+-- on the row's live state: an expired row counts as no state (the CASE on
+-- expires_at), and state written by Update is read through ratelimit_int8s.
+-- An admitted request's next state is written into the locked row (found
+-- again by its ctid, without a second index lookup), or inserted when the
+-- key has no row. A denied request and a peek (which takes no lock) write
+-- nothing. The row lock is released when the statement's transaction ends.
 --
--- When the upsert writes nothing (the request is denied), or for a peek,
--- the function decides on the latest committed state without a lock and
--- writes nothing; should that state admit the request after all (it
--- changed in between: a Reset, an expiry), it goes round again.
+-- Concurrent first requests for a key cannot both insert: the INSERT ... ON
+-- CONFLICT DO NOTHING of the loser waits for the winner's transaction and
+-- then inserts nothing, and the loser goes round again, now locking the
+-- winner's row and deciding on its state.
 CREATE OR REPLACE FUNCTION {{.Func}}(
     p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 DECLARE
     v_now  bigint := coalesce(p_now, ratelimit_now());
-    v_dec  bigint[];
     v_lock text;
+    v_row  tid;
+    v_live bigint[];
     d      ratelimit_step;
 BEGIN
     IF p_wait_ms IS NOT NULL THEN
@@ -41,38 +43,30 @@ BEGIN
         PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
     END IF;
     LOOP
-        IF NOT p_peek THEN
-            INSERT INTO {{.Table}} AS r (key, vals, expires_at, dec)
-            SELECT p_key, g.next_state, v_now + g.ttl,
-                ARRAY[1, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]
-            FROM {{.Form}}(NULL, v_now, p_cost, false, p_args) g
-            WHERE g.next_state IS NOT NULL
-            ON CONFLICT (key) DO UPDATE SET (vals, state, expires_at, dec) = (
-                SELECT g.next_state, NULL::bytea, v_now + g.ttl,
-                    ARRAY[1, g.lim, g.remaining, g.retry_after, g.reset_after, g.delay]
-                FROM {{.Form}}({{template "live"}}, v_now, p_cost, false, p_args) g)
-            WHERE ({{.Form}}({{template "live"}}, v_now, p_cost, false, p_args)).next_state IS NOT NULL
-            RETURNING r.dec INTO v_dec;
-            IF FOUND THEN
-                EXIT; -- admitted and written
-            END IF;
+        IF p_peek THEN
+            SELECT {{template "live"}} INTO v_live
+            FROM {{.Table}} r WHERE r.key = p_key;
+        ELSE
+            SELECT r.ctid, {{template "live"}} INTO v_row, v_live
+            FROM {{.Table}} r WHERE r.key = p_key FOR NO KEY UPDATE;
         END IF;
-        -- A peek, or a request the upsert did not admit: decide on the
-        -- latest committed state, writing nothing.
-        SELECT g.* INTO d
-        FROM (SELECT) one LEFT JOIN {{.Table}} r ON r.key = p_key,
-            LATERAL {{.Form}}({{template "live"}}, v_now, p_cost, p_peek, p_args) g;
-        IF p_peek OR d.next_state IS NULL THEN
-            v_dec := ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
+        d := {{.Form}}(v_live, v_now, p_cost, p_peek, p_args);
+        EXIT WHEN d.next_state IS NULL; -- a peek or a denial: nothing to write
+        IF v_row IS NOT NULL THEN
+            UPDATE {{.Table}} SET vals = d.next_state, state = NULL, expires_at = v_now + d.ttl
+            WHERE ctid = v_row;
             EXIT;
         END IF;
-        -- The state changed since the upsert (a Reset, an expiry) and now
-        -- admits the request: go round again to write it.
+        INSERT INTO {{.Table}} (key, vals, expires_at) VALUES (p_key, d.next_state, v_now + d.ttl)
+        ON CONFLICT (key) DO NOTHING;
+        EXIT WHEN FOUND;
+        -- A concurrent first request created the row: go round again to
+        -- lock it and decide on its state.
     END LOOP;
     IF p_wait_ms IS NOT NULL THEN
         PERFORM set_config('lock_timeout', v_lock, true);
     END IF;
-    RETURN v_dec;
+    RETURN ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
 END
 {{.Tag}};
 {{define "live"}}CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END{{end}}

@@ -155,7 +155,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
-	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, dec = NULL, expires_at = $3 WHERE key = $1"
+	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, expires_at = $3 WHERE key = $1"
 	s.insertSQL = "INSERT INTO " + t + " (key, state, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	s.deleteSQL = "DELETE FROM " + t + " WHERE key = $1"
 	s.expiredSQL = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +

@@ -10,16 +10,15 @@
 -- algorithms) keeps it in state, as the Go form's bytes. expires_at is in
 -- microseconds since the Unix epoch, on the clock the store decides by: a
 -- row whose expires_at is not after now is treated as absent, whether or
--- not DeleteExpired has removed it yet. dec is the decision of the request
--- that wrote the row, which the decide function returns from its upsert
--- (RETURNING sees only the new row). fillfactor leaves room on each page so
--- that decisions update rows in place (HOT updates, no index churn).
+-- not DeleteExpired has removed it yet. fillfactor leaves room on each page
+-- so that decisions update rows in place (HOT updates, no index churn).
+-- (Tables created by earlier versions have a column dec, which nothing reads
+-- or writes any longer.)
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Table}} (
     key        bytea    PRIMARY KEY,
     vals       bigint[],
     state      bytea,
-    expires_at bigint   NOT NULL,
-    dec        bigint[]
+    expires_at bigint   NOT NULL
 ) WITH (fillfactor = 70);
 
 -- The server's clock in microseconds since the Unix epoch: the time a
