@@ -41,6 +41,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -127,6 +128,9 @@ type Store struct {
 	table        string
 	unlogged     bool
 	requestClock bool
+
+	// args holds the text forms of the algorithms' ServerArgs last used.
+	args argsCache
 
 	// SQL built once from the quoted identifiers.
 	decideSQL                                   map[*algorithms.Builtin]string
@@ -231,11 +235,15 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	var v [6]int64
-	err := s.db.QueryRow(ctx, query, keyBytes(key), now, req.Cost, req.Peek, sf.ServerArgs(), wait).
-		Scan(&v)
+	var raw pgtype.UndecodedBytes
+	err := s.db.QueryRow(ctx, query, keyBytes(key), now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).
+		Scan(&raw)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+	}
+	var v [6]int64
+	if err := decodeDecision(raw, &v); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
 	}
 	return algorithms.Decision{
 		Allowed: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4], Delay: v[5],

@@ -395,3 +395,36 @@ func TestBackendErrors(t *testing.T) {
 		t.Errorf("lim.Allow on corrupt state = allowed, want denied even when failing open")
 	}
 }
+
+// TestExecModes checks that decisions read the same through every pgx
+// query mode: the decision comes back in PostgreSQL's binary format from a
+// prepared statement and in its text format through the simple protocol,
+// and the arguments go as text in both.
+func TestExecModes(t *testing.T) {
+	url := testserver.PostgresURL(t)
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	for _, mode := range []string{"cache_statement", "cache_describe", "describe_exec", "exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			p := newTestPoolURL(t, url+sep+"default_query_exec_mode="+mode, 2)
+			s := newStore(t, p, postgres.WithRequestClock())
+			start := time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
+			lim := newLimiter(t, s, algorithms.TokenBucket(3, time.Minute, 3), ratelimit.WithClock(clock.NewFake(start)))
+			// A token bucket of 3 per minute admits 3 and then retries in
+			// 20 seconds.
+			want := []ratelimit.Decision{
+				{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 20 * time.Second},
+				{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: 40 * time.Second},
+				{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: time.Minute},
+				{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 20 * time.Second, ResetAfter: time.Minute},
+			}
+			for i, w := range want {
+				if d := allow(t, lim, "k", 1); d != w {
+					t.Fatalf("request %d: got %+v, want %+v", i+1, d, w)
+				}
+			}
+		})
+	}
+}
