@@ -3,7 +3,8 @@
 -- it. This file is a text/template that schema.go fills in with the
 -- function's quoted name (the table's name with "_decide_" and the
 -- algorithm's appended), the table's quoted name, the algorithm's SQL form
--- (see algorithms/sql.go) and a dollar-quote tag that occurs nowhere else
+-- (see algorithms/sql.go), the server's clock in microseconds as an
+-- expression (as in ratelimit_now) and a dollar-quote tag that occurs nowhere else
 -- in the function.
 --
 -- It returns the decision as [allowed (1 or 0), limit, remaining,
@@ -30,7 +31,7 @@ CREATE OR REPLACE FUNCTION {{.Func}}(
     p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 DECLARE
-    v_now  bigint := coalesce(p_now, ratelimit_now());
+    v_now  bigint := coalesce(p_now, {{.Now}});
     v_lock text;
     v_row  tid;
     v_live bigint[];

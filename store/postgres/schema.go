@@ -60,9 +60,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 func (s *Store) SchemaSQL() string {
 	var b strings.Builder
 	execute(&b, schemaTemplate, struct {
-		Table, Corrupt string
-		Unlogged       bool
-	}{s.ident(s.table), algorithms.SQLErrCorrupt, s.unlogged})
+		Table, Corrupt, Now string
+		Unlogged            bool
+	}{s.ident(s.table), algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
 	b.WriteString("\n")
 	for _, alg := range builtins {
 		form, _ := alg.SQL()
@@ -87,6 +87,11 @@ var (
 	decideTemplate = template.Must(template.New("decide.sql").Parse(decideSQL))
 )
 
+// nowSQL is the server's clock in microseconds since the Unix epoch, as a
+// SQL expression: the body of ratelimit_now, and what the decide functions
+// compute themselves (a call to a SQL function from PL/pgSQL costs more).
+const nowSQL = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+
 // execute runs a template of this package's own on data it builds itself;
 // it cannot fail but by a programming error, caught by every test.
 func execute(b *strings.Builder, t *template.Template, data any) {
@@ -99,8 +104,8 @@ func execute(b *strings.Builder, t *template.Template, data any) {
 // decide.sql), quoted with a dollar tag that occurs nowhere else in it: the
 // function holds quoted identifiers made from the user's table name.
 func (s *Store) decideFunctionSQL(alg *algorithms.Builtin) string {
-	data := struct{ Name, Func, Table, Form, Tag string }{
-		alg.Name, s.decideFunction(alg.Name), s.ident(s.table), alg.SQLFunction(), "",
+	data := struct{ Name, Func, Table, Form, Now, Tag string }{
+		alg.Name, s.decideFunction(alg.Name), s.ident(s.table), alg.SQLFunction(), nowSQL, "",
 	}
 	for i := 0; ; i++ {
 		data.Tag = fmt.Sprintf("$rl%d$", i)
