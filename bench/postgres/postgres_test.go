@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +32,13 @@ const keyCount = 10000
 
 func pool(b *testing.B) *pgxpool.Pool {
 	b.Helper()
+	return poolWith(b, nil)
+}
+
+// poolWith is pool with the given run-time parameters set on every
+// connection (such as synchronous_commit).
+func poolWith(b *testing.B, params map[string]string) *pgxpool.Pool {
+	b.Helper()
 	url := os.Getenv("RATELIMIT_POSTGRES_URL")
 	if url == "" {
 		b.Skip("RATELIMIT_POSTGRES_URL is not set: run under scripts/with-servers.sh")
@@ -40,6 +49,9 @@ func pool(b *testing.B) *pgxpool.Pool {
 	}
 	cfg.MaxConns = callers
 	cfg.MinConns = callers
+	for k, v := range params {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
 	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -286,4 +298,142 @@ func BenchmarkPostgresOverAdmission(b *testing.B) {
 			b.ReportMetric(float64(over)/float64(b.N), "over-admitted/key")
 		})
 	}
+}
+
+// rounds is the number of interleaved rounds of BenchmarkPostgresRounds,
+// and roundCalls the calls per side and round.
+const (
+	rounds     = 5
+	roundCalls = 3000
+)
+
+// BenchmarkPostgresRounds is the comparison the figures come from:
+// GCRA and the token bucket (server clock) against the bare upsert, 16
+// callers, on one hot key and on 10,000 keys, under each
+// synchronous_commit setting, in rounds that alternate which side runs
+// first. It reports the median of the per-round throughput ratios (the
+// store's decisions per second over the upsert's) with their range, and the
+// same for the server's CPU time per call: the time the pool's backends
+// spent on a CPU (the first field of /proc/<pid>/schedstat, in nanoseconds,
+// summed over the pool's 16 backends), which needs the server on this
+// machine. Run it with -benchtime 1x: each iteration is every round.
+func BenchmarkPostgresRounds(b *testing.B) {
+	ctx := context.Background()
+	for _, sync := range []string{"on", "off"} {
+		for _, spread := range []bool{false, true} {
+			work := "hot-key"
+			if spread {
+				work = "10k-keys"
+			}
+			for _, alg := range algs()[:2] {
+				b.Run("sync-"+sync+"/"+work+"/"+alg.Name(), func(b *testing.B) {
+					p := poolWith(b, map[string]string{"synchronous_commit": sync})
+					pids := backends(b, p)
+					s, err := postgres.New(p, postgres.WithTable(table(b, p)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := s.Migrate(ctx); err != nil {
+						b.Fatal(err)
+					}
+					lim, err := ratelimit.New(s, alg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					decide := func(i int) error {
+						d, err := lim.Allow(ctx, keyFor(spread, i))
+						if err == nil && !d.Allowed {
+							return fmt.Errorf("denied: the benchmark's limit is too low")
+						}
+						return err
+					}
+					base := baseline(b, p, spread)
+					// measure runs fn roundCalls times and returns its wall
+					// time and the backends' CPU time.
+					measure := func(fn func(int) error) (wall, cpu time.Duration) {
+						c0 := cpuTime(b, pids)
+						start := time.Now()
+						if err := spreadCalls(roundCalls, fn); err != nil {
+							b.Fatal(err)
+						}
+						wall = time.Since(start)
+						return wall, cpuTime(b, pids) - c0
+					}
+					// Warm both sides (connections, plans, rows) first.
+					measure(base)
+					measure(decide)
+					for n := 0; n < b.N; n++ {
+						var speed, cpu []float64
+						for r := 0; r < rounds; r++ {
+							var bw, bc, dw, dc time.Duration
+							if r%2 == 0 {
+								bw, bc = measure(base)
+								dw, dc = measure(decide)
+							} else {
+								dw, dc = measure(decide)
+								bw, bc = measure(base)
+							}
+							speed = append(speed, bw.Seconds()/dw.Seconds())
+							cpu = append(cpu, dc.Seconds()/bc.Seconds())
+						}
+						report(b, "x-upsert", speed)
+						report(b, "cpu-x-upsert", cpu)
+					}
+				})
+			}
+		}
+	}
+}
+
+// report reports the median, least and greatest of vs under name.
+func report(b *testing.B, name string, vs []float64) {
+	slices.Sort(vs)
+	b.ReportMetric(vs[len(vs)/2], name+"-median")
+	b.ReportMetric(vs[0], name+"-min")
+	b.ReportMetric(vs[len(vs)-1], name+"-max")
+}
+
+// backends returns the server process IDs of all of p's connections.
+func backends(b *testing.B, p *pgxpool.Pool) []int {
+	b.Helper()
+	ctx := context.Background()
+	conns := make([]*pgxpool.Conn, 0, callers)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	var pids []int
+	for range callers {
+		c, err := p.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, c)
+		var pid int
+		if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+			b.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// cpuTime is the CPU time the processes pids have used, from
+// /proc/<pid>/schedstat.
+func cpuTime(b *testing.B, pids []int) time.Duration {
+	b.Helper()
+	var sum time.Duration
+	for _, pid := range pids {
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			b.Fatalf("server CPU time: %v (the server must run on this machine)", err)
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(raw))[0], 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum += time.Duration(ns)
+	}
+	return sum
 }

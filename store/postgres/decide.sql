@@ -15,9 +15,10 @@
 -- It decides with one evaluation of the algorithm. A request that may
 -- consume (not a peek) first locks the key's row, if there is one (SELECT
 -- ... FOR NO KEY UPDATE, waiting for a concurrent decision on the key to
--- commit and then reading its state), and runs the algorithm's SQL form once
--- on the row's live state: an expired row counts as no state (the CASE on
--- expires_at), and state written by Update is read through ratelimit_int8s.
+-- commit and then reading its state), then reads the clock, and runs the
+-- algorithm's SQL form once on the row's live state: an expired row counts
+-- as no state (the CASE on expires_at), and state written by Update is read
+-- through ratelimit_int8s.
 -- An admitted request's next state is written into the locked row (found
 -- again by its ctid, without a second index lookup), or inserted when the
 -- key has no row. A denied request and a peek (which takes no lock) write
@@ -31,10 +32,12 @@ CREATE OR REPLACE FUNCTION {{.Func}}(
     p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 DECLARE
-    v_now  bigint := coalesce(p_now, {{.Now}});
+    v_now  bigint;
     v_lock text;
     v_row  tid;
-    v_live bigint[];
+    v_vals bigint[];
+    v_st   bytea;
+    v_exp  bigint;
     d      ratelimit_step;
 BEGIN
     IF p_wait_ms IS NOT NULL THEN
@@ -45,13 +48,18 @@ BEGIN
     END IF;
     LOOP
         IF p_peek THEN
-            SELECT {{template "live"}} INTO v_live
+            SELECT r.vals, r.state, r.expires_at INTO v_vals, v_st, v_exp
             FROM {{.Table}} r WHERE r.key = p_key;
         ELSE
-            SELECT r.ctid, {{template "live"}} INTO v_row, v_live
+            SELECT r.ctid, r.vals, r.state, r.expires_at INTO v_row, v_vals, v_st, v_exp
             FROM {{.Table}} r WHERE r.key = p_key FOR NO KEY UPDATE;
         END IF;
-        d := {{.Form}}(v_live, v_now, p_cost, p_peek, p_args);
+        -- The time of the decision: read once the row is locked, so that a
+        -- decision that waited for the lock is not made at a time before
+        -- the state it reads.
+        v_now := coalesce(p_now, {{.Now}});
+        d := {{.Form}}(CASE WHEN v_exp > v_now THEN coalesce(v_vals, ratelimit_int8s(v_st)) END,
+            v_now, p_cost, p_peek, p_args);
         EXIT WHEN d.next_state IS NULL; -- a peek or a denial: nothing to write
         IF v_row IS NOT NULL THEN
             UPDATE {{.Table}} SET vals = d.next_state, state = NULL, expires_at = v_now + d.ttl
@@ -70,4 +78,3 @@ BEGIN
     RETURN ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
 END
 {{.Tag}};
-{{define "live"}}CASE WHEN r.expires_at > v_now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END{{end}}

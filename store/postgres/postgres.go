@@ -104,12 +104,11 @@ func WithUnlogged() Option {
 // clock. Use it in tests with a fake clock, and for the conformance suite.
 //
 // By default the store reads PostgreSQL's clock_timestamp(), in
-// microseconds, once per decision (for Update: after taking the row lock),
-// so every application server shares one clock whatever their own clocks
-// say. A decision that waited for a concurrent one may then decide at a time
-// a few microseconds before the time the other stored; the algorithms treat
-// state from a clock ahead of theirs conservatively, so this never admits
-// more.
+// microseconds, once per decision after taking the key's row lock, so every
+// application server shares one clock whatever their own clocks say, and a
+// decision that waited for a concurrent one decides at a time after it.
+// Should the server's clock step back, the algorithms treat state from a
+// clock ahead of theirs conservatively, so this never admits more.
 func WithRequestClock() Option {
 	return func(s *Store) error {
 		s.requestClock = true
