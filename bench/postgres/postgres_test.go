@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,15 +319,15 @@ const (
 // machine. Run it with -benchtime 1x: each iteration is every round.
 func BenchmarkPostgresRounds(b *testing.B) {
 	ctx := context.Background()
-	for _, sync := range []string{"on", "off"} {
+	for _, commit := range []string{"on", "off"} {
 		for _, spread := range []bool{false, true} {
 			work := "hot-key"
 			if spread {
 				work = "10k-keys"
 			}
 			for _, alg := range algs()[:2] {
-				b.Run("sync-"+sync+"/"+work+"/"+alg.Name(), func(b *testing.B) {
-					p := poolWith(b, map[string]string{"synchronous_commit": sync})
+				b.Run("sync-"+commit+"/"+work+"/"+alg.Name(), func(b *testing.B) {
+					p := poolWith(b, map[string]string{"synchronous_commit": commit})
 					pids := backends(b, p)
 					s, err := postgres.New(p, postgres.WithTable(table(b, p)))
 					if err != nil {
