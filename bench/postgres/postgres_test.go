@@ -134,6 +134,24 @@ func baseline(b *testing.B, p *pgxpool.Pool, spreadKeys bool) func(i int) error 
 	}
 }
 
+// limiter returns a limiter for alg on a migrated store (server clock) on a
+// fresh table of p.
+func limiter(b *testing.B, p *pgxpool.Pool, alg algorithms.Algorithm) *ratelimit.Limiter {
+	b.Helper()
+	s, err := postgres.New(p, postgres.WithTable(table(b, p)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Migrate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, alg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return lim
+}
+
 // keys are the 10,000 keys of the spread benchmarks.
 var keys = func() []string {
 	k := make([]string, keyCount)
@@ -181,17 +199,7 @@ func BenchmarkPostgres(b *testing.B) {
 			})
 			for _, alg := range algs() {
 				b.Run(alg.Name(), func(b *testing.B) {
-					s, err := postgres.New(p, postgres.WithTable(table(b, p)))
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := s.Migrate(ctx); err != nil {
-						b.Fatal(err)
-					}
-					lim, err := ratelimit.New(s, alg)
-					if err != nil {
-						b.Fatal(err)
-					}
+					lim := limiter(b, p, alg)
 					var denied atomic.Int64
 					decide := func(i int) error {
 						d, err := lim.Allow(ctx, keyFor(spread, i))
@@ -329,17 +337,7 @@ func BenchmarkPostgresRounds(b *testing.B) {
 				b.Run("sync-"+commit+"/"+work+"/"+alg.Name(), func(b *testing.B) {
 					p := poolWith(b, map[string]string{"synchronous_commit": commit})
 					pids := backends(b, p)
-					s, err := postgres.New(p, postgres.WithTable(table(b, p)))
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := s.Migrate(ctx); err != nil {
-						b.Fatal(err)
-					}
-					lim, err := ratelimit.New(s, alg)
-					if err != nil {
-						b.Fatal(err)
-					}
+					lim := limiter(b, p, alg)
 					decide := func(i int) error {
 						d, err := lim.Allow(ctx, keyFor(spread, i))
 						if err == nil && !d.Allowed {
