@@ -415,10 +415,11 @@ func TestExecModes(t *testing.T) {
 			// A token bucket of 3 per minute admits 3 and then retries in
 			// 20 seconds.
 			want := []ratelimit.Decision{
-				{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 20 * time.Second},
-				{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: 40 * time.Second},
-				{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: time.Minute},
-				{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 20 * time.Second, ResetAfter: time.Minute},
+				{Allowed: true, Limit: 3, Remaining: 2, ResetAfter: 20 * time.Second, Source: ratelimit.SourceStore},
+				{Allowed: true, Limit: 3, Remaining: 1, ResetAfter: 40 * time.Second, Source: ratelimit.SourceStore},
+				{Allowed: true, Limit: 3, Remaining: 0, ResetAfter: time.Minute, Source: ratelimit.SourceStore},
+				{Allowed: false, Limit: 3, Remaining: 0, RetryAfter: 20 * time.Second, ResetAfter: time.Minute,
+					Source: ratelimit.SourceStore},
 			}
 			for i, w := range want {
 				if d := allow(t, lim, "k", 1); d != w {
