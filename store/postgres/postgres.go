@@ -41,7 +41,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -194,7 +193,11 @@ var zeroKey ratelimit.Key
 // keyBytes is the row key of k: Namespace ":" ID, distinct for distinct
 // Keys (see ratelimit.Key.String), as bytea since an ID may hold any bytes.
 func keyBytes(k ratelimit.Key) []byte {
-	b := make([]byte, 0, len(k.Namespace)+1+len(k.ID))
+	return appendKey(make([]byte, 0, len(k.Namespace)+1+len(k.ID)), k)
+}
+
+// appendKey appends the row key of k to b.
+func appendKey(b []byte, k ratelimit.Key) []byte {
 	b = append(b, k.Namespace...)
 	b = append(b, ':')
 	return append(b, k.ID...)
@@ -234,14 +237,14 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
 	}
-	var raw pgtype.UndecodedBytes
-	err := s.db.QueryRow(ctx, query, keyBytes(key), now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).
-		Scan(&raw)
+	c := &decideCall{key: key}
+	err := s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).
+		Scan(&c.raw)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
 	}
 	var v [6]int64
-	if err := decodeDecision(raw, &v); err != nil {
+	if err := decodeDecision(c.raw, &v); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
 	}
 	return algorithms.Decision{

@@ -412,6 +412,9 @@ func TestExecModes(t *testing.T) {
 			s := newStore(t, p, postgres.WithRequestClock())
 			start := time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC)
 			lim := newLimiter(t, s, algorithms.TokenBucket(3, time.Minute, 3), ratelimit.WithClock(clock.NewFake(start)))
+			// A key with bytes that are not UTF-8, a NUL, a backslash and a
+			// quote, which must reach the server unchanged in every mode.
+			const key = "k\x00\xff\\x'"
 			// A token bucket of 3 per minute admits 3 and then retries in
 			// 20 seconds.
 			want := []ratelimit.Decision{
@@ -422,9 +425,17 @@ func TestExecModes(t *testing.T) {
 					Source: ratelimit.SourceStore},
 			}
 			for i, w := range want {
-				if d := allow(t, lim, "k", 1); d != w {
+				if d := allow(t, lim, key, 1); d != w {
 					t.Fatalf("request %d: got %+v, want %+v", i+1, d, w)
 				}
+			}
+			// The key reached the server byte for byte.
+			rows, err := p.Query(context.Background(), "SELECT key FROM "+s.Table())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rows) != 1 || !strings.HasSuffix(string(rows[0][0].([]byte)), ":"+key) {
+				t.Fatalf("rows %q, want one whose key ends in %q", rows, ":"+key)
 			}
 		})
 	}

@@ -1,17 +1,45 @@
 package postgres
 
 import (
+	"database/sql/driver"
 	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ratelimitkit/ratelimit"
 )
 
-// The client's side of a decision, written for few allocations: an
-// algorithm's arguments go to the server as the text form of a bigint[]
-// (pgx sends a string as text without encoding it), built once per distinct
-// argument list and kept in a small cache, and the decision comes back as
-// the bigint[]'s bytes, decoded here instead of by reflection.
+// The client's side of a decision, written for few allocations: the row key
+// and the result share one allocation (decideCall), an algorithm's
+// arguments go to the server as the text form of a bigint[] (pgx sends a
+// string as text without encoding it), built once per distinct argument
+// list and kept in a small cache, and the decision comes back as the
+// bigint[]'s bytes, decoded here instead of by reflection.
+
+// decideCall is what one decision gives pgx and gets back, in one
+// allocation: the row key, encoded into buf when pgx asks for it, and the
+// result's bytes.
+type decideCall struct {
+	key ratelimit.Key
+	buf [64]byte
+	raw pgtype.UndecodedBytes
+}
+
+// BytesValue implements pgtype.BytesValuer: the row key (see keyBytes).
+// pgx uses it when it knows the parameter is a bytea (from a prepared or
+// described statement).
+func (c *decideCall) BytesValue() ([]byte, error) {
+	return appendKey(c.buf[:0], c.key), nil
+}
+
+// Value implements driver.Valuer: the row key, for the query modes in
+// which pgx does not know the parameter's type (exec, simple protocol).
+func (c *decideCall) Value() (driver.Value, error) {
+	return c.BytesValue()
+}
 
 // argsCacheSize is the number of argument lists argsCache keeps: more than
 // the distinct algorithms most processes use with one store. A process that
