@@ -57,3 +57,17 @@ func TestSystem(t *testing.T) {
 		t.Fatal("System.After(1ms) did not fire")
 	}
 }
+
+// TestUnixMicroFollowsTimeNow checks that UnixMicro reads the system clock:
+// each reading lies between two time.Now readings taken around it.
+func TestUnixMicroFollowsTimeNow(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond) // several resyncs
+	for n := 0; time.Now().Before(deadline) || n < 1000; n++ {
+		before := time.Now().UnixMicro()
+		got := clock.UnixMicro()
+		after := time.Now().UnixMicro()
+		if got < before || got > after {
+			t.Fatalf("UnixMicro() = %d, want between time.Now readings %d and %d", got, before, after)
+		}
+	}
+}
