@@ -15,6 +15,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/throttled/throttled/v2"
 	"github.com/throttled/throttled/v2/store/goredisstore.v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -100,7 +102,26 @@ func TestReport(t *testing.T) {
 			}
 		}
 	}
-	t.Log(out.String())
+	publish(t, out.String())
+}
+
+// publish logs a report's table and, when RATELIMIT_BENCH_OUT names a
+// file, appends it there: bench/run.sh splices that file into
+// docs/benchmarks.md.
+func publish(t *testing.T, table string) {
+	t.Log(table)
+	path := os.Getenv("RATELIMIT_BENCH_OUT")
+	if path == "" {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(table + "\n"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func median(v []float64) float64 {
@@ -262,5 +283,15 @@ func TestOverAdmission(t *testing.T) {
 		return err == nil && !limited, err
 	})
 	fmt.Fprintf(&out, "| throttled | GCRA | %d | %d | %d | %d |\n", admitted, limit, max(admitted-limit, 0), failures)
-	t.Log(out.String())
+	ust, err := ululeredis.NewStoreWithOptions(goredisClient(t), ulule.StoreOptions{Prefix: p + "-ulule"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ul := ulule.New(ust, ulule.Rate{Period: time.Hour, Limit: limit})
+	admitted, failures = count(func(ctx context.Context) (bool, error) {
+		c, err := ul.Get(ctx, "hot")
+		return err == nil && !c.Reached, err
+	})
+	fmt.Fprintf(&out, "| ulule | fixed window | %d | %d | %d | %d |\n", admitted, limit, max(admitted-limit, 0), failures)
+	publish(t, out.String())
 }
