@@ -5,8 +5,8 @@
 // with no allocation per decision on a key it already holds. Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts the state closest to expiring when reached.
-// Each key costs about 136 to 150 bytes (IDs of up to 16 bytes held in
-// the entry); a sliding log holding more than one
+// Each key costs about 136 to 150 bytes when its ID is at most 16 bytes
+// long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
 // of up to as much again. A sliding log is decided where it is stored
 // (algorithms.InPlaceDecider): a decision neither copies nor allocates,
