@@ -26,7 +26,8 @@
 # A new store's section is a function named section_NAME that prints its
 # Markdown to stdout, plus the markers in docs/benchmarks.md.
 #
-# Environment: ROUNDS (memory rounds), MEMORY_BENCH (the memory section's
+# Environment: ROUNDS (memory rounds), RATELIMIT_BENCH_ROUNDS (redis
+# rounds, default 15), MEMORY_BENCH (the memory section's
 # -bench pattern, for a quick look at a few rows), OUT (directory for raw
 # output; a new temporary one by default), DOC (the page to update;
 # docs/benchmarks.md).
@@ -76,12 +77,14 @@ section_memory() {
 section_redis() {
 	local tables=$OUT/redis.md
 	: >"$tables"
-	echo "Command: \`bash bench/run.sh redis\`; $(machine)"
+	echo "Command: \`bash bench/run.sh redis\`$([ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"); $(machine)"
 	echo
 	echo "Load before: $(load)."
-	# Servers of its own: unset the variables that would name shared ones.
-	(cd "$ROOT" && env -u RATELIMIT_REDIS_ADDR -u RATELIMIT_REDIS_CLUSTER_ADDRS -u RATELIMIT_VALKEY_ADDR \
-		-u RATELIMIT_POSTGRES_URL -u RATELIMIT_DYNAMODB_ENDPOINT \
+	# A Redis and a Valkey of its own (the variables that would name shared
+	# ones unset); the servers this section does not use are marked as
+	# given, so that with-servers.sh does not start them.
+	(cd "$ROOT" && env -u RATELIMIT_REDIS_ADDR -u RATELIMIT_VALKEY_ADDR \
+		RATELIMIT_REDIS_CLUSTER_ADDRS=unused RATELIMIT_POSTGRES_URL=unused RATELIMIT_DYNAMODB_ENDPOINT=unused \
 		RATELIMIT_BENCH_REPORT=1 RATELIMIT_BENCH_OUT="$tables" CI=true \
 		bash scripts/with-servers.sh bash -c 'cd bench && go test -count=1 -run "TestReport|TestOverAdmission" -timeout 60m ./redis/') >"$OUT/redis.txt" 2>&1 ||
 		{ cat "$OUT/redis.txt" >&2; return 1; }
