@@ -54,7 +54,7 @@ func TestReport(t *testing.T) {
 	}
 	var out strings.Builder
 	for _, g := range groups {
-		fmt.Fprintf(&out, "\n%s; ratio = decisions/s ÷ %s's, p99 ratio = p99 ÷ %s's\n\n", g.name, g.baseline, g.baseline)
+		fmt.Fprintf(&out, "\n%s, %d rounds. Throughput ratio: the median over the rounds of decisions/s ÷ %s's in the same round, (smallest–largest); p99 ratio: median p99 ÷ %s's.\n\n", g.name, rounds, g.baseline, g.baseline)
 		stats := goredis.NewClient(&goredis.Options{Addr: g.addr})
 		defer stats.Close()
 		fmt.Fprintf(&out, "| workload | contender | decisions/s | p99 | failures | server µs/decision | throughput ratio (range) | p99 ratio |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
