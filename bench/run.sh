@@ -27,7 +27,8 @@
 # Markdown to stdout, plus the markers in docs/benchmarks.md.
 #
 # Environment: ROUNDS (memory rounds), RATELIMIT_BENCH_ROUNDS (redis
-# rounds, default 15), MEMORY_BENCH (the memory section's
+# rounds, default 15), FOOTPRINT (0 skips the memory footprint, which takes
+# a few minutes), MEMORY_BENCH (the memory section's
 # -bench pattern, for a quick look at a few rows), OUT (directory for raw
 # output; a new temporary one by default), DOC (the page to update;
 # docs/benchmarks.md).
@@ -63,6 +64,7 @@ section_memory() {
 	echo "Load at the start of each round: $(sed 's/load average (1, 5, 15 min): //; s/,.*//' "$loads" | paste -sd, | sed 's/,/, /g') (1-minute averages); after: $(load)."
 	echo
 	(cd "$ROOT/bench" && go run ./memory/ratios <"$raw")
+	[ "${FOOTPRINT:-1}" != 0 ] || return 0
 	echo "Footprint: heap held per key after a garbage collection (\`BenchmarkFootprint\` in \`store/memory\` and \`bench/memory\`, \`-benchtime 1x\`):"
 	echo
 	echo "| what | bytes/key |"
