@@ -11,7 +11,7 @@
 # with the tables, the command, the machine and its load (uptime) before and
 # after. Prose outside the markers is written by hand.
 #
-#   bash bench/run.sh [SECTION...]     # default: memory redis
+#   bash bench/run.sh [SECTION...]     # default: memory redis dynamo
 #
 # Sections:
 #   memory   bench/memory: the memory store beside x/time/rate,
@@ -22,6 +22,9 @@
 #            through valkey-go; over-admission on a hot key. On servers of
 #            its own (scripts/with-servers.sh), since the report resets the
 #            server's command statistics.
+#
+#   dynamo   bench/dynamo: store/dynamo against a bare UpdateItem ADD on
+#            dynalite, and over-admission; on a dynalite of its own.
 #
 # A new store's section is a function named section_NAME that prints its
 # Markdown to stdout, plus the markers in docs/benchmarks.md.
@@ -105,8 +108,31 @@ splice() {
 	mv "$DOC.tmp" "$DOC"
 }
 
+section_dynamo() {
+	echo "Command: \`bash bench/run.sh dynamo\`; $(machine)"
+	echo
+	echo "Load before: $(load)."
+	(cd "$ROOT" && env -u RATELIMIT_DYNAMODB_ENDPOINT \
+		RATELIMIT_REDIS_ADDR=unused RATELIMIT_REDIS_CLUSTER_ADDRS=unused RATELIMIT_VALKEY_ADDR=unused RATELIMIT_POSTGRES_URL=unused \
+		CI=true bash scripts/with-servers.sh bash -c 'cd bench && go test -run "^$" -bench . -benchmem -timeout 60m ./dynamo/') >"$OUT/dynamo.txt" 2>&1 ||
+		{ cat "$OUT/dynamo.txt" >&2; return 1; }
+	echo "Load after: $(load)."
+	echo
+	echo "| benchmark | decisions/s | baseline ADDs/s | ratio | requests/decision | errors | over-admitted |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	awk '/^Benchmark/ {
+		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+		n = $1; sub(/^Benchmark/, "", n); sub(/-[0-9]+$/, "", n)
+		printf "| %s | %s | %s | %s | %s | %s | %s |\n", n, v["decisions/s"], v["adds/s"], v["ratio"], v["requests/decision"], v["errors"], v["over-admitted"]
+	}' "$OUT/dynamo.txt"
+	echo
+	echo '```'
+	grep '^Benchmark' "$OUT/dynamo.txt"
+	echo '```'
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis dynamo)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done
