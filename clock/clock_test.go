@@ -2,6 +2,7 @@ package clock_test
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/clock"
@@ -70,4 +71,17 @@ func TestUnixMicroFollowsTimeNow(t *testing.T) {
 			t.Fatalf("UnixMicro() = %d, want between time.Now readings %d and %d", got, before, after)
 		}
 	}
+}
+
+// TestUnixMicroInSynctestBubble checks that UnixMicro follows a
+// testing/synctest bubble's fake clock, as time.Now does there.
+func TestUnixMicroInSynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for range 3 {
+			if got, want := clock.UnixMicro(), time.Now().UnixMicro(); got != want {
+				t.Fatalf("UnixMicro() = %d in a bubble, want time.Now's %d", got, want)
+			}
+			time.Sleep(time.Hour)
+		}
+	})
 }
