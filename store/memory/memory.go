@@ -190,22 +190,24 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
+	sh.now = max(sh.now, req.Now)
+	e := sh.get(h, key)
 	var (
-		e    *entry
 		cur  []byte
 		step algorithms.Step
 		err  error
+		ip   algorithms.InPlaceDecider
 	)
-	ip, inPlace := alg.(algorithms.InPlaceDecider)
-	if inPlace {
-		e = sh.get(h, key)
-		inPlace = e == nil || len(e.state) > inlineState
+	// Only a large state (a sliding log) is decided in place: an inline
+	// one, every other built-in's, is cheaper to copy than to ask alg.
+	inPlace := false
+	if e == nil || len(e.state) > inlineState {
+		ip, inPlace = alg.(algorithms.InPlaceDecider)
 	}
 	if inPlace {
 		// A large state (a sliding log) is decided where it is stored,
 		// not copied first; an expired one is passed empty, to reuse its
 		// buffer.
-		sh.now = max(sh.now, req.Now)
 		if e != nil {
 			cur = e.state
 			if e.expires <= req.Now {
@@ -214,7 +216,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		}
 		step, err = ip.DecideInPlace(cur, req)
 	} else {
-		e, cur = sh.current(h, key, req.Now)
+		cur = sh.copyState(e, req.Now)
 		step, err = alg.Decide(cur, req)
 	}
 	if err != nil {
@@ -262,18 +264,24 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte) {
 	sh.now = max(sh.now, now)
 	e := sh.get(h, key)
+	return e, sh.copyState(e, now)
+}
+
+// copyState returns a copy of e's state for an algorithm to decide on: nil
+// when e is nil or its state has expired by now. The caller holds sh.mu.
+func (sh *shard) copyState(e *entry, now int64) []byte {
 	if e == nil || e.expires <= now {
-		return e, nil
+		return nil
 	}
 	switch n := len(e.state); {
 	case n <= inlineState:
 		sh.buf = e.inline // one fixed-size move
-		return e, sh.buf[:n]
+		return sh.buf[:n]
 	case n <= maxScratch:
 		sh.scratch = append(sh.scratch[:0], e.state...)
-		return e, sh.scratch
+		return sh.scratch
 	default:
-		return e, append([]byte(nil), e.state...)
+		return append([]byte(nil), e.state...)
 	}
 }
 
