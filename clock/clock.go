@@ -56,10 +56,11 @@ func resyncWall() int64 {
 // time.Now reads two clocks, the wall clock and the monotonic one, and
 // UnixMicro reads only the monotonic clock and adds the wall clock's offset
 // from it, measured again every 10 ms. The two clocks advance together
-// (both follow NTP's adjustments), so the result differs from time.Now's
-// only after a step of the wall clock (set by hand, or after a suspend),
-// and for at most 10 ms. A Limiter whose clock is System reads its time
-// here.
+// (both follow NTP's adjustments), so the result is time.Now's to within a
+// microsecond (time.Now reads the two clocks some nanoseconds apart, which
+// the offset inherits, and both round down to the microsecond), except
+// after a step of the wall clock (set by hand, or after a suspend), for at
+// most 10 ms. A Limiter whose clock is System reads its time here.
 func UnixMicro() int64 {
 	mono := int64(time.Since(start))
 	if mono-synced.Load() >= int64(resync) {
