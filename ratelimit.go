@@ -140,10 +140,13 @@ type Limiter struct {
 	decider Decider // store as a Decider, or nil
 	alg     algorithms.Algorithm
 	clock   clock.Clock
-	name    string
-	ns      string
-	policy  FailurePolicy
-	maxCost int64
+	// systemClock is set when clock is clock.System, which the limiter
+	// then reads through clock.UnixMicro, at half the cost of time.Now.
+	systemClock bool
+	name        string
+	ns          string
+	policy      FailurePolicy
+	maxCost     int64
 	// noServerForm is set once the store has said it cannot run alg.
 	noServerForm atomic.Bool
 	// guard holds the options for store failures, the deny cache, shadow
@@ -177,6 +180,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		}
 	}
 	l.decider, _ = store.(Decider)
+	l.systemClock = l.clock == clock.System
 	name := l.name
 	if name == "" {
 		h := fnv.New64a()
@@ -216,8 +220,11 @@ func (l *Limiter) Policy() (algorithms.Policy, bool) {
 }
 
 // Allow reports whether key may make one request now, and consumes it if so.
-func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
-	return l.AllowN(ctx, key, 1)
+func (l *Limiter) Allow(ctx context.Context, key string) (d Decision, err error) {
+	// Not through AllowN: every function a Decision passes through by value
+	// copies it once more, and the copy stalls (see decide).
+	err = l.decide(ctx, key, 1, false, &d)
+	return d, err
 }
 
 // AllowN reports whether key may make a request of cost n now, and consumes
@@ -226,14 +233,16 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 //
 // When the store fails, AllowN returns the store's error together with the
 // decision the failure policy prescribes.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int) (Decision, error) {
-	return l.decide(ctx, key, n, false)
+func (l *Limiter) AllowN(ctx context.Context, key string, n int) (d Decision, err error) {
+	err = l.decide(ctx, key, n, false, &d)
+	return d, err
 }
 
 // Peek reports whether key could make one request now, and what remains,
 // without consuming anything.
-func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
-	return l.decide(ctx, key, 1, true)
+func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) {
+	err = l.decide(ctx, key, 1, true, &d)
+	return d, err
 }
 
 // Reset forgets key's state, as if it had never made a request.
@@ -263,8 +272,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // ctx's error when ctx ends while waiting.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error) {
 	for {
-		d, err := l.decide(ctx, key, n, false)
-		if err != nil {
+		var d Decision
+		if err := l.decide(ctx, key, n, false, &d); err != nil {
 			return d, err
 		}
 		wait := d.RetryAfter
@@ -291,49 +300,69 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error
 	}
 }
 
-func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool) (Decision, error) {
+// decide makes the decision for a request of cost n on key and writes it to
+// d. (The decision travels by pointer: a Decision has too many fields for
+// the compiler to pass it in registers between functions, and every copy
+// of one on the hot path costs more than the field-by-field writes.)
+func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool, d *Decision) (err error) {
 	if err := checkKey(key); err != nil {
-		return Decision{}, err
+		return err
 	}
 	cost := int64(n)
 	if cost < 1 || cost > l.maxCost {
-		return Decision{}, fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, l.maxCost, l.alg.Name())
+		return fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, l.maxCost, l.alg.Name())
 	}
-	now := l.clock.Now().UnixMicro()
+	now := l.now()
 	if now < 0 || now > algorithms.MaxExact/2 {
-		return Decision{}, fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
+		return fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
 	}
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 	if l.guard != nil {
-		return l.guarded(ctx, k, req)
+		*d, err = l.guarded(ctx, k, req)
+		return err
 	}
-	d, err := l.fromStore(ctx, k, req)
-	if err != nil {
-		return l.failed(err)
+	if err := l.fromStoreInto(ctx, k, req, d); err != nil {
+		*d, err = l.failed(err)
+		return err
 	}
-	return d, nil
+	return nil
+}
+
+// now reads the limiter's clock in microseconds since the Unix epoch.
+func (l *Limiter) now() int64 {
+	if l.systemClock {
+		return clock.UnixMicro()
+	}
+	return l.clock.Now().UnixMicro()
 }
 
 // fromStore asks the store for a decision: through its Decider when it has
 // one for the algorithm, through Update otherwise. It returns the store's
 // error as it is.
-func (l *Limiter) fromStore(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
+func (l *Limiter) fromStore(ctx context.Context, k Key, req algorithms.Request) (d Decision, err error) {
+	err = l.fromStoreInto(ctx, k, req, &d)
+	return d, err
+}
+
+// fromStoreInto is fromStore writing the decision to d; d is unchanged
+// when it returns an error.
+func (l *Limiter) fromStoreInto(ctx context.Context, k Key, req algorithms.Request, d *Decision) error {
 	if l.decider != nil && !l.noServerForm.Load() {
-		d, err := l.decider.Decide(ctx, k, l.alg, req)
+		err := d.set(l.decider.Decide(ctx, k, l.alg, req))
 		if err == nil {
-			return convert(d), nil
+			return nil
 		}
 		if !errors.Is(err, ErrUnsupported) {
-			return Decision{}, err
+			return err
 		}
 		l.noServerForm.Store(true)
 	}
-	return l.update(ctx, k, req)
+	return l.update(ctx, k, req, d)
 }
 
 // update runs the algorithm through the store's atomic Update.
-func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
+func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request, d *Decision) error {
 	var step algorithms.Step
 	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
 		r := req
@@ -346,9 +375,9 @@ func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request) (De
 		return step.Next, step.TTL, nil
 	})
 	if err != nil {
-		return Decision{}, err
+		return err
 	}
-	return convert(step.Decision), nil
+	return d.set(step.Decision, nil)
 }
 
 // failed returns the decision the failure policy prescribes for err.
@@ -360,16 +389,25 @@ func (l *Limiter) failed(err error) (Decision, error) {
 	return d, err
 }
 
-func convert(d algorithms.Decision) Decision {
-	return Decision{
-		Allowed:    d.Allowed,
-		Limit:      int(d.Limit),
-		Remaining:  int(d.Remaining),
-		RetryAfter: time.Duration(d.RetryAfter) * time.Microsecond,
-		ResetAfter: time.Duration(d.ResetAfter) * time.Microsecond,
-		Delay:      time.Duration(d.Delay) * time.Microsecond,
-		Source:     SourceStore,
+// set makes d the store's Decision for the algorithm's decision a, unless
+// err is set, and returns err. It is not inlined so that a and err arrive
+// in registers and are read field by field: a Decision has too many fields
+// for the compiler to keep in registers, and the copy it makes of a struct
+// written field by field costs a stall on the hot path.
+//
+//go:noinline
+func (d *Decision) set(a algorithms.Decision, err error) error {
+	if err != nil {
+		return err
 	}
+	d.Allowed = a.Allowed
+	d.Limit = int(a.Limit)
+	d.Remaining = int(a.Remaining)
+	d.RetryAfter = time.Duration(a.RetryAfter) * time.Microsecond
+	d.ResetAfter = time.Duration(a.ResetAfter) * time.Microsecond
+	d.Delay = time.Duration(a.Delay) * time.Microsecond
+	d.Source = SourceStore
+	return nil
 }
 
 func checkKey(key string) error {

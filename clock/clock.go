@@ -4,6 +4,7 @@ package clock
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -24,6 +25,49 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time                         { return time.Now() }
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// resync is how often UnixMicro re-reads the wall clock.
+const resync = 10 * time.Millisecond
+
+// The system clock as UnixMicro reads it: the wall clock in nanoseconds is
+// the monotonic time since start plus offset, which was measured from one
+// time.Now reading (both clocks at the same instant) at synced, a monotonic
+// time since start.
+var (
+	start          = time.Now()
+	offset, synced atomic.Int64
+)
+
+func init() { resyncWall() }
+
+// resyncWall re-reads the wall clock and returns it in nanoseconds since the
+// Unix epoch.
+func resyncWall() int64 {
+	t := time.Now()
+	mono := int64(t.Sub(start)) // both monotonic: the same instant
+	wall := t.UnixNano()
+	offset.Store(wall - mono)
+	synced.Store(mono)
+	return wall
+}
+
+// UnixMicro returns the system clock's time in microseconds since the Unix
+// epoch, what System.Now().UnixMicro() returns, for about half the cost:
+// time.Now reads two clocks, the wall clock and the monotonic one, and
+// UnixMicro reads only the monotonic clock and adds the wall clock's offset
+// from it, measured again every 10 ms. The two clocks advance together
+// (both follow NTP's adjustments), so the result is time.Now's to within a
+// microsecond (time.Now reads the two clocks some nanoseconds apart, which
+// the offset inherits, and both round down to the microsecond), except
+// after a step of the wall clock (set by hand, or after a suspend), for at
+// most 10 ms. A Limiter whose clock is System reads its time here.
+func UnixMicro() int64 {
+	mono := int64(time.Since(start))
+	if mono-synced.Load() >= int64(resync) {
+		return resyncWall() / 1e3
+	}
+	return (mono + offset.Load()) / 1e3
+}
 
 // Fake is a Clock that moves only when told to. Its zero value is not
 // usable; create one with NewFake. It is safe for concurrent use.

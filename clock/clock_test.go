@@ -2,6 +2,7 @@ package clock_test
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/clock"
@@ -56,4 +57,35 @@ func TestSystem(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("System.After(1ms) did not fire")
 	}
+}
+
+// TestUnixMicroFollowsTimeNow checks that UnixMicro reads the system clock:
+// each reading lies between two time.Now readings taken around it, give or
+// take the microsecond that rounding allows (time.Now reads the wall and the
+// monotonic clock some nanoseconds apart, so the offset between them that
+// UnixMicro keeps is exact only to within those nanoseconds).
+func TestUnixMicroFollowsTimeNow(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond) // several resyncs
+	for n := 0; time.Now().Before(deadline) || n < 1000; n++ {
+		before := time.Now().UnixMicro()
+		got := clock.UnixMicro()
+		after := time.Now().UnixMicro()
+		if got < before-1 || got > after+1 {
+			t.Fatalf("UnixMicro() = %d, want between time.Now readings %d and %d", got, before, after)
+		}
+	}
+}
+
+// TestUnixMicroInSynctestBubble checks that UnixMicro follows a
+// testing/synctest bubble's fake clock, as time.Now does there (to within
+// the microsecond of TestUnixMicroFollowsTimeNow).
+func TestUnixMicroInSynctestBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for range 3 {
+			if got, want := clock.UnixMicro(), time.Now().UnixMicro(); got < want-1 || got > want+1 {
+				t.Fatalf("UnixMicro() = %d in a bubble, want time.Now's %d ± 1", got, want)
+			}
+			time.Sleep(time.Hour)
+		}
+	})
 }

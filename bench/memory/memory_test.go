@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	sethvargo "github.com/sethvargo/go-limiter"
+	"github.com/sethvargo/go-limiter/memorystore"
+	ulule "github.com/ulule/limiter/v3"
+	ulmemory "github.com/ulule/limiter/v3/drivers/store/memory"
 	"golang.org/x/time/rate"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -39,6 +43,12 @@ type mode struct {
 	// limit and burst configure the rate.Limiters compared with them.
 	limit rate.Limit
 	burst int
+	// tokens per interval configure the peers whose only policy is a
+	// number of requests per interval: sethvargo/go-limiter's memorystore
+	// (a token bucket refilled in whole intervals) and ulule/limiter's
+	// memory store (a fixed window).
+	tokens   int64
+	interval time.Duration
 }
 
 var modes = []mode{
@@ -58,8 +68,10 @@ var modes = []mode{
 			algorithms.LeakyBucket(1, time.Second, 1e9),
 			algorithms.GCRA(1, time.Second, 1e9),
 		},
-		limit: 1,
-		burst: 1e9,
+		limit:    1,
+		burst:    1e9,
+		tokens:   1e9,
+		interval: time.Hour,
 	},
 	{
 		name: "deny",
@@ -71,28 +83,96 @@ var modes = []mode{
 			algorithms.LeakyBucket(1, time.Hour, 1),
 			algorithms.GCRA(1, time.Hour, 1),
 		},
-		limit: rate.Every(time.Hour),
-		burst: 1,
+		limit:    rate.Every(time.Hour),
+		burst:    1,
+		tokens:   1,
+		interval: time.Hour,
 	},
 }
 
+// A peer is another library's in-memory limiter, given a mode's policy:
+// start returns its decision for a key and a function that releases it.
+type peer struct {
+	name  string
+	start func(b *testing.B, m mode) (allow func(key string), stop func())
+}
+
+// xTimeRate is one rate.Limiter for every key: the hot-key baseline.
+var xTimeRate = peer{"x-time-rate", func(b *testing.B, m mode) (func(string), func()) {
+	lim := rate.NewLimiter(m.limit, m.burst)
+	return func(string) { lim.Allow() }, func() {}
+}}
+
+// xTimeRateSyncMap and xTimeRateMutexMap keep one rate.Limiter per key, the
+// two ways users do: in a sync.Map (Load, LoadOrStore on a miss) and in a
+// map under one sync.Mutex.
+var xTimeRateSyncMap = peer{"x-time-rate-syncmap", func(b *testing.B, m mode) (func(string), func()) {
+	var limiters sync.Map
+	return func(key string) {
+		v, ok := limiters.Load(key)
+		if !ok {
+			v, _ = limiters.LoadOrStore(key, rate.NewLimiter(m.limit, m.burst))
+		}
+		v.(*rate.Limiter).Allow()
+	}, func() {}
+}}
+
+var xTimeRateMutexMap = peer{"x-time-rate-mutexmap", func(b *testing.B, m mode) (func(string), func()) {
+	var mu sync.Mutex
+	limiters := make(map[string]*rate.Limiter)
+	return func(key string) {
+		mu.Lock()
+		lim := limiters[key]
+		if lim == nil {
+			lim = rate.NewLimiter(m.limit, m.burst)
+			limiters[key] = lim
+		}
+		mu.Unlock()
+		lim.Allow()
+	}, func() {}
+}}
+
+// sethvargoMemory is github.com/sethvargo/go-limiter's memorystore, the
+// fastest in-memory peer: a map under a RWMutex, a mutex per key.
+var sethvargoMemory = peer{"sethvargo", func(b *testing.B, m mode) (func(string), func()) {
+	store, err := memorystore.New(&memorystore.Config{Tokens: uint64(m.tokens), Interval: m.interval})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var _ sethvargo.Store = store
+	ctx := context.Background()
+	return func(key string) { store.Take(ctx, key) }, func() { store.Close(ctx) }
+}}
+
+// ululeMemory is github.com/ulule/limiter's memory store, a fixed window.
+var ululeMemory = peer{"ulule", func(b *testing.B, m mode) (func(string), func()) {
+	lim := ulule.New(ulmemory.NewStore(), ulule.Rate{Period: m.interval, Limit: m.tokens})
+	ctx := context.Background()
+	return func(key string) { lim.Get(ctx, key) }, func() {}
+}}
+
 // BenchmarkHotKey is every goroutine calling Allow on one key: each SDK
-// algorithm on the memory store (sdk), right after one rate.Limiter
-// (x-time-rate) with the same policy, so that the two sides of each
-// comparison are measured seconds apart.
+// algorithm on the memory store (sdk), right after each peer (a single
+// rate.Limiter, sethvargo/go-limiter, ulule/limiter) with the same policy,
+// so that the sides of each comparison are measured seconds apart in one
+// process.
 func BenchmarkHotKey(b *testing.B) {
+	peers := []peer{xTimeRate, sethvargoMemory, ululeMemory}
 	for _, m := range modes {
 		for _, alg := range m.algs {
 			b.Run(m.name+"/"+alg.Name(), func(b *testing.B) {
-				b.Run("x-time-rate", func(b *testing.B) {
-					lim := rate.NewLimiter(m.limit, m.burst)
-					lim.Allow()
-					parallel(b, func(pb *testing.PB) {
-						for pb.Next() {
-							lim.Allow()
-						}
+				for _, p := range peers {
+					b.Run(p.name, func(b *testing.B) {
+						allow, stop := p.start(b, m)
+						defer stop()
+						allow("hot")
+						parallel(b, func(pb *testing.PB) {
+							for pb.Next() {
+								allow("hot")
+							}
+						})
 					})
-				})
+				}
 				b.Run("sdk", func(b *testing.B) {
 					lim := newLimiter(b, alg)
 					ctx := context.Background()
@@ -112,39 +192,21 @@ func BenchmarkHotKey(b *testing.B) {
 
 // BenchmarkManyKeys spreads calls over 100,000 warmed keys, each goroutine
 // walking the keys from its own offset: each SDK algorithm on the memory
-// store (sdk), right after rate.Limiters with the same policy in a sync.Map
-// and in a mutex-guarded map, the two ways users keep one rate.Limiter per
-// key.
+// store (sdk), right after the peers with the same policy: rate.Limiters in
+// a sync.Map and in a mutex-guarded map (the two ways users keep one
+// rate.Limiter per key), sethvargo/go-limiter and ulule/limiter.
 func BenchmarkManyKeys(b *testing.B) {
+	peers := []peer{xTimeRateSyncMap, xTimeRateMutexMap, sethvargoMemory, ululeMemory}
 	for _, m := range modes {
 		for _, alg := range m.algs {
 			b.Run(m.name+"/"+alg.Name(), func(b *testing.B) {
-				b.Run("x-time-rate-syncmap", func(b *testing.B) {
-					var limiters sync.Map
-					allow := func(key string) bool {
-						v, ok := limiters.Load(key)
-						if !ok {
-							v, _ = limiters.LoadOrStore(key, rate.NewLimiter(m.limit, m.burst))
-						}
-						return v.(*rate.Limiter).Allow()
-					}
-					walk(b, func(key string) { allow(key) })
-				})
-				b.Run("x-time-rate-mutexmap", func(b *testing.B) {
-					var mu sync.Mutex
-					limiters := make(map[string]*rate.Limiter)
-					allow := func(key string) bool {
-						mu.Lock()
-						lim := limiters[key]
-						if lim == nil {
-							lim = rate.NewLimiter(m.limit, m.burst)
-							limiters[key] = lim
-						}
-						mu.Unlock()
-						return lim.Allow()
-					}
-					walk(b, func(key string) { allow(key) })
-				})
+				for _, p := range peers {
+					b.Run(p.name, func(b *testing.B) {
+						allow, stop := p.start(b, m)
+						defer stop()
+						walk(b, allow)
+					})
+				}
 				b.Run("sdk", func(b *testing.B) {
 					lim := newLimiter(b, alg)
 					ctx := context.Background()

@@ -14,6 +14,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/throttled/throttled/v2"
 	"github.com/throttled/throttled/v2/store/goredisstore.v9"
+	ulule "github.com/ulule/limiter/v3"
+	ululeredis "github.com/ulule/limiter/v3/drivers/store/redis"
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -155,12 +157,37 @@ var redisContenders = []contender{
 			return err
 		}
 	}},
+	{"ulule", func(tb testing.TB, p string) decideFunc {
+		st, err := ululeredis.NewStoreWithOptions(goredisClient(tb), ulule.StoreOptions{Prefix: p})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		lim := ulule.New(st, ulule.Rate{Period: time.Hour, Limit: rate * 3600})
+		return func(ctx context.Context, key string) error {
+			_, err := lim.Get(ctx, key)
+			return err
+		}
+	}},
+	{"incr-pexpire", func(tb testing.TB, p string) decideFunc {
+		c := goredisClient(tb)
+		return func(ctx context.Context, key string) error {
+			return goredisIncrScript.Run(ctx, c, []string{p + ":" + key}, 60000).Err()
+		}
+	}},
 }
 
-// incrScript is the simplest possible one-script round trip.
-var incrScript = vk.NewLuaScript(`local v = redis.call('INCR', KEYS[1])
+// incrSource is the simplest possible one-script round trip: a fixed-window
+// counter with no limit check, the floor of what a decision can cost.
+const incrSource = `local v = redis.call('INCR', KEYS[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return v`)
+return v`
+
+// incrScript and goredisIncrScript run it by SHA through valkey-go and
+// go-redis.
+var (
+	incrScript        = vk.NewLuaScript(incrSource)
+	goredisIncrScript = goredis.NewScript(incrSource)
+)
 
 var valkeyContenders = []contender{
 	{"sdk-gcra", func(tb testing.TB, p string) decideFunc {
@@ -260,7 +287,8 @@ func bench(b *testing.B, cs []contender) {
 }
 
 // BenchmarkRedis compares store/redis (GCRA and token bucket) with
-// redis_rate and throttled on one go-redis client.
+// redis_rate, throttled, ulule/limiter's Redis store and the INCR+PEXPIRE
+// script on one go-redis client.
 func BenchmarkRedis(b *testing.B) { bench(b, redisContenders) }
 
 // BenchmarkValkey compares store/valkey with a bare INCR+PEXPIRE script on

@@ -72,3 +72,24 @@ func TestHashCollisions(t *testing.T) {
 		t.Error("an empty chain is left in the index")
 	}
 }
+
+// TestEntryLayout checks the entry's size (a size class of its own, as its
+// doc says) and that a short ID is copied into the entry and a long one
+// into memory of its own, neither sharing the caller's bytes.
+func TestEntryLayout(t *testing.T) {
+	if got := unsafe.Sizeof(entry{}); got != 112 {
+		t.Errorf("an entry takes %d bytes, want 112", got)
+	}
+	for _, id := range []string{"k", "0123456789abcdef", "0123456789abcdefg"} {
+		buf := []byte(id)
+		key := ratelimit.Key{Namespace: "n:gcra", ID: string(buf)}
+		e := newEntry(key)
+		inside := unsafe.StringData(e.key.ID) == &e.id[0]
+		if want := len(id) <= inlineID; inside != want {
+			t.Errorf("ID %q held inside its entry: %v, want %v", id, inside, want)
+		}
+		if e.key != key || unsafe.StringData(e.key.ID) == unsafe.StringData(key.ID) {
+			t.Errorf("entry key %+v for %+v: want an equal key holding its own copy", e.key, key)
+		}
+	}
+}

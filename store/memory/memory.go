@@ -5,7 +5,8 @@
 // with no allocation per decision on a key it already holds. Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts the state closest to expiring when reached.
-// Each key costs about 150 bytes; a sliding log holding more than one
+// Each key costs about 136 to 150 bytes when its ID is at most 16 bytes
+// long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
 // of up to as much again. A sliding log is decided where it is stored
 // (algorithms.InPlaceDecider): a decision neither copies nor allocates,
@@ -20,6 +21,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"unsafe"
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -40,6 +42,9 @@ const (
 	// maxScratch is the largest state a shard keeps a reusable copy
 	// buffer for; larger states are copied into a fresh allocation.
 	maxScratch = 1024
+	// inlineID is the longest key ID kept inside its entry; longer IDs
+	// are copied into an allocation of their own.
+	inlineID = 16
 )
 
 // Option configures a Store.
@@ -107,13 +112,30 @@ type shard struct {
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
-// the entry itself, so a decision on a held key allocates nothing.
+// the entry itself, so a decision on a held key allocates nothing; so do
+// IDs of up to inlineID bytes, so that finding a key among many reads one
+// object, not the entry and then its ID's bytes elsewhere in memory. The
+// fields a decision reads come first. An entry takes 112 bytes, a size
+// class of its own, and is never copied (key.ID may point into it).
 type entry struct {
-	key     ratelimit.Key
 	next    *entry
 	expires int64 // microseconds since the epoch
 	state   []byte
 	inline  [inlineState]byte
+	key     ratelimit.Key
+	id      [inlineID]byte
+}
+
+// newEntry returns an entry for key holding its own copy of key.ID.
+func newEntry(key ratelimit.Key) *entry {
+	e := &entry{key: ratelimit.Key{Namespace: key.Namespace}}
+	if n := len(key.ID); n <= inlineID {
+		copy(e.id[:], key.ID)
+		e.key.ID = unsafe.String(&e.id[0], n)
+	} else {
+		e.key.ID = strings.Clone(key.ID)
+	}
+	return e
 }
 
 // New returns an empty store.
@@ -168,22 +190,24 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
+	sh.now = max(sh.now, req.Now)
+	e := sh.get(h, key)
 	var (
-		e    *entry
 		cur  []byte
 		step algorithms.Step
 		err  error
+		ip   algorithms.InPlaceDecider
 	)
-	ip, inPlace := alg.(algorithms.InPlaceDecider)
-	if inPlace {
-		e = sh.get(h, key)
-		inPlace = e == nil || len(e.state) > inlineState
+	// Only a large state (a sliding log) is decided in place: an inline
+	// one, every other built-in's, is cheaper to copy than to ask alg.
+	inPlace := false
+	if e == nil || len(e.state) > inlineState {
+		ip, inPlace = alg.(algorithms.InPlaceDecider)
 	}
 	if inPlace {
 		// A large state (a sliding log) is decided where it is stored,
 		// not copied first; an expired one is passed empty, to reuse its
 		// buffer.
-		sh.now = max(sh.now, req.Now)
 		if e != nil {
 			cur = e.state
 			if e.expires <= req.Now {
@@ -192,7 +216,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		}
 		step, err = ip.DecideInPlace(cur, req)
 	} else {
-		e, cur = sh.current(h, key, req.Now)
+		cur = sh.copyState(e, req.Now)
 		step, err = alg.Decide(cur, req)
 	}
 	if err != nil {
@@ -240,18 +264,24 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte) {
 	sh.now = max(sh.now, now)
 	e := sh.get(h, key)
+	return e, sh.copyState(e, now)
+}
+
+// copyState returns a copy of e's state for an algorithm to decide on: nil
+// when e is nil or its state has expired by now. The caller holds sh.mu.
+func (sh *shard) copyState(e *entry, now int64) []byte {
 	if e == nil || e.expires <= now {
-		return e, nil
+		return nil
 	}
 	switch n := len(e.state); {
 	case n <= inlineState:
 		sh.buf = e.inline // one fixed-size move
-		return e, sh.buf[:n]
+		return sh.buf[:n]
 	case n <= maxScratch:
 		sh.scratch = append(sh.scratch[:0], e.state...)
-		return e, sh.scratch
+		return sh.scratch
 	default:
-		return e, append([]byte(nil), e.state...)
+		return append([]byte(nil), e.state...)
 	}
 }
 
@@ -264,7 +294,7 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 	}
 	if e == nil {
 		s.makeRoom(sh)
-		e = &entry{key: ratelimit.Key{Namespace: key.Namespace, ID: strings.Clone(key.ID)}}
+		e = newEntry(key)
 		sh.add(h, e)
 	}
 	switch {
