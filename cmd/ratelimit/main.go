@@ -4,12 +4,15 @@
 // requests each one admitted: a timeline in the terminal, a summary table,
 // and on request an SVG picture and an HTML page. Its serve subcommand is a
 // demo HTTP service: one rate-limited endpoint per algorithm, through the
-// httplimit middleware, and the comparison as a web page.
+// httplimit middleware, and the comparison as a web page. Its move
+// subcommand copies rate-limit state from one store to another
+// (docs/moving-state.md).
 //
 // Usage:
 //
 //	ratelimit compare [flags]
 //	ratelimit serve [flags]
+//	ratelimit move -from STORE -to STORE [flags]
 //	ratelimit help
 //
 // Run "ratelimit help" for the flags and examples.
@@ -48,6 +51,8 @@ func run(args []string, stdout, stderr io.Writer, getenv func(string) string) in
 		return runCompare(args[1:], stdout, stderr, getenv)
 	case "serve":
 		return runServe(args[1:], stdout, stderr, getenv)
+	case "move":
+		return runMove(args[1:], stdout, stderr, getenv)
 	default:
 		fmt.Fprintf(stderr, "ratelimit: unknown command %q\nrun 'ratelimit help' for usage\n", args[0])
 		return exitUsage
@@ -148,6 +153,7 @@ is the same on every run.
 Usage:
   ratelimit compare [flags]
   ratelimit serve [flags]
+  ratelimit move -from STORE -to STORE [flags]   (see 'ratelimit move -h')
   ratelimit help
 
 From a clone of the repository: go run ./cmd/ratelimit compare [flags]

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store/dynamo"
+	"github.com/ratelimitkit/ratelimit/store/postgres"
+	"github.com/ratelimitkit/ratelimit/store/redis"
+	"github.com/ratelimitkit/ratelimit/store/valkey"
+)
+
+const moveUsage = `ratelimit move copies rate-limit state from one store to another, so that
+every key keeps its quota: memory (through a state file) to Redis, Redis to
+PostgreSQL, and so on. docs/moving-state.md has the details.
+
+Usage:
+  ratelimit move -from STORE -to STORE [flags]
+
+Stores:
+  file:PATH                         a state file (a memory store's snapshot);
+                                    as -to, written afresh
+  redis://[user:pass@]HOST:PORT[/DB][?prefix=P]
+  redis+cluster://HOST:PORT,HOST:PORT,...[?prefix=P]
+  valkey://HOST:PORT[?prefix=P]     (a cluster is discovered)
+  postgres://...[&table=T]          any pgx URL; table (default ratelimit)
+  dynamodb://HOST:PORT?table=T[&prefix=P]     endpoint over http
+  dynamodb+https://HOST?table=T[&prefix=P]    endpoint over https
+                                    (credentials and region from
+                                    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+                                    AWS_SESSION_TOKEN, AWS_REGION)
+
+Flags:
+  -from STORE         where the state is now
+  -to STORE           where it goes
+  -namespace NS       move only the keys of one limiter, "<name>:<algorithm>"
+                      (default: every key the source store holds)
+  -dry-run            count the live keys of the source, write nothing
+  -progress D         how often to report progress (default 1s; 0: never)
+  -request-clock      decide expiry by this machine's clock instead of the
+                      servers' (Redis, Valkey, PostgreSQL)
+
+A key the destination already holds live state for keeps it: that state is
+newer (an earlier run of the same move, or decisions made since), so running
+a move again after an interruption is safe and loses no admission.
+`
+
+// moveConfig is the parsed command line of move.
+type moveConfig struct {
+	from, to     string
+	namespace    string
+	dryRun       bool
+	progress     time.Duration
+	requestClock bool
+}
+
+func parseMoveFlags(args []string) (moveConfig, error) {
+	var cfg moveConfig
+	fs := flag.NewFlagSet("move", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&cfg.from, "from", "", "")
+	fs.StringVar(&cfg.to, "to", "", "")
+	fs.StringVar(&cfg.namespace, "namespace", "", "")
+	fs.BoolVar(&cfg.dryRun, "dry-run", false, "")
+	fs.DurationVar(&cfg.progress, "progress", time.Second, "")
+	fs.BoolVar(&cfg.requestClock, "request-clock", false, "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, errHelp
+		}
+		return cfg, fmt.Errorf("ratelimit move: %w", err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return cfg, fmt.Errorf("ratelimit move: unexpected argument %q", fs.Arg(0))
+	case cfg.from == "":
+		return cfg, errors.New("ratelimit move: -from is required")
+	case cfg.to == "" && !cfg.dryRun:
+		return cfg, errors.New("ratelimit move: -to is required (or -dry-run)")
+	case cfg.progress < 0:
+		return cfg, fmt.Errorf("ratelimit move: -progress %v must not be negative", cfg.progress)
+	}
+	if cfg.namespace != "" {
+		name, alg, ok := strings.Cut(cfg.namespace, ":")
+		if !ok || name == "" || alg == "" || strings.ContainsAny(alg, ":{}") {
+			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>", cfg.namespace)
+		}
+	}
+	return cfg, nil
+}
+
+// runMove is the move subcommand.
+func runMove(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	cfg, err := parseMoveFlags(args)
+	if errors.Is(err, errHelp) {
+		fmt.Fprint(stdout, moveUsage)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\nrun 'ratelimit move -h' for usage\n", err)
+		return exitUsage
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := move(ctx, cfg, stdout, stderr, getenv); err != nil {
+		fmt.Fprintf(stderr, "ratelimit move: %v\n", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			return exitUsage
+		}
+		return exitError
+	}
+	return exitOK
+}
+
+// usageError marks a store URL the command cannot use.
+type usageError struct{ error }
+
+// moveStats counts a move's progress.
+type moveStats struct {
+	read, written, kept int
+}
+
+// move runs one move (or count, with dryRun).
+func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv func(string) string) error {
+	src, err := openEnd(ctx, cfg.from, false, cfg.requestClock, getenv)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	var dst *end
+	if !cfg.dryRun {
+		if dst, err = openEnd(ctx, cfg.to, true, cfg.requestClock, getenv); err != nil {
+			return err
+		}
+		defer dst.close()
+	}
+	var st moveStats
+	start := time.Now()
+	last := start
+	report := func(final bool) {
+		if cfg.progress == 0 && !final {
+			return
+		}
+		if !final && time.Since(last) < cfg.progress {
+			return
+		}
+		last = time.Now()
+		w := stderr
+		if final {
+			w = stdout
+		}
+		switch {
+		case cfg.dryRun:
+			fmt.Fprintf(w, "%d live keys in %s (%v)\n", st.read, cfg.from, time.Since(start).Round(time.Millisecond))
+		default:
+			fmt.Fprintf(w, "%d keys read, %d written, %d kept in the destination as newer (%v)\n",
+				st.read, st.written, st.kept, time.Since(start).Round(time.Millisecond))
+		}
+	}
+	err = src.each(ctx, cfg.namespace, func(e ratelimit.Entry) error {
+		st.read++
+		if !cfg.dryRun {
+			wrote, err := dst.put(ctx, e)
+			if err != nil {
+				return err
+			}
+			if wrote {
+				st.written++
+			} else {
+				st.kept++
+			}
+		}
+		report(false)
+		return nil
+	})
+	if err == nil && dst != nil {
+		err = dst.finish()
+	}
+	report(true)
+	return err
+}
+
+// end is one side of a move: a store or a state file.
+type end struct {
+	store ratelimit.Store
+	path  string // a state file
+	w     *ratelimit.EntryWriter
+	f     *os.File
+	close func()
+}
+
+func (e *end) each(ctx context.Context, ns string, fn func(ratelimit.Entry) error) error {
+	if e.store != nil {
+		return ratelimit.Export(ctx, e.store, ns, time.Now().UnixMicro(), fn)
+	}
+	now := time.Now().UnixMicro()
+	return ratelimit.ReadEntries(e.f, func(en ratelimit.Entry) error {
+		if (ns != "" && en.Key.Namespace != ns) || en.Expires <= now {
+			return nil
+		}
+		return fn(en)
+	})
+}
+
+func (e *end) put(ctx context.Context, en ratelimit.Entry) (bool, error) {
+	if e.store != nil {
+		return ratelimit.Import(ctx, e.store, ratelimit.AlgorithmOf(en.Key.Namespace), en, time.Now().UnixMicro())
+	}
+	return true, e.w.Write(en)
+}
+
+func (e *end) finish() error {
+	if e.w == nil {
+		return nil
+	}
+	if err := e.w.Flush(); err != nil {
+		return err
+	}
+	if err := e.f.Sync(); err != nil {
+		return err
+	}
+	return nil
+}
+
+// openEnd opens the store (or state file) that raw names, for reading or,
+// when dst, for writing.
+func openEnd(ctx context.Context, raw string, dst, requestClock bool, getenv func(string) string) (*end, error) {
+	if path, ok := strings.CutPrefix(raw, "file:"); ok {
+		if path == "" {
+			return nil, usageError{fmt.Errorf("%q names no file", raw)}
+		}
+		var f *os.File
+		var err error
+		if dst {
+			f, err = os.Create(path)
+		} else {
+			f, err = os.Open(path)
+		}
+		if err != nil {
+			return nil, err
+		}
+		e := &end{path: path, f: f, close: func() { f.Close() }}
+		if dst {
+			e.w = ratelimit.NewEntryWriter(f)
+		}
+		return e, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
+	}
+	q := u.Query()
+	take := func(name string) string {
+		v := q.Get(name)
+		q.Del(name)
+		u.RawQuery = q.Encode()
+		return v
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "redis+cluster":
+		prefix := take("prefix")
+		opts := []redis.Option{redis.WithServerClock(!requestClock)}
+		if prefix != "" {
+			opts = append(opts, redis.WithPrefix(prefix))
+		}
+		var c goredis.UniversalClient
+		if u.Scheme == "redis+cluster" {
+			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(u.Host, ",")})
+		} else {
+			o, err := goredis.ParseURL(u.String())
+			if err != nil {
+				return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
+			}
+			c = goredis.NewClient(o)
+		}
+		s, err := redis.New(c, opts...)
+		if err != nil {
+			c.Close()
+			return nil, usageError{err}
+		}
+		if err := c.Ping(ctx).Err(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("store %q: %w", raw, err)
+		}
+		return &end{store: s, close: func() { c.Close() }}, nil
+	case "valkey", "valkeys":
+		prefix := take("prefix")
+		opts := []valkey.Option{valkey.WithServerClock(!requestClock)}
+		if prefix != "" {
+			opts = append(opts, valkey.WithPrefix(prefix))
+		}
+		o, err := vk.ParseURL(strings.Replace(u.String(), "valkey", "redis", 1))
+		if err != nil {
+			return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
+		}
+		c, err := vk.NewClient(o)
+		if err != nil {
+			return nil, fmt.Errorf("store %q: %w", raw, err)
+		}
+		s, err := valkey.New(c, opts...)
+		if err != nil {
+			c.Close()
+			return nil, usageError{err}
+		}
+		return &end{store: s, close: c.Close}, nil
+	case "postgres", "postgresql":
+		table := take("table")
+		opts := []postgres.Option{}
+		if table != "" {
+			opts = append(opts, postgres.WithTable(table))
+		}
+		if requestClock {
+			opts = append(opts, postgres.WithRequestClock())
+		}
+		pool, err := pgxpool.New(ctx, u.String())
+		if err != nil {
+			return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
+		}
+		s, err := postgres.New(pool, opts...)
+		if err != nil {
+			pool.Close()
+			return nil, usageError{err}
+		}
+		if dst {
+			// The destination may be new: create its table (Migrate is
+			// idempotent).
+			if err := s.Migrate(ctx); err != nil {
+				pool.Close()
+				return nil, err
+			}
+		}
+		return &end{store: s, close: pool.Close}, nil
+	case "dynamodb", "dynamodb+https":
+		table, prefix := take("table"), take("prefix")
+		if table == "" {
+			return nil, usageError{fmt.Errorf("store %q: a table is required (?table=NAME)", raw)}
+		}
+		endpoint := "http://" + u.Host
+		if u.Scheme == "dynamodb+https" {
+			endpoint = "https://" + u.Host
+		}
+		region := getenv("AWS_REGION")
+		if region == "" {
+			region = "us-east-1"
+		}
+		cfg := aws.Config{
+			Region:      region,
+			Credentials: credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN")),
+		}
+		client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+		opts := []dynamo.Option{dynamo.WithTable(table)}
+		if prefix != "" {
+			opts = append(opts, dynamo.WithKeyPrefix(prefix))
+		}
+		s, err := dynamo.New(client, opts...)
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return &end{store: s, close: func() {}}, nil
+	default:
+		return nil, usageError{fmt.Errorf("store %q: unknown kind %q (want file:, redis://, redis+cluster://, valkey://, postgres:// or dynamodb://)", raw, u.Scheme)}
+	}
+}

@@ -1,0 +1,290 @@
+package redisengine
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// Scanner is implemented by Backends that can enumerate keys: SCAN on a
+// standalone server, and on every master of a cluster (each key is held
+// by one master, so each is seen once). Scan calls fn with batches of key
+// names matching the glob pattern match; fn may be called from several
+// goroutines at once, one per master, and may run commands on the Backend.
+// A Backend whose client cannot reach every master returns an error
+// wrapping ratelimit.ErrUnsupported.
+type Scanner interface {
+	Scan(ctx context.Context, match string, fn func(keys []string) error) error
+}
+
+// ScanBatch is the COUNT hint of every SCAN.
+const ScanBatch = 1000
+
+// globEscape escapes the glob characters of a SCAN pattern.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// parseStateKey is the inverse of StateKey for a key name under prefix,
+// with or without UpdateSuffix.
+func parseStateKey(prefix, name string) (key ratelimit.Key, update, ok bool) {
+	rest, ok := strings.CutPrefix(name, prefix+":{")
+	if !ok {
+		return key, false, false
+	}
+	if r, found := strings.CutSuffix(rest, "}"+UpdateSuffix); found {
+		rest, update = r, true
+	} else if r, found := strings.CutSuffix(rest, "}"); found {
+		rest = r
+	} else {
+		return key, false, false
+	}
+	i := strings.IndexByte(rest, ':')
+	if i < 0 {
+		return key, false, false
+	}
+	j := strings.IndexByte(rest[i+1:], ':')
+	if j < 0 {
+		return key, false, false
+	}
+	ns, id := rest[:i+1+j], rest[i+2+j:]
+	if strings.IndexByte(id, '%') >= 0 {
+		id = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%").Replace(id)
+	}
+	return ratelimit.Key{Namespace: ns, ID: id}, update, true
+}
+
+// timeScript replies with the server's TIME.
+var timeScript = NewScript("time", `return redis.call('TIME')`, 0)
+
+// clock returns now, or the server's time when the engine reads it.
+func (e *Engine) clock(ctx context.Context, now int64) (int64, error) {
+	if !e.serverClock {
+		return now, nil
+	}
+	r, err := e.run(ctx, timeScript, nil, nil)
+	if err != nil {
+		return 0, wrap(ctx, e.name, "read the server's clock", err)
+	}
+	arr, _ := r.([]any)
+	if len(arr) != 2 {
+		return 0, fmt.Errorf("%s: unexpected TIME reply %v", e.name, r)
+	}
+	return serverTime(arr[0], arr[1])
+}
+
+// Export implements ratelimit.Exporter with SCAN over every master, reading
+// each key's state as StateReader does. The Update key of a namespace whose
+// algorithm has a Lua form is skipped: limiters of a built-in never write
+// one. Keys whose state has expired by now (the server's clock when the
+// engine reads it, taken once at the start) are skipped.
+func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	sc, ok := e.backend.(Scanner)
+	if !ok {
+		return fmt.Errorf("%s: the client cannot scan keys: %w", e.name, ratelimit.ErrUnsupported)
+	}
+	now, err := e.clock(ctx, now)
+	if err != nil {
+		return err
+	}
+	match := globEscape(e.prefix) + ":{*"
+	if namespace != "" {
+		match = globEscape(e.prefix) + ":{" + globEscape(namespace) + ":*"
+	}
+	// fn may run on one goroutine per master; yield is called from one at
+	// a time.
+	yields := make(chan struct{}, 1)
+	err = sc.Scan(ctx, match, func(keys []string) error {
+		for _, name := range keys {
+			key, update, ok := parseStateKey(e.prefix, name)
+			if !ok || (namespace != "" && key.Namespace != namespace) {
+				continue
+			}
+			if update {
+				if s, _ := Form(ratelimit.AlgorithmOf(key.Namespace)); s != nil {
+					continue
+				}
+			}
+			st, expires, err := state(ctx, e, key)
+			if err != nil {
+				return err
+			}
+			if st == nil || expires <= now {
+				continue
+			}
+			select {
+			case yields <- struct{}{}:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			err = yield(ratelimit.Entry{Key: key, State: st, Expires: expires})
+			<-yields
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// importScript writes a state unless the decision's keys hold live state:
+//
+//	KEYS[1]  the Lua forms' key, KEYS[2] the Update key
+//	ARGV[1]  now, ARGV[2] "1" to read the server's TIME instead
+//	ARGV[3]  the state's expiry (µs), ARGV[4] the slack (ms)
+//	ARGV[5]  "s": SET KEYS[1] to ARGV[6]; "u": SET KEYS[2] to ARGV[6];
+//	         "z": a sorted set at KEYS[1] of the expiry member and
+//	         ARGV[6..] as score, member pairs
+//
+// It replies 1 when it wrote, 0 when it did not. State it cannot read is
+// kept, as live.
+var importScript = NewScript("import", `local now = tonumber(ARGV[1])
+if ARGV[2] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local expires = tonumber(ARGV[3])
+if expires <= now then return 0 end
+-- The key's expiry, as a decision sets it: the TTL left in ms, rounded up,
+-- at least 1, plus the slack.
+local px = math.max(math.floor((expires - now + 999) / 1000), 1) + tonumber(ARGV[4])
+for i = 1, 2 do
+  local t = redis.call('TYPE', KEYS[i])['ok']
+  if t == 'string' then
+    local v = redis.call('GET', KEYS[i])
+    if #v < 8 then return 0 end
+    local x
+    if i == 1 then x = struct.unpack('<d', v) else x = struct.unpack('<i8', v) end
+    if x > now then return 0 end
+  elseif t == 'zset' then
+    local head = redis.call('ZRANGE', KEYS[i], 0, 0)
+    local x = head[1] and tonumber(string.match(head[1], '^x:(%d+)$'))
+    if not x or x > now then return 0 end
+  elseif t ~= 'none' then
+    return 0
+  end
+end
+local kind = ARGV[5]
+if kind == 'u' then
+  redis.call('SET', KEYS[2], ARGV[6], 'PX', px)
+  return 1
+end
+redis.call('DEL', KEYS[1])
+if kind == 's' then
+  redis.call('SET', KEYS[1], ARGV[6], 'PX', px)
+  return 1
+end
+redis.call('ZADD', KEYS[1], '-inf', 'x:' .. ARGV[3])
+for i = 6, #ARGV, 2 do
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+redis.call('PEXPIRE', KEYS[1], px)
+return 1
+`, 0)
+
+// slidingLog is the built-in whose Lua form keeps a sorted set.
+var slidingLog = algorithms.BuiltinOf(algorithms.SlidingLog(1, time.Second))
+
+// Import implements ratelimit.Importer. The state of an algorithm with a
+// Lua form is written in that form's encoding (the inverse of StateReader:
+// the expiry and the Go form's fields as doubles; the sliding log's entries
+// as sorted-set members); any other state goes where Update keeps it. The
+// key's expiry is set as a decision sets it: the TTL left, rounded up to
+// milliseconds, plus the slack.
+func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en ratelimit.Entry, now int64) (bool, error) {
+	what := fmt.Sprintf("import %q", en.Key.String())
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("%s: %s: %w", e.name, what, err)
+	}
+	if !e.serverClock && en.Expires <= now {
+		return false, nil
+	}
+	k := StateKey(e.prefix, en.Key)
+	args := []any{now, flag(e.serverClock), en.Expires, e.slackArg}
+	s, _ := Form(alg)
+	switch {
+	case s == nil:
+		val := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(en.State)), uint64(en.Expires))
+		args = append(args, "u", string(append(val, en.State...)))
+	case algorithms.BuiltinOf(alg) == slidingLog:
+		members, err := logMembers(en.State)
+		if err != nil {
+			return false, fmt.Errorf("%s: %s: %w", e.name, what, err)
+		}
+		args = append(args, "z")
+		args = append(args, members...)
+	default:
+		packed, err := luaState(en.State, en.Expires)
+		if err != nil {
+			return false, fmt.Errorf("%s: %s: %w", e.name, what, err)
+		}
+		args = append(args, "s", packed)
+	}
+	r, err := e.run(ctx, importScript, []string{k, k + UpdateSuffix}, args)
+	if err != nil {
+		return false, wrap(ctx, e.name, what, err)
+	}
+	n, ok := r.(int64)
+	if !ok {
+		return false, fmt.Errorf("%s: %s: unexpected reply %v", e.name, what, r)
+	}
+	return n == 1, nil
+}
+
+// luaState is the inverse of state for a Lua form's string: the expiry,
+// then each little-endian int64 field of the Go form's state, as
+// little-endian doubles.
+func luaState(st []byte, expires int64) (string, error) {
+	if len(st)%8 != 0 {
+		return "", fmt.Errorf("%w: %d bytes, not a multiple of 8", ratelimit.ErrCorruptState, len(st))
+	}
+	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(st)), math.Float64bits(float64(expires)))
+	for i := 0; i < len(st); i += 8 {
+		v := int64(binary.LittleEndian.Uint64(st[i:]))
+		if v < 0 || v > algorithms.MaxExact {
+			return "", fmt.Errorf("%w: field %d is %d", ratelimit.ErrCorruptState, i/8, v)
+		}
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
+	}
+	return string(b), nil
+}
+
+// logMembers is the inverse of logState: the sliding log's (time, cost)
+// entries as score, member pairs, the members "seq:cost" numbered in the
+// log's order.
+func logMembers(st []byte) ([]any, error) {
+	if len(st)%16 != 0 {
+		return nil, fmt.Errorf("%w: sliding log of %d bytes", ratelimit.ErrCorruptState, len(st))
+	}
+	out := make([]any, 0, len(st)/8)
+	for i := 0; i < len(st); i += 16 {
+		at := int64(binary.LittleEndian.Uint64(st[i:]))
+		cost := int64(binary.LittleEndian.Uint64(st[i+8:]))
+		if at < 0 || at > algorithms.MaxExact || cost <= 0 || cost > algorithms.MaxExact {
+			return nil, fmt.Errorf("%w: sliding log entry %d at %d of cost %d", ratelimit.ErrCorruptState, i/16, at, cost)
+		}
+		out = append(out, strconv.FormatInt(at, 10), strconv.FormatInt(int64(i/16+1), 10)+":"+strconv.FormatInt(cost, 10))
+	}
+	return out, nil
+}

@@ -1,0 +1,107 @@
+package dynamo
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+var _ ratelimit.Exporter = (*Store)(nil)
+
+// Scanner is what Export needs of a Client beyond the Client interface:
+// the Scan operation. *dynamodb.Client has it.
+type Scanner interface {
+	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
+}
+
+// Export implements ratelimit.Exporter with a Scan of the table, filtered
+// on the server to the store's items under namespace (every item of the
+// store when namespace is "") whose expires_us is after now, one page at a
+// time (strongly consistent reads), retried like every other call. A scan
+// reads the whole table, and is billed so, however few items it returns. A
+// Client that is not a Scanner is unsupported. Importing needs nothing of
+// the store's own: ratelimit.Import writes through Update.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	sc, ok := s.client.(Scanner)
+	if !ok {
+		return fmt.Errorf("dynamo: export: a %T cannot scan the table: %w", s.client, ratelimit.ErrUnsupported)
+	}
+	prefix := []byte(s.prefix)
+	if namespace != "" {
+		prefix = append(prefix, namespace+":"...)
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                aws.String(s.table),
+		ConsistentRead:           aws.Bool(true),
+		FilterExpression:         aws.String("#e > :now"),
+		ExpressionAttributeNames: map[string]string{"#e": AttrExpires},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(now, 10)},
+		},
+	}
+	if len(prefix) > 0 {
+		in.FilterExpression = aws.String("#e > :now AND begins_with(#k, :p)")
+		in.ExpressionAttributeNames["#k"] = AttrKey
+		in.ExpressionAttributeValues[":p"] = &types.AttributeValueMemberB{Value: prefix}
+	}
+	for {
+		var out *dynamodb.ScanOutput
+		err := s.retry(ctx, func(ctx context.Context) error {
+			var err error
+			out, err = sc.Scan(ctx, in)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("dynamo: export from table %s: %w", s.table, err)
+		}
+		for _, av := range out.Items {
+			pk, ok := av[AttrKey].(*types.AttributeValueMemberB)
+			if !ok {
+				continue
+			}
+			key, ok := s.decodeKey(pk.Value)
+			if !ok {
+				continue // not an item of this store's
+			}
+			it, err := parseItem(av)
+			if err != nil {
+				return fmt.Errorf("dynamo: export %q: %w", key.String(), err)
+			}
+			if it.expires <= now {
+				continue
+			}
+			if err := yield(ratelimit.Entry{Key: key, State: it.state, Expires: it.expires}); err != nil {
+				return err
+			}
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// decodeKey is the inverse of EncodeKey: after the prefix, the namespace
+// holds exactly one ':', so the second ':' ends it.
+func (s *Store) decodeKey(pk []byte) (ratelimit.Key, bool) {
+	rest, ok := bytes.CutPrefix(pk, []byte(s.prefix))
+	if !ok {
+		return ratelimit.Key{}, false
+	}
+	i := bytes.IndexByte(rest, ':')
+	if i < 0 {
+		return ratelimit.Key{}, false
+	}
+	j := bytes.IndexByte(rest[i+1:], ':')
+	if j < 0 {
+		return ratelimit.Key{}, false
+	}
+	return ratelimit.Key{Namespace: string(rest[:i+1+j]), ID: string(rest[i+2+j:])}, true
+}

@@ -1,0 +1,46 @@
+package memory
+
+import (
+	"context"
+	"strings"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+var _ ratelimit.Exporter = (*Store)(nil)
+
+// Export implements ratelimit.Exporter: it yields a copy of every key under
+// namespace (every key when namespace is "") whose state is live at now.
+// It copies one shard's live entries under the shard's lock and yields them
+// after releasing it, so decisions wait for a copy, never for yield.
+// Importing needs nothing of the store's own: ratelimit.Import writes
+// through Update, which Decide reads.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	var batch []ratelimit.Entry
+	for i := range s.shards {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		sh := &s.shards[i]
+		batch = batch[:0]
+		sh.mu.Lock()
+		for _, head := range sh.index {
+			for e := head; e != nil; e = e.next {
+				if e.expires > now && (namespace == "" || e.key.Namespace == namespace) {
+					batch = append(batch, ratelimit.Entry{
+						Key:     ratelimit.Key{Namespace: e.key.Namespace, ID: strings.Clone(e.key.ID)},
+						State:   append([]byte(nil), e.state...),
+						Expires: e.expires,
+					})
+				}
+			}
+		}
+		sh.mu.Unlock()
+		for _, e := range batch {
+			if err := yield(e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/ratelimitkit/ratelimit"
+)
+
+var _ ratelimit.Exporter = (*Store)(nil)
+
+// Queryer is what Export needs of a DB beyond the DB interface: a query
+// that returns rows. *pgxpool.Pool, *pgx.Conn and pgx.Tx have it.
+type Queryer interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// ExportBatch is how many rows one query of Export reads.
+const ExportBatch = 1000
+
+// Export implements ratelimit.Exporter: it reads the rows under namespace
+// (every row when namespace is "") whose expires_at is after now (the
+// server's clock unless the store was built WithRequestClock), in key
+// order, ExportBatch rows per query, holding no connection while yield
+// runs. State a built-in algorithm's SQL form wrote (vals) is yielded in
+// the Go form's encoding. Importing needs nothing of the store's own:
+// ratelimit.Import writes through Update, whose state the SQL forms read.
+// A DB that is not a Queryer is unsupported.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	q, ok := s.db.(Queryer)
+	if !ok {
+		return fmt.Errorf("postgres: export: a %T cannot run queries that return rows: %w", s.db, ratelimit.ErrUnsupported)
+	}
+	var clock any = now
+	if !s.requestClock {
+		clock = nil
+	}
+	// Keys under a namespace lie in [ns ":", ns ";"), ';' following ':'.
+	from, to := []byte(namespace+":"), []byte(namespace+";")
+	if namespace == "" {
+		from, to = []byte{}, nil
+	}
+	sql := "SELECT key, state, vals, expires_at FROM " + s.Table() +
+		" WHERE key > $1 AND ($2::bytea IS NULL OR key < $2) AND expires_at > coalesce($3, " + s.ident("ratelimit_now") + "())" +
+		" ORDER BY key LIMIT $4"
+	// Keyset pagination: each query starts after the last key seen (no
+	// real key is just ns ":").
+	after := from
+	for {
+		var batch []ratelimit.Entry
+		var last []byte
+		rows, err := q.Query(ctx, sql, after, to, clock, ExportBatch)
+		if err != nil {
+			return s.fail(ctx, "export", zeroKey, err)
+		}
+		for rows.Next() {
+			var (
+				k, state []byte
+				vals     []int64
+				expires  int64
+			)
+			if err := rows.Scan(&k, &state, &vals, &expires); err != nil {
+				rows.Close()
+				return s.fail(ctx, "export", zeroKey, err)
+			}
+			last = k
+			key, ok := parseKey(k)
+			if !ok {
+				continue // not a row a Limiter writes
+			}
+			if state == nil {
+				state = encodeVals(vals)
+			}
+			batch = append(batch, ratelimit.Entry{Key: key, State: state, Expires: expires})
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return s.fail(ctx, "export", zeroKey, err)
+		}
+		for _, e := range batch {
+			if err := yield(e); err != nil {
+				return err
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		after = bytes.Clone(last)
+	}
+}
+
+// parseKey is the inverse of keyBytes: the namespace holds exactly one ':',
+// so the second ':' ends it.
+func parseKey(k []byte) (ratelimit.Key, bool) {
+	i := bytes.IndexByte(k, ':')
+	if i < 0 {
+		return ratelimit.Key{}, false
+	}
+	j := bytes.IndexByte(k[i+1:], ':')
+	if j < 0 {
+		return ratelimit.Key{}, false
+	}
+	return ratelimit.Key{Namespace: string(k[:i+1+j]), ID: string(k[i+2+j:])}, true
+}

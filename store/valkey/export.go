@@ -1,0 +1,59 @@
+package valkey
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	vk "github.com/valkey-io/valkey-go"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+)
+
+var (
+	_ ratelimit.Exporter = (*Store)(nil)
+	_ ratelimit.Importer = (*Store)(nil)
+)
+
+// Scan implements the engine's Scanner: SCAN on every node the client
+// knows that is a primary (ROLE), so that a cluster's replicas do not
+// yield their primaries' keys twice.
+func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) error) error {
+	nodes := b.c.Nodes()
+	if b.c.Mode() != vk.ClientModeCluster {
+		nodes = map[string]vk.Client{"": b.c}
+	}
+	var mu sync.Mutex
+	for addr, c := range nodes {
+		if b.c.Mode() == vk.ClientModeCluster {
+			role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+			if err != nil {
+				return fmt.Errorf("valkey: role of %s: %w", addr, err)
+			}
+			if len(role) == 0 {
+				continue
+			}
+			if r, _ := role[0].ToString(); r != "master" {
+				continue
+			}
+		}
+		var cursor uint64
+		for {
+			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(redisengine.ScanBatch).Build()).AsScanEntry()
+			if err != nil {
+				return fmt.Errorf("valkey: scan %s: %w", addr, err)
+			}
+			mu.Lock()
+			err = fn(e.Elements)
+			mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if cursor = e.Cursor; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
