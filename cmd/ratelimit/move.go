@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +140,11 @@ type moveStats struct {
 
 // move runs one move (or count, with dryRun).
 func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv func(string) string) error {
+	for _, raw := range []string{cfg.from, cfg.to} {
+		if err := checkKind(raw); raw != "" && err != nil {
+			return err
+		}
+	}
 	src, err := openEnd(ctx, cfg.from, false, cfg.requestClock, getenv)
 	if err != nil {
 		return err
@@ -235,6 +241,24 @@ func (e *end) finish() error {
 	}
 	if err := e.f.Sync(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// kinds are the stores move knows, by URL scheme.
+var kinds = []string{"redis", "rediss", "redis+cluster", "valkey", "valkeys", "postgres", "postgresql", "dynamodb", "dynamodb+https"}
+
+// checkKind reports whether raw names a kind of store move knows.
+func checkKind(raw string) error {
+	if strings.HasPrefix(raw, "file:") {
+		return nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return usageError{fmt.Errorf("store %q: %w", raw, err)}
+	}
+	if !slices.Contains(kinds, u.Scheme) {
+		return usageError{fmt.Errorf("store %q: unknown kind %q (want file:, redis://, redis+cluster://, valkey://, postgres:// or dynamodb://)", raw, u.Scheme)}
 	}
 	return nil
 }
@@ -375,6 +399,6 @@ func openEnd(ctx context.Context, raw string, dst, requestClock bool, getenv fun
 		}
 		return &end{store: s, close: func() {}}, nil
 	default:
-		return nil, usageError{fmt.Errorf("store %q: unknown kind %q (want file:, redis://, redis+cluster://, valkey://, postgres:// or dynamodb://)", raw, u.Scheme)}
+		return nil, checkKind(raw)
 	}
 }

@@ -1,0 +1,342 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store/dynamo"
+	"github.com/ratelimitkit/ratelimit/store/memory"
+	"github.com/ratelimitkit/ratelimit/store/postgres"
+	"github.com/ratelimitkit/ratelimit/store/redis"
+	"github.com/ratelimitkit/ratelimit/store/valkey"
+
+	vk "github.com/valkey-io/valkey-go"
+)
+
+// unique returns a name no other test run uses: for key prefixes, tables.
+func unique(t *testing.T) string {
+	return fmt.Sprintf("mv%d%04d", time.Now().UnixNano()%1e12, rand.IntN(10000))
+}
+
+// servers returns a store on each shared test server, all on the limiter's
+// clock (server clocks off), each with a key space or table of its own.
+type servers struct {
+	redis    *redis.Store
+	valkey   *valkey.Store
+	cluster  *redis.Store
+	postgres *postgres.Store
+	dynamo   *dynamo.Store
+	// URLs of the same stores, for the command.
+	redisURL, postgresURL, dynamoURL string
+}
+
+func startServers(t *testing.T) *servers {
+	t.Helper()
+	ctx := context.Background()
+	name := unique(t)
+	var s servers
+	var err error
+
+	rc := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
+	t.Cleanup(func() { rc.Close() })
+	if s.redis, err = redis.New(rc, redis.WithPrefix(name), redis.WithServerClock(false)); err != nil {
+		t.Fatal(err)
+	}
+	s.redisURL = "redis://" + testserver.RedisAddr(t) + "?prefix=" + name
+
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: testserver.RedisClusterAddrs(t)})
+	t.Cleanup(func() { cc.Close() })
+	if s.cluster, err = redis.New(cc, redis.WithPrefix(name), redis.WithServerClock(false)); err != nil {
+		t.Fatal(err)
+	}
+
+	vc, err := vk.NewClient(vk.ClientOption{InitAddress: []string{testserver.ValkeyAddr(t)}, DisableCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vc.Close)
+	if s.valkey, err = valkey.New(vc, valkey.WithPrefix(name+"v"), valkey.WithServerClock(false)); err != nil {
+		t.Fatal(err)
+	}
+
+	pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if s.postgres, err = postgres.New(pool, postgres.WithTable(name), postgres.WithRequestClock()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.postgres.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.postgres.Table()) })
+	s.postgresURL = testserver.PostgresURL(t)
+	if strings.Contains(s.postgresURL, "?") {
+		s.postgresURL += "&table=" + name
+	} else {
+		s.postgresURL += "?table=" + name
+	}
+
+	endpoint := testserver.DynamoDBEndpoint(t)
+	dc := dynamodb.NewFromConfig(aws.Config{
+		Region:      "us-east-1",
+		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+	}, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	if _, err := dynamo.CreateTable(ctx, dc, name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(name)}) })
+	if s.dynamo, err = dynamo.New(dc, dynamo.WithTable(name)); err != nil {
+		t.Fatal(err)
+	}
+	s.dynamoURL = "dynamodb://" + strings.TrimPrefix(endpoint, "http://") + "?table=" + name
+	return &s
+}
+
+// moveAll exports every key of ns from src and imports it into dst, and
+// returns how many it wrote.
+func moveAll(t *testing.T, src, dst ratelimit.Store, alg algorithms.Algorithm, ns string, now int64) int {
+	t.Helper()
+	ctx := context.Background()
+	n := 0
+	err := ratelimit.Export(ctx, src, ns, now, func(e ratelimit.Entry) error {
+		wrote, err := ratelimit.Import(ctx, dst, alg, e, now)
+		if wrote {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("move %T → %T: %v", src, dst, err)
+	}
+	return n
+}
+
+// TestMoveChain moves live state memory → Redis → PostgreSQL → DynamoDB →
+// memory, for every built-in algorithm, and requires that after each move
+// the moved limiter decides exactly as a reference limiter that never
+// moved, on one fake clock (rule: a move resets no user's quota).
+func TestMoveChain(t *testing.T) {
+	s := startServers(t)
+	ctx := context.Background()
+	for _, b := range algorithms.Builtins() {
+		t.Run(b.Name, func(t *testing.T) {
+			alg := b.New(5, time.Second, 4)
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			ref, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			chain := []ratelimit.Store{memory.MustNew(), s.redis, s.postgres, s.dynamo, memory.MustNew()}
+			names := []string{"memory", "redis", "postgres", "dynamo", "memory"}
+			rng := rand.New(rand.NewPCG(7, uint64(len(b.Name))))
+			keys := []string{"alice", "bob", "{brace}", "100%", "ünï code", "\x00bin\xff"}
+			for hop, st := range chain {
+				lim, err := ratelimit.New(st, alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if hop > 0 {
+					now := clk.Now().UnixMicro()
+					live, err := ratelimit.Count(ctx, chain[hop-1], lim.Namespace(), now)
+					if err != nil {
+						t.Fatalf("Count on %s: %v", names[hop-1], err)
+					}
+					want, _ := ratelimit.Count(ctx, ref.Store(), ref.Namespace(), now)
+					if live != want || want == 0 {
+						t.Fatalf("Count on %s = %d, want %d (the reference's live keys), not 0", names[hop-1], live, want)
+					}
+					if n := moveAll(t, chain[hop-1], st, alg, lim.Namespace(), now); n != want {
+						t.Fatalf("move %s → %s wrote %d keys, want %d", names[hop-1], names[hop], n, want)
+					}
+					// Moving again writes nothing: the destination holds
+					// the same, live state.
+					if n := moveAll(t, chain[hop-1], st, alg, lim.Namespace(), now); n != 0 {
+						t.Fatalf("second move %s → %s wrote %d keys, want 0", names[hop-1], names[hop], n)
+					}
+				}
+				for i := range 60 {
+					// The clock moves before each request, so the last one
+					// leaves live state to move.
+					clk.Advance(time.Duration(rng.IntN(150)) * time.Millisecond)
+					key := keys[rng.IntN(len(keys))]
+					cost := 1 + rng.IntN(2)
+					peek := rng.IntN(8) == 0 && i < 59
+					var got, want ratelimit.Decision
+					var gerr, werr error
+					if peek {
+						got, gerr = lim.Peek(ctx, key)
+						want, werr = ref.Peek(ctx, key)
+					} else {
+						got, gerr = lim.AllowN(ctx, key, cost)
+						want, werr = ref.AllowN(ctx, key, cost)
+					}
+					if gerr != nil || werr != nil {
+						t.Fatalf("on %s request %d for %q: errors %v, %v", names[hop], i, key, gerr, werr)
+					}
+					if got != want {
+						t.Fatalf("on %s (after %d moves) request %d: AllowN(%q, %d) peek=%v = %+v, want %+v as on a store never moved",
+							names[hop], hop, i, key, cost, peek, got, want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// runCmd runs the command and returns its exit code and outputs.
+func runCmd(args ...string) (int, string, string) {
+	var out, errOut bytes.Buffer
+	code := run(args, &out, &errOut, func(name string) string {
+		switch name {
+		case "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY":
+			return "test" // dynalite takes any credentials
+		}
+		return os.Getenv(name)
+	})
+	return code, out.String(), errOut.String()
+}
+
+// TestMoveCommand drives ratelimit move through a snapshot file, Redis,
+// PostgreSQL and DynamoDB on the system clock: a dry run counts, progress
+// is reported, a move interrupted halfway and run again completes it, and
+// state the destination decided on since (newer) is kept.
+func TestMoveCommand(t *testing.T) {
+	s := startServers(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	alg := algorithms.GCRA(10, time.Hour, 10)
+	src, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithName("cli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 1500
+	for i := range keys {
+		if _, err := src.AllowN(ctx, fmt.Sprintf("user-%d", i), 1+i%5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	snap := filepath.Join(dir, "snap.jsonl")
+	f, err := os.Create(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := src.Export(ctx, f); err != nil || n != keys {
+		t.Fatalf("Export = %d, %v; want %d keys", n, err, keys)
+	}
+	f.Close()
+
+	if code, out, errOut := runCmd("move", "-from", "file:"+snap, "-dry-run"); code != 0 || !strings.Contains(out, fmt.Sprintf("%d live keys", keys)) {
+		t.Fatalf("move -dry-run = %d, %q, %q; want %d live keys", code, out, errOut, keys)
+	}
+
+	// An interrupted move: only the first half of the file made it.
+	data, _ := os.ReadFile(snap)
+	lines := strings.SplitAfter(string(data), "\n")
+	half := filepath.Join(dir, "half.jsonl")
+	os.WriteFile(half, []byte(strings.Join(lines[:1+keys/2], "")), 0o600)
+	if code, out, errOut := runCmd("move", "-from", "file:"+half, "-to", s.redisURL, "-request-clock"); code != 0 ||
+		!strings.Contains(out, fmt.Sprintf("%d keys read, %d written, 0 kept", keys/2, keys/2)) {
+		t.Fatalf("half move = %d, %q, %q", code, out, errOut)
+	}
+	// Decisions go on in the destination meanwhile, on a key the first
+	// half moved: newer state.
+	hf, _ := os.Open(half)
+	var newer string
+	ratelimit.ReadEntries(hf, func(e ratelimit.Entry) error {
+		if newer == "" {
+			newer = e.Key.ID
+		}
+		return nil
+	})
+	hf.Close()
+	dst, err := ratelimit.New(s.redis, alg, ratelimit.WithName("cli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := dst.Allow(ctx, newer); err != nil || !d.Allowed {
+		t.Fatalf("Allow(%q) on redis = %+v, %v", newer, d, err)
+	}
+	code, out, errOut := runCmd("move", "-from", "file:"+snap, "-to", s.redisURL, "-request-clock", "-progress", "1ns")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d keys read, %d written, %d kept", keys, keys-keys/2, keys/2)) {
+		t.Fatalf("move again = %d, %q", code, out)
+	}
+	if n := strings.Count(errOut, "keys read"); n < 2 {
+		t.Errorf("move -progress 1ns reported progress %d times on stderr, want more: %q", n, errOut)
+	}
+	want, _ := src.Peek(ctx, newer)
+	if got, _ := dst.Peek(ctx, newer); got.Remaining != want.Remaining-1 {
+		t.Fatalf("after the second move, %q on redis has %d remaining, want %d: the admission made on redis since was lost", newer, got.Remaining, want.Remaining-1)
+	}
+
+	// Redis → PostgreSQL → DynamoDB → a file, and every key keeps its quota.
+	for _, hop := range [][2]string{{s.redisURL, s.postgresURL}, {s.postgresURL, s.dynamoURL}, {s.dynamoURL, "file:" + filepath.Join(dir, "back.jsonl")}} {
+		if code, out, errOut := runCmd("move", "-from", hop[0], "-to", hop[1], "-request-clock", "-namespace", src.Namespace()); code != 0 ||
+			!strings.Contains(out, fmt.Sprintf("%d keys read, %d written", keys, keys)) {
+			t.Fatalf("move %s → %s = %d, %q, %q", hop[0], hop[1], code, out, errOut)
+		}
+	}
+	back, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithName("cli"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf, err := os.Open(filepath.Join(dir, "back.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bf.Close()
+	if n, err := back.Import(ctx, bf); err != nil || n != keys {
+		t.Fatalf("Import of the moved file = %d, %v; want %d", n, err, keys)
+	}
+	for i := range keys {
+		k := fmt.Sprintf("user-%d", i)
+		want, _ := src.Peek(ctx, k)
+		if k == newer {
+			want.Remaining--
+		}
+		got, err := back.Peek(ctx, k)
+		if err != nil || got.Remaining != want.Remaining {
+			t.Fatalf("after the moves, Peek(%q) remaining = %d, %v; want %d", k, got.Remaining, err, want.Remaining)
+		}
+	}
+}
+
+// TestMoveUsage checks the command's answers to bad command lines.
+func TestMoveUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"move"}, "-from is required"},
+		{[]string{"move", "-from", "file:x"}, "-to is required"},
+		{[]string{"move", "-from", "file:x", "-to", "mysql://h"}, "unknown kind"},
+		{[]string{"move", "-from", "file:x", "-dry-run", "-namespace", "nocolon"}, "not <name>:<algorithm>"},
+		{[]string{"move", "-from", "dynamodb://127.0.0.1:1", "-dry-run"}, "a table is required"},
+	} {
+		code, _, errOut := runCmd(tc.args...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) {
+			t.Errorf("ratelimit %v = %d, %q; want exit %d and %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+	}
+	if code, out, _ := runCmd("move", "-h"); code != 0 || !strings.Contains(out, "-dry-run") {
+		t.Errorf("ratelimit move -h = %d, %q", code, out)
+	}
+}
