@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,7 +140,10 @@ func TestMoveChain(t *testing.T) {
 	ctx := context.Background()
 	for _, b := range algorithms.Builtins() {
 		t.Run(b.Name, func(t *testing.T) {
-			alg := b.New(5, time.Second, 4)
+			// An hour's period: the Redis-protocol servers expire keys by
+			// real time, so the state's TTL must outlast any stall of this
+			// machine while the fake clock stands still.
+			alg := b.New(5, time.Hour, 4)
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 			ref, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
 			if err != nil {
@@ -176,7 +180,7 @@ func TestMoveChain(t *testing.T) {
 				for i := range 60 {
 					// The clock moves before each request, so the last one
 					// leaves live state to move.
-					clk.Advance(time.Duration(rng.IntN(150)) * time.Millisecond)
+					clk.Advance(time.Duration(rng.IntN(150)) * 6 * time.Second)
 					key := keys[rng.IntN(len(keys))]
 					cost := 1 + rng.IntN(2)
 					peek := rng.IntN(8) == 0 && i < 59
@@ -228,7 +232,7 @@ func TestMoveCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const keys = 1500
+	const keys = 600
 	for i := range keys {
 		if _, err := src.AllowN(ctx, fmt.Sprintf("user-%d", i), 1+i%5); err != nil {
 			t.Fatal(err)
@@ -338,5 +342,131 @@ func TestMoveUsage(t *testing.T) {
 	}
 	if code, out, _ := runCmd("move", "-h"); code != 0 || !strings.Contains(out, "-dry-run") {
 		t.Errorf("ratelimit move -h = %d, %q", code, out)
+	}
+}
+
+// mine is a user's own algorithm: no store has a server-side form of it, so
+// every store keeps its state where Update does.
+type mine struct{ algorithms.Algorithm }
+
+func (mine) Name() string { return "mine" }
+
+// TestMoveEveryStore moves live state from memory into each store (Redis
+// standalone and cluster, Valkey, PostgreSQL, DynamoDB) and back into
+// memory, for every built-in algorithm and a user's own, and requires the
+// moved limiter to decide as one that never moved; on the Redis-protocol
+// stores, every key the import wrote carries an expiry.
+func TestMoveEveryStore(t *testing.T) {
+	s := startServers(t)
+	ctx := context.Background()
+	// An hour's period, as in TestMoveChain.
+	algs := []algorithms.Algorithm{mine{algorithms.GCRA(5, time.Hour, 4)}}
+	for _, b := range algorithms.Builtins() {
+		algs = append(algs, b.New(5, time.Hour, 4))
+	}
+	stores := []struct {
+		name  string
+		store ratelimit.Store
+		ttls  func(t *testing.T) // checks every key has an expiry
+	}{
+		{"redis", s.redis, func(t *testing.T) { checkTTLs(t, ctx, redisNodes(t, s.redis.Client()), s.redis.Prefix()) }},
+		{"cluster", s.cluster, func(t *testing.T) { checkTTLs(t, ctx, redisNodes(t, s.cluster.Client()), s.cluster.Prefix()) }},
+		{"valkey", s.valkey, func(t *testing.T) {
+			c := goredis.NewClient(&goredis.Options{Addr: testserver.ValkeyAddr(t)})
+			defer c.Close()
+			checkTTLs(t, ctx, []*goredis.Client{c}, s.valkey.Prefix())
+		}},
+		{"postgres", s.postgres, nil},
+		{"dynamo", s.dynamo, nil},
+	}
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			for _, alg := range algs {
+				clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+				ref, _ := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("every"))
+				lim, err := ratelimit.New(st.store, alg, ratelimit.WithClock(clk), ratelimit.WithName("every"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				back, _ := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("every"))
+				rng := rand.New(rand.NewPCG(11, 0))
+				keys := []string{"a", "{b}", "%7B", "c:d", "\xff\x00"}
+				step := func(on *ratelimit.Limiter, n int) {
+					t.Helper()
+					for i := range n {
+						clk.Advance(time.Duration(rng.IntN(120)) * 5 * time.Second)
+						key, cost := keys[rng.IntN(len(keys))], 1+rng.IntN(2)
+						got, err1 := on.AllowN(ctx, key, cost)
+						want, err2 := ref.AllowN(ctx, key, cost)
+						if err1 != nil || err2 != nil || got != want {
+							t.Fatalf("%s on %s, request %d: AllowN(%q, %d) = %+v, %v; want %+v, %v as never moved",
+								alg.Name(), st.name, i, key, cost, got, err1, want, err2)
+						}
+					}
+				}
+				for range 20 { // warm the reference alone
+					clk.Advance(time.Duration(rng.IntN(120)) * 5 * time.Second)
+					ref.AllowN(ctx, keys[rng.IntN(len(keys))], 1)
+				}
+				now := clk.Now().UnixMicro()
+				want, _ := ref.Count(ctx)
+				if n := moveAll(t, ref.Store(), st.store, alg, ref.Namespace(), now); n != want || n == 0 {
+					t.Fatalf("%s: memory → %s wrote %d keys, want %d", alg.Name(), st.name, n, want)
+				}
+				if got, err := lim.Count(ctx); got != want || err != nil {
+					t.Fatalf("%s: Count on %s = %d, %v; want %d", alg.Name(), st.name, got, err, want)
+				}
+				if st.ttls != nil {
+					st.ttls(t)
+				}
+				step(lim, 30)
+				now = clk.Now().UnixMicro()
+				want, _ = ref.Count(ctx)
+				if n := moveAll(t, st.store, back.Store(), alg, ref.Namespace(), now); n != want {
+					t.Fatalf("%s: %s → memory wrote %d keys, want %d", alg.Name(), st.name, n, want)
+				}
+				step(back, 30)
+			}
+		})
+	}
+}
+
+// redisNodes returns the masters of a go-redis client, or the client.
+func redisNodes(t *testing.T, c goredis.UniversalClient) []*goredis.Client {
+	cc, ok := c.(*goredis.ClusterClient)
+	if !ok {
+		return []*goredis.Client{c.(*goredis.Client)}
+	}
+	var out []*goredis.Client
+	var mu sync.Mutex
+	if err := cc.ForEachMaster(context.Background(), func(_ context.Context, n *goredis.Client) error {
+		mu.Lock()
+		out = append(out, n)
+		mu.Unlock()
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkTTLs requires every key under prefix on nodes to carry an expiry.
+func checkTTLs(t *testing.T, ctx context.Context, nodes []*goredis.Client, prefix string) {
+	t.Helper()
+	seen := 0
+	for _, n := range nodes {
+		iter := n.Scan(ctx, 0, prefix+":*", 1000).Iterator()
+		for iter.Next(ctx) {
+			seen++
+			if ttl := n.PTTL(ctx, iter.Val()).Val(); ttl <= 0 {
+				t.Fatalf("key %q has PTTL %v: written without an expiry", iter.Val(), ttl)
+			}
+		}
+		if err := iter.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("no keys under %q: nothing was imported", prefix)
 	}
 }

@@ -90,10 +90,13 @@ func (e *Engine) clock(ctx context.Context, now int64) (int64, error) {
 	return serverTime(arr[0], arr[1])
 }
 
+// existsScript replies whether KEYS[1] exists.
+var existsScript = NewScript("exists", `return redis.call('EXISTS', KEYS[1])`, 0)
+
 // Export implements ratelimit.Exporter with SCAN over every master, reading
-// each key's state as StateReader does. The Update key of a namespace whose
-// algorithm has a Lua form is skipped: limiters of a built-in never write
-// one. Keys whose state has expired by now (the server's clock when the
+// each key's state as StateReader does (which prefers the Lua forms' key to
+// the Update key when a decision has both, so such a key is yielded once).
+// Keys whose state has expired by now (the server's clock when the
 // engine reads it, taken once at the start) are skipped.
 func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
 	sc, ok := e.backend.(Scanner)
@@ -118,7 +121,13 @@ func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield 
 				continue
 			}
 			if update {
-				if s, _ := Form(ratelimit.AlgorithmOf(key.Namespace)); s != nil {
+				// The decision's other key, when it exists, is read (and
+				// yielded) in its place.
+				r, err := e.run(ctx, existsScript, []string{StateKey(e.prefix, key)}, nil)
+				if err != nil {
+					return wrap(ctx, e.name, fmt.Sprintf("export %q", key.String()), err)
+				}
+				if n, _ := r.(int64); n != 0 {
 					continue
 				}
 			}

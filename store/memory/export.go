@@ -2,7 +2,9 @@ package memory
 
 import (
 	"context"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit"
 )
@@ -43,4 +45,41 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 		}
 	}
 	return nil
+}
+
+// Snapshot writes the state of every key the store holds that is live at
+// now, whichever limiter it belongs to, to w in the state file format
+// (ratelimit.EntryWriter; docs/moving-state.md), and returns how many keys
+// it wrote. Call it at shutdown, and Restore at start, so that a restart
+// resets no user's quota; ratelimit move takes the same file to Redis,
+// PostgreSQL or DynamoDB. Decisions may go on while it runs; each key is
+// written as it was when its shard was copied.
+func (s *Store) Snapshot(ctx context.Context, w io.Writer, now time.Time) (int, error) {
+	ew := ratelimit.NewEntryWriter(w)
+	n := 0
+	err := s.Export(ctx, "", now.UnixMicro(), func(e ratelimit.Entry) error {
+		n++
+		return ew.Write(e)
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, ew.Flush()
+}
+
+// Restore reads the state file format from r (a Snapshot, or an export
+// from any store) and writes every entry still live at now into the store,
+// except for keys that already hold live state, which keep it. It returns
+// how many keys it wrote. A line that is not a valid entry stops it with an
+// error wrapping ratelimit.ErrCorruptState; the entries before it are kept.
+func (s *Store) Restore(ctx context.Context, r io.Reader, now time.Time) (int, error) {
+	n := 0
+	err := ratelimit.ReadEntries(r, func(e ratelimit.Entry) error {
+		wrote, err := ratelimit.Import(ctx, s, nil, e, now.UnixMicro())
+		if wrote {
+			n++
+		}
+		return err
+	})
+	return n, err
 }
