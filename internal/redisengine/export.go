@@ -64,11 +64,18 @@ func parseStateKey(prefix, name string) (key ratelimit.Key, update, ok bool) {
 	if j < 0 {
 		return key, false, false
 	}
-	ns, id := rest[:i+1+j], rest[i+2+j:]
-	if strings.IndexByte(id, '%') >= 0 {
-		id = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%").Replace(id)
+	return ratelimit.Key{Namespace: rest[:i+1+j], ID: unescapeID(rest[i+2+j:])}, update, true
+}
+
+// idEscapes inverts the escape of StateKey's id.
+var idEscapes = strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
+
+// unescapeID returns the id StateKey escaped into s.
+func unescapeID(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
 	}
-	return ratelimit.Key{Namespace: ns, ID: id}, update, true
+	return idEscapes.Replace(s)
 }
 
 // timeScript replies with the server's TIME.

@@ -8,10 +8,7 @@ import (
 )
 
 // unescape inverts the escape of StateKey's id.
-func unescape(s string) string {
-	r := strings.NewReplacer("%7B", "{", "%7D", "}", "%25", "%")
-	return r.Replace(s)
-}
+func unescape(s string) string { return unescapeID(s) }
 
 func checkKey(t *testing.T, prefix string, k ratelimit.Key) {
 	t.Helper()
