@@ -43,8 +43,11 @@ type Entry struct {
 // holds when namespace is "") whose state is live at now: its expiry is
 // after now, on the store's clock rule (Store.Update's). It stops at the
 // first error yield returns and returns that error unchanged. Keys written
-// or deleted while Export runs may or may not be seen; each key is yielded
-// at most once. yield must not call the store.
+// or deleted while Export runs may or may not be seen, and a store whose
+// backend scans without a snapshot (Redis SCAN) may yield a key twice;
+// Import of the second copy writes nothing. yield must not call the store
+// from within a lock the store holds; the built-in stores call it holding
+// none.
 //
 // A store that cannot enumerate its keys in some configuration returns an
 // error wrapping ErrUnsupported that says why.
