@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -416,6 +417,11 @@ func TestMoveEveryStore(t *testing.T) {
 				if got, err := lim.Count(ctx); got != want || err != nil {
 					t.Fatalf("%s: Count on %s = %d, %v; want %d", alg.Name(), st.name, got, err, want)
 				}
+				// Exported again, each key reads back as the Go form's
+				// state with its expiry, exactly as it went in.
+				if got, want := entries(t, st.store, ref.Namespace(), now), entries(t, ref.Store(), ref.Namespace(), now); got != want {
+					t.Fatalf("%s: entries exported from %s:\n%s\nwant, as imported:\n%s", alg.Name(), st.name, got, want)
+				}
 				if st.ttls != nil {
 					st.ttls(t)
 				}
@@ -429,6 +435,21 @@ func TestMoveEveryStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// entries returns the live entries of ns in s, one line each, sorted.
+func entries(t *testing.T, s ratelimit.Store, ns string, now int64) string {
+	t.Helper()
+	var lines []string
+	err := ratelimit.Export(context.Background(), s, ns, now, func(e ratelimit.Entry) error {
+		lines = append(lines, fmt.Sprintf("%q %x %d", e.Key.String(), e.State, e.Expires))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
 
 // redisNodes returns the masters of a go-redis client, or the client.

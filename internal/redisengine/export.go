@@ -286,21 +286,36 @@ func luaState(st []byte, expires int64) (string, error) {
 	return string(b), nil
 }
 
-// logMembers is the inverse of logState: the sliding log's (time, cost)
-// entries as score, member pairs, the members "seq:cost" numbered in the
-// log's order.
+// logMembers is the inverse of logState: the sliding log's header (-1,
+// total), when it has one, as the "y:total:seq:newest" member, and its
+// (time, cost) entries as score, member pairs, the members "seq:cost"
+// numbered in the log's order, which is by time.
 func logMembers(st []byte) ([]any, error) {
 	if len(st)%16 != 0 {
 		return nil, fmt.Errorf("%w: sliding log of %d bytes", ratelimit.ErrCorruptState, len(st))
 	}
-	out := make([]any, 0, len(st)/8)
-	for i := 0; i < len(st); i += 16 {
-		at := int64(binary.LittleEndian.Uint64(st[i:]))
-		cost := int64(binary.LittleEndian.Uint64(st[i+8:]))
-		if at < 0 || at > algorithms.MaxExact || cost <= 0 || cost > algorithms.MaxExact {
-			return nil, fmt.Errorf("%w: sliding log entry %d at %d of cost %d", ratelimit.ErrCorruptState, i/16, at, cost)
+	total := int64(-1)
+	if len(st) >= 16 && binary.LittleEndian.Uint64(st) == math.MaxUint64 {
+		total = int64(binary.LittleEndian.Uint64(st[8:]))
+		if total < 0 || total > algorithms.MaxExact {
+			return nil, fmt.Errorf("%w: sliding log total %d", ratelimit.ErrCorruptState, total)
 		}
-		out = append(out, strconv.FormatInt(at, 10), strconv.FormatInt(int64(i/16+1), 10)+":"+strconv.FormatInt(cost, 10))
+		st = st[16:]
+	}
+	n := len(st) / 16
+	out := make([]any, 0, 2*n+2)
+	newest := int64(-1)
+	for i := range n {
+		at := int64(binary.LittleEndian.Uint64(st[16*i:]))
+		cost := int64(binary.LittleEndian.Uint64(st[16*i+8:]))
+		if at < 0 || at > algorithms.MaxExact || cost <= 0 || cost > algorithms.MaxExact || at < newest {
+			return nil, fmt.Errorf("%w: sliding log entry %d at %d of cost %d", ratelimit.ErrCorruptState, i, at, cost)
+		}
+		newest = at
+		out = append(out, strconv.FormatInt(at, 10), strconv.Itoa(i+1)+":"+strconv.FormatInt(cost, 10))
+	}
+	if total >= 0 && n > 0 {
+		out = append(out, "-inf", "y:"+strconv.FormatInt(total, 10)+":"+strconv.Itoa(n)+":"+strconv.FormatInt(newest, 10))
 	}
 	return out, nil
 }
