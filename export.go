@@ -120,6 +120,26 @@ func Import(ctx context.Context, store Store, alg algorithms.Algorithm, e Entry,
 	return wrote && err == nil, err
 }
 
+// ParseKey is the inverse of Key.String: since a namespace holds exactly
+// one ':', the second ':' ends it, and the ID, which may hold any bytes,
+// follows. It reports false when s holds fewer than two ':' or the
+// namespace is not one a Limiter makes (see Key).
+func ParseKey(s string) (Key, bool) {
+	i := strings.IndexByte(s, ':')
+	if i < 0 {
+		return Key{}, false
+	}
+	j := strings.IndexByte(s[i+1:], ':')
+	if j < 0 {
+		return Key{}, false
+	}
+	k := Key{Namespace: s[:i+1+j], ID: s[i+2+j:]}
+	if checkNamespace(k.Namespace) != nil {
+		return Key{}, false
+	}
+	return k, true
+}
+
 // AlgorithmOf returns a built-in algorithm of the kind that namespace
 // ("<limiter name>:<algorithm name>") names, or nil when its algorithm is
 // not a built-in. Its numbers are placeholders: it tells Import which form

@@ -56,15 +56,12 @@ func parseStateKey(prefix, name string) (key ratelimit.Key, update, ok bool) {
 	} else {
 		return key, false, false
 	}
-	i := strings.IndexByte(rest, ':')
-	if i < 0 {
+	key, ok = ratelimit.ParseKey(rest)
+	if !ok {
 		return key, false, false
 	}
-	j := strings.IndexByte(rest[i+1:], ':')
-	if j < 0 {
-		return key, false, false
-	}
-	return ratelimit.Key{Namespace: rest[:i+1+j], ID: unescapeID(rest[i+2+j:])}, update, true
+	key.ID = unescapeID(key.ID)
+	return key, update, true
 }
 
 // idEscapes inverts the escape of StateKey's id.

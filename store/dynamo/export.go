@@ -88,20 +88,12 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 }
 
-// decodeKey is the inverse of EncodeKey: after the prefix, the namespace
-// holds exactly one ':', so the second ':' ends it.
+// decodeKey is the inverse of EncodeKey: the prefix, then the Key's
+// String form.
 func (s *Store) decodeKey(pk []byte) (ratelimit.Key, bool) {
 	rest, ok := bytes.CutPrefix(pk, []byte(s.prefix))
 	if !ok {
 		return ratelimit.Key{}, false
 	}
-	i := bytes.IndexByte(rest, ':')
-	if i < 0 {
-		return ratelimit.Key{}, false
-	}
-	j := bytes.IndexByte(rest[i+1:], ':')
-	if j < 0 {
-		return ratelimit.Key{}, false
-	}
-	return ratelimit.Key{Namespace: string(rest[:i+1+j]), ID: string(rest[i+2+j:])}, true
+	return ratelimit.ParseKey(string(rest))
 }

@@ -67,7 +67,7 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 				return s.fail(ctx, "export", zeroKey, err)
 			}
 			last = k
-			key, ok := parseKey(k)
+			key, ok := ratelimit.ParseKey(string(k))
 			if !ok {
 				continue // not a row a Limiter writes
 			}
@@ -90,18 +90,4 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 		}
 		after = bytes.Clone(last)
 	}
-}
-
-// parseKey is the inverse of keyBytes: the namespace holds exactly one ':',
-// so the second ':' ends it.
-func parseKey(k []byte) (ratelimit.Key, bool) {
-	i := bytes.IndexByte(k, ':')
-	if i < 0 {
-		return ratelimit.Key{}, false
-	}
-	j := bytes.IndexByte(k[i+1:], ':')
-	if j < 0 {
-		return ratelimit.Key{}, false
-	}
-	return ratelimit.Key{Namespace: string(k[:i+1+j]), ID: string(k[i+2+j:])}, true
 }
