@@ -100,5 +100,6 @@ type Decider interface {
 }
 
 // ErrUnsupported is returned by Decider.Decide for an algorithm the store
-// cannot run next to its data.
-var ErrUnsupported = errors.New("ratelimit: algorithm not supported by the store")
+// cannot run next to its data, and by Count and Export for a store that
+// cannot enumerate its keys; the wrapping message says which.
+var ErrUnsupported = errors.New("ratelimit: not supported by the store")
