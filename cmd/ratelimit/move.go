@@ -98,9 +98,8 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 		return cfg, fmt.Errorf("ratelimit move: -progress %v must not be negative", cfg.progress)
 	}
 	if cfg.namespace != "" {
-		name, alg, ok := strings.Cut(cfg.namespace, ":")
-		if !ok || name == "" || alg == "" || strings.ContainsAny(alg, ":{}") {
-			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>", cfg.namespace)
+		if k, ok := ratelimit.ParseKey(cfg.namespace + ":k"); !ok || k.Namespace != cfg.namespace {
+			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", cfg.namespace)
 		}
 	}
 	return cfg, nil

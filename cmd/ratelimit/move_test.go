@@ -414,6 +414,9 @@ func TestMoveEveryStore(t *testing.T) {
 				if n := moveAll(t, ref.Store(), st.store, alg, ref.Namespace(), now); n != want || n == 0 {
 					t.Fatalf("%s: memory → %s wrote %d keys, want %d", alg.Name(), st.name, n, want)
 				}
+				if n := moveAll(t, ref.Store(), st.store, alg, ref.Namespace(), now); n != 0 {
+					t.Fatalf("%s: memory → %s again wrote %d keys over live state, want 0", alg.Name(), st.name, n)
+				}
 				if got, err := lim.Count(ctx); got != want || err != nil {
 					t.Fatalf("%s: Count on %s = %d, %v; want %d", alg.Name(), st.name, got, err, want)
 				}
