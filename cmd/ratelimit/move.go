@@ -13,18 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/jackc/pgx/v5/pgxpool"
-	goredis "github.com/redis/go-redis/v9"
-	vk "github.com/valkey-io/valkey-go"
-
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/store/dynamo"
-	"github.com/ratelimitkit/ratelimit/store/postgres"
-	"github.com/ratelimitkit/ratelimit/store/redis"
-	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
 const moveUsage = `ratelimit move copies rate-limit state from one store to another, so that
@@ -37,15 +26,19 @@ Usage:
 Stores:
   file:PATH                         a state file (a memory store's snapshot);
                                     as -to, written afresh
-  redis://[user:pass@]HOST:PORT[/DB][?prefix=P]
-  redis+cluster://HOST:PORT,HOST:PORT,...[?prefix=P]
-  valkey://HOST:PORT[?prefix=P]     (a cluster is discovered)
-  postgres://...[&table=T]          any pgx URL; table (default ratelimit)
-  dynamodb://HOST:PORT?table=T[&prefix=P]     endpoint over http
-  dynamodb+https://HOST?table=T[&prefix=P]    endpoint over https
-                                    (credentials and region from
-                                    AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-                                    AWS_SESSION_TOKEN, AWS_REGION)
+  redis://[user:pass@]HOST:PORT[/DB]
+  redis+cluster://HOST:PORT,HOST:PORT,...
+  valkey://HOST:PORT                (a cluster is discovered)
+  postgres://...                    any pgx URL
+  dynamodb://HOST:PORT              an endpoint over http; dynamodbs:// for
+                                    https (credentials from AWS_ACCESS_KEY_ID
+                                    and AWS_SECRET_ACCESS_KEY)
+  and, added to any of these URLs:
+  prefix=P                          the key prefix (Redis, Valkey, DynamoDB)
+  table=T                           the table (PostgreSQL, DynamoDB; default
+                                    ratelimit); a destination's is created
+  clock=request                     judge expiry by this machine's clock, not
+                                    the server's (Redis, Valkey, PostgreSQL)
 
 Flags:
   -from STORE         where the state is now
@@ -54,8 +47,6 @@ Flags:
                       (default: every key the source store holds)
   -dry-run            count the live keys of the source, write nothing
   -progress D         how often to report progress (default 1s; 0: never)
-  -request-clock      decide expiry by this machine's clock instead of the
-                      servers' (Redis, Valkey, PostgreSQL)
 
 A key the destination already holds live state for keeps it: that state is
 newer (an earlier run of the same move, or decisions made since), so running
@@ -64,11 +55,10 @@ a move again after an interruption is safe and loses no admission.
 
 // moveConfig is the parsed command line of move.
 type moveConfig struct {
-	from, to     string
-	namespace    string
-	dryRun       bool
-	progress     time.Duration
-	requestClock bool
+	from, to  string
+	namespace string
+	dryRun    bool
+	progress  time.Duration
 }
 
 func parseMoveFlags(args []string) (moveConfig, error) {
@@ -80,7 +70,6 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 	fs.StringVar(&cfg.namespace, "namespace", "", "")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "")
 	fs.DurationVar(&cfg.progress, "progress", time.Second, "")
-	fs.BoolVar(&cfg.requestClock, "request-clock", false, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, errHelp
@@ -144,14 +133,14 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 			return err
 		}
 	}
-	src, err := openEnd(ctx, cfg.from, false, cfg.requestClock, getenv)
+	src, err := openEnd(ctx, cfg.from, false, getenv)
 	if err != nil {
 		return err
 	}
 	defer src.close()
 	var dst *end
 	if !cfg.dryRun {
-		if dst, err = openEnd(ctx, cfg.to, true, cfg.requestClock, getenv); err != nil {
+		if dst, err = openEnd(ctx, cfg.to, true, getenv); err != nil {
 			return err
 		}
 		defer dst.close()
@@ -245,26 +234,29 @@ func (e *end) finish() error {
 }
 
 // kinds are the stores move knows, by URL scheme.
-var kinds = []string{"redis", "rediss", "redis+cluster", "valkey", "valkeys", "postgres", "postgresql", "dynamodb", "dynamodb+https"}
+var kinds = []string{"redis", "rediss", "redis+cluster", "valkey", "valkeys", "postgres", "postgresql", "dynamodb", "dynamodbs"}
 
 // checkKind reports whether raw names a kind of store move knows.
 func checkKind(raw string) error {
 	if strings.HasPrefix(raw, "file:") {
 		return nil
 	}
+	if raw == "memory" {
+		return usageError{errors.New("a memory store lives in its process: move its snapshot instead, file:PATH (memory.Store.Snapshot)")}
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return usageError{fmt.Errorf("store %q: %w", raw, err)}
 	}
 	if !slices.Contains(kinds, u.Scheme) {
-		return usageError{fmt.Errorf("store %q: unknown kind %q (want file:, redis://, redis+cluster://, valkey://, postgres:// or dynamodb://)", raw, u.Scheme)}
+		return usageError{fmt.Errorf("store %q: unknown kind %q; use file:PATH or one of %s", raw, u.Scheme, strings.TrimPrefix(storeSchemes, "memory, "))}
 	}
 	return nil
 }
 
 // openEnd opens the store (or state file) that raw names, for reading or,
 // when dst, for writing.
-func openEnd(ctx context.Context, raw string, dst, requestClock bool, getenv func(string) string) (*end, error) {
+func openEnd(ctx context.Context, raw string, dst bool, getenv func(string) string) (*end, error) {
 	if path, ok := strings.CutPrefix(raw, "file:"); ok {
 		if path == "" {
 			return nil, usageError{fmt.Errorf("%q names no file", raw)}
@@ -285,119 +277,11 @@ func openEnd(ctx context.Context, raw string, dst, requestClock bool, getenv fun
 		}
 		return e, nil
 	}
-	u, err := url.Parse(raw)
+	// A source's table is never created: a mistyped name is an error, not
+	// an empty store.
+	s, closeStore, err := openStoreFor(ctx, raw, getenv, dst)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
+		return nil, err
 	}
-	q := u.Query()
-	take := func(name string) string {
-		v := q.Get(name)
-		q.Del(name)
-		u.RawQuery = q.Encode()
-		return v
-	}
-	switch u.Scheme {
-	case "redis", "rediss", "redis+cluster":
-		prefix := take("prefix")
-		opts := []redis.Option{redis.WithServerClock(!requestClock)}
-		if prefix != "" {
-			opts = append(opts, redis.WithPrefix(prefix))
-		}
-		var c goredis.UniversalClient
-		if u.Scheme == "redis+cluster" {
-			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(u.Host, ",")})
-		} else {
-			o, err := goredis.ParseURL(u.String())
-			if err != nil {
-				return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
-			}
-			c = goredis.NewClient(o)
-		}
-		s, err := redis.New(c, opts...)
-		if err != nil {
-			c.Close()
-			return nil, usageError{err}
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("store %q: %w", raw, err)
-		}
-		return &end{store: s, close: func() { c.Close() }}, nil
-	case "valkey", "valkeys":
-		prefix := take("prefix")
-		opts := []valkey.Option{valkey.WithServerClock(!requestClock)}
-		if prefix != "" {
-			opts = append(opts, valkey.WithPrefix(prefix))
-		}
-		o, err := vk.ParseURL(strings.Replace(u.String(), "valkey", "redis", 1))
-		if err != nil {
-			return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
-		}
-		c, err := vk.NewClient(o)
-		if err != nil {
-			return nil, fmt.Errorf("store %q: %w", raw, err)
-		}
-		s, err := valkey.New(c, opts...)
-		if err != nil {
-			c.Close()
-			return nil, usageError{err}
-		}
-		return &end{store: s, close: c.Close}, nil
-	case "postgres", "postgresql":
-		table := take("table")
-		opts := []postgres.Option{}
-		if table != "" {
-			opts = append(opts, postgres.WithTable(table))
-		}
-		if requestClock {
-			opts = append(opts, postgres.WithRequestClock())
-		}
-		pool, err := pgxpool.New(ctx, u.String())
-		if err != nil {
-			return nil, usageError{fmt.Errorf("store %q: %w", raw, err)}
-		}
-		s, err := postgres.New(pool, opts...)
-		if err != nil {
-			pool.Close()
-			return nil, usageError{err}
-		}
-		if dst {
-			// The destination may be new: create its table (Migrate is
-			// idempotent).
-			if err := s.Migrate(ctx); err != nil {
-				pool.Close()
-				return nil, err
-			}
-		}
-		return &end{store: s, close: pool.Close}, nil
-	case "dynamodb", "dynamodb+https":
-		table, prefix := take("table"), take("prefix")
-		if table == "" {
-			return nil, usageError{fmt.Errorf("store %q: a table is required (?table=NAME)", raw)}
-		}
-		endpoint := "http://" + u.Host
-		if u.Scheme == "dynamodb+https" {
-			endpoint = "https://" + u.Host
-		}
-		region := getenv("AWS_REGION")
-		if region == "" {
-			region = "us-east-1"
-		}
-		cfg := aws.Config{
-			Region:      region,
-			Credentials: credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN")),
-		}
-		client := dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) })
-		opts := []dynamo.Option{dynamo.WithTable(table)}
-		if prefix != "" {
-			opts = append(opts, dynamo.WithKeyPrefix(prefix))
-		}
-		s, err := dynamo.New(client, opts...)
-		if err != nil {
-			return nil, usageError{err}
-		}
-		return &end{store: s, close: func() {}}, nil
-	default:
-		return nil, checkKind(raw)
-	}
+	return &end{store: s, close: closeStore}, nil
 }

@@ -46,7 +46,7 @@ type servers struct {
 	postgres *postgres.Store
 	dynamo   *dynamo.Store
 	// URLs of the same stores, for the command.
-	redisURL, postgresURL, dynamoURL string
+	redisURL, clusterURL, postgresURL, dynamoURL string
 }
 
 func startServers(t *testing.T) *servers {
@@ -61,13 +61,14 @@ func startServers(t *testing.T) *servers {
 	if s.redis, err = redis.New(rc, redis.WithPrefix(name), redis.WithServerClock(false)); err != nil {
 		t.Fatal(err)
 	}
-	s.redisURL = "redis://" + testserver.RedisAddr(t) + "?prefix=" + name
+	s.redisURL = "redis://" + testserver.RedisAddr(t) + "?clock=request&prefix=" + name
 
 	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: testserver.RedisClusterAddrs(t)})
 	t.Cleanup(func() { cc.Close() })
 	if s.cluster, err = redis.New(cc, redis.WithPrefix(name), redis.WithServerClock(false)); err != nil {
 		t.Fatal(err)
 	}
+	s.clusterURL = "redis+cluster://" + strings.Join(testserver.RedisClusterAddrs(t), ",") + "?clock=request&prefix=" + name
 
 	vc, err := vk.NewClient(vk.ClientOption{InitAddress: []string{testserver.ValkeyAddr(t)}, DisableCache: true})
 	if err != nil {
@@ -92,9 +93,9 @@ func startServers(t *testing.T) *servers {
 	t.Cleanup(func() { pool.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.postgres.Table()) })
 	s.postgresURL = testserver.PostgresURL(t)
 	if strings.Contains(s.postgresURL, "?") {
-		s.postgresURL += "&table=" + name
+		s.postgresURL += "&clock=request&table=" + name
 	} else {
-		s.postgresURL += "?table=" + name
+		s.postgresURL += "?clock=request&table=" + name
 	}
 
 	endpoint := testserver.DynamoDBEndpoint(t)
@@ -258,7 +259,7 @@ func TestMoveCommand(t *testing.T) {
 	lines := strings.SplitAfter(string(data), "\n")
 	half := filepath.Join(dir, "half.jsonl")
 	os.WriteFile(half, []byte(strings.Join(lines[:1+keys/2], "")), 0o600)
-	if code, out, errOut := runCmd("move", "-from", "file:"+half, "-to", s.redisURL, "-request-clock"); code != 0 ||
+	if code, out, errOut := runCmd("move", "-from", "file:"+half, "-to", s.redisURL); code != 0 ||
 		!strings.Contains(out, fmt.Sprintf("%d keys read, %d written, 0 kept", keys/2, keys/2)) {
 		t.Fatalf("half move = %d, %q, %q", code, out, errOut)
 	}
@@ -280,7 +281,7 @@ func TestMoveCommand(t *testing.T) {
 	if d, err := dst.Allow(ctx, newer); err != nil || !d.Allowed {
 		t.Fatalf("Allow(%q) on redis = %+v, %v", newer, d, err)
 	}
-	code, out, errOut := runCmd("move", "-from", "file:"+snap, "-to", s.redisURL, "-request-clock", "-progress", "1ns")
+	code, out, errOut := runCmd("move", "-from", "file:"+snap, "-to", s.redisURL, "-progress", "1ns")
 	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d keys read, %d written, %d kept", keys, keys-keys/2, keys/2)) {
 		t.Fatalf("move again = %d, %q", code, out)
 	}
@@ -292,9 +293,10 @@ func TestMoveCommand(t *testing.T) {
 		t.Fatalf("after the second move, %q on redis has %d remaining, want %d: the admission made on redis since was lost", newer, got.Remaining, want.Remaining-1)
 	}
 
-	// Redis → PostgreSQL → DynamoDB → a file, and every key keeps its quota.
-	for _, hop := range [][2]string{{s.redisURL, s.postgresURL}, {s.postgresURL, s.dynamoURL}, {s.dynamoURL, "file:" + filepath.Join(dir, "back.jsonl")}} {
-		if code, out, errOut := runCmd("move", "-from", hop[0], "-to", hop[1], "-request-clock", "-namespace", src.Namespace()); code != 0 ||
+	// Redis → Redis Cluster → PostgreSQL → DynamoDB → a file, and every key
+	// keeps its quota.
+	for _, hop := range [][2]string{{s.redisURL, s.clusterURL}, {s.clusterURL, s.postgresURL}, {s.postgresURL, s.dynamoURL}, {s.dynamoURL, "file:" + filepath.Join(dir, "back.jsonl")}} {
+		if code, out, errOut := runCmd("move", "-from", hop[0], "-to", hop[1], "-namespace", src.Namespace()); code != 0 ||
 			!strings.Contains(out, fmt.Sprintf("%d keys read, %d written", keys, keys)) {
 			t.Fatalf("move %s → %s = %d, %q, %q", hop[0], hop[1], code, out, errOut)
 		}
@@ -334,12 +336,15 @@ func TestMoveUsage(t *testing.T) {
 		{[]string{"move", "-from", "file:x"}, "-to is required"},
 		{[]string{"move", "-from", "file:x", "-to", "mysql://h"}, "unknown kind"},
 		{[]string{"move", "-from", "file:x", "-dry-run", "-namespace", "nocolon"}, "not <name>:<algorithm>"},
-		{[]string{"move", "-from", "dynamodb://127.0.0.1:1", "-dry-run"}, "a table is required"},
+		{[]string{"move", "-from", "memory", "-to", "file:x"}, "lives in its process"},
 	} {
 		code, _, errOut := runCmd(tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("ratelimit %v = %d, %q; want exit %d and %q", tc.args, code, errOut, exitUsage, tc.want)
 		}
+	}
+	if code, _, errOut := runCmd("move", "-from", "redis://127.0.0.1:1?clock=sometimes", "-dry-run"); code == 0 || !strings.Contains(errOut, "clock=") {
+		t.Errorf("move with clock=sometimes = %d, %q; want an error naming clock=", code, errOut)
 	}
 	if code, out, _ := runCmd("move", "-h"); code != 0 || !strings.Contains(out, "-dry-run") {
 		t.Errorf("ratelimit move -h = %d, %q", code, out)

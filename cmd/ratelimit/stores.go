@@ -22,21 +22,36 @@ import (
 )
 
 // storeSchemes is what -store accepts, for help and errors.
-const storeSchemes = "memory, redis://, valkey://, postgres:// (or postgresql://), dynamodb:// (http) or dynamodbs:// (https)"
+const storeSchemes = "memory, redis://, redis+cluster://, valkey://, postgres:// (or postgresql://), dynamodb:// (http) or dynamodbs:// (https)"
 
 // openStore returns the store that spec names and a function that
+// releases its client, creating the table of a PostgreSQL or DynamoDB store
+// when it is missing; see openStoreFor.
+func openStore(ctx context.Context, spec string, getenv func(string) string) (ratelimit.Store, func(), error) {
+	return openStoreFor(ctx, spec, getenv, true)
+}
+
+// openStoreFor returns the store that spec names and a function that
 // releases its client. spec is "memory" or a URL:
 //
 //	redis://[user:password@]host:port[/db]        go-redis (rediss:// for TLS)
-//	valkey://[user:password@]host:port[/db]       valkey-go
-//	postgres://user@host:port/db?sslmode=disable  pgx pool; creates the table
+//	redis+cluster://host:port,host:port,...       a go-redis cluster client
+//	valkey://[user:password@]host:port[/db]       valkey-go (a cluster is found)
+//	postgres://user@host:port/db?sslmode=disable  a pgx pool
 //	dynamodb://host:port[?table=T&region=R]       an http endpoint (dynalite,
-//	dynamodbs://host[?table=T&region=R]           DynamoDB Local); https for AWS;
-//	                                              creates the table
+//	dynamodbs://host[?table=T&region=R]           DynamoDB Local); https for AWS
 //
-// DynamoDB credentials come from AWS_ACCESS_KEY_ID and
+// and these query parameters, which the clients do not see:
+//
+//	prefix=P       the key prefix (Redis, Valkey, DynamoDB)
+//	table=T        the table (PostgreSQL, DynamoDB; default ratelimit)
+//	clock=request  decide by the limiter's clock, not the server's (Redis,
+//	               Valkey, PostgreSQL)
+//
+// With create, a PostgreSQL or DynamoDB store's table is created when it
+// is missing. DynamoDB credentials come from AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY, or are a placeholder a local endpoint accepts.
-func openStore(ctx context.Context, spec string, getenv func(string) string) (ratelimit.Store, func(), error) {
+func openStoreFor(ctx context.Context, spec string, getenv func(string) string, create bool) (ratelimit.Store, func(), error) {
 	if spec == "" || spec == "memory" {
 		return memory.MustNew(), func() {}, nil
 	}
@@ -44,41 +59,75 @@ func openStore(ctx context.Context, spec string, getenv func(string) string) (ra
 	if err != nil || u.Scheme == "" {
 		return nil, nil, fmt.Errorf("-store %q is not a URL; use one of %s", spec, storeSchemes)
 	}
+	// Take the store's own parameters out of the URL the client parses.
+	q := u.Query()
+	prefix, table, clock := q.Get("prefix"), q.Get("table"), q.Get("clock")
+	q.Del("prefix")
+	q.Del("clock")
+	if u.Scheme == "postgres" || u.Scheme == "postgresql" {
+		q.Del("table")
+	}
+	u.RawQuery = q.Encode()
+	client := u.String()
+	if clock != "" && clock != "request" && clock != "server" {
+		return nil, nil, fmt.Errorf("-store %s: clock=%q, want request or server", u.Redacted(), clock)
+	}
+	serverClock := clock != "request"
 	switch u.Scheme {
-	case "redis", "rediss":
-		opts, err := goredis.ParseURL(spec)
-		if err != nil {
-			return nil, nil, fmt.Errorf("-store: %w", err)
+	case "redis", "rediss", "redis+cluster":
+		opts := []redis.Option{redis.WithServerClock(serverClock)}
+		if prefix != "" {
+			opts = append(opts, redis.WithPrefix(prefix))
 		}
-		c := goredis.NewClient(opts)
-		s, err := redis.New(c)
+		var c goredis.UniversalClient
+		if u.Scheme == "redis+cluster" {
+			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(u.Host, ",")})
+		} else {
+			o, err := goredis.ParseURL(client)
+			if err != nil {
+				return nil, nil, fmt.Errorf("-store: %w", err)
+			}
+			c = goredis.NewClient(o)
+		}
+		s, err := redis.New(c, opts...)
 		if err != nil {
 			c.Close()
 			return nil, nil, err
 		}
 		return s, func() { c.Close() }, nil
 	case "valkey", "valkeys":
-		opts, err := vk.ParseURL("redis" + strings.TrimPrefix(spec, "valkey"))
+		opts := []valkey.Option{valkey.WithServerClock(serverClock)}
+		if prefix != "" {
+			opts = append(opts, valkey.WithPrefix(prefix))
+		}
+		o, err := vk.ParseURL("redis" + strings.TrimPrefix(client, "valkey"))
 		if err != nil {
 			return nil, nil, fmt.Errorf("-store: %w", err)
 		}
-		c, err := vk.NewClient(opts)
+		c, err := vk.NewClient(o)
 		if err != nil {
 			return nil, nil, fmt.Errorf("-store %s: %w", u.Redacted(), err)
 		}
-		s, err := valkey.New(c)
+		s, err := valkey.New(c, opts...)
 		if err != nil {
 			c.Close()
 			return nil, nil, err
 		}
 		return s, c.Close, nil
 	case "postgres", "postgresql":
-		pool, err := pgxpool.New(ctx, spec)
+		var opts []postgres.Option
+		if table != "" {
+			opts = append(opts, postgres.WithTable(table))
+		}
+		if !serverClock {
+			opts = append(opts, postgres.WithRequestClock())
+		}
+		pool, err := pgxpool.New(ctx, client)
 		if err != nil {
 			return nil, nil, fmt.Errorf("-store %s: %w", u.Redacted(), err)
 		}
-		s, err := postgres.New(pool)
-		if err == nil {
+		s, err := postgres.New(pool, opts...)
+		if err == nil && create {
 			err = s.Migrate(ctx)
 		}
 		if err != nil {
@@ -90,8 +139,7 @@ func openStore(ctx context.Context, spec string, getenv func(string) string) (ra
 		if u.Host == "" {
 			return nil, nil, fmt.Errorf("-store %q: name the endpoint's host", spec)
 		}
-		q := u.Query()
-		table, region := q.Get("table"), q.Get("region")
+		region := q.Get("region")
 		if table == "" {
 			table = "ratelimit"
 		}
@@ -110,10 +158,16 @@ func openStore(ctx context.Context, spec string, getenv func(string) string) (ra
 			Region:      region,
 			Credentials: credentials.NewStaticCredentialsProvider(id, secret, getenv("AWS_SESSION_TOKEN")),
 		}, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(scheme + "://" + u.Host) })
-		if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
-			return nil, nil, fmt.Errorf("-store %s: %w", spec, err)
+		if create {
+			if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
+				return nil, nil, fmt.Errorf("-store %s: %w", spec, err)
+			}
 		}
-		s, err := dynamo.New(client, dynamo.WithTable(table))
+		opts := []dynamo.Option{dynamo.WithTable(table)}
+		if prefix != "" {
+			opts = append(opts, dynamo.WithKeyPrefix(prefix))
+		}
+		s, err := dynamo.New(client, opts...)
 		if err != nil {
 			return nil, nil, err
 		}
