@@ -162,7 +162,7 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 		}
 		switch {
 		case cfg.dryRun:
-			fmt.Fprintf(w, "%d live keys in %s (%v)\n", st.read, cfg.from, time.Since(start).Round(time.Millisecond))
+			fmt.Fprintf(w, "%d live keys in %s (%v)\n", st.read, redact(cfg.from), time.Since(start).Round(time.Millisecond))
 		default:
 			fmt.Fprintf(w, "%d keys read, %d written, %d kept in the destination as newer (%v)\n",
 				st.read, st.written, st.kept, time.Since(start).Round(time.Millisecond))
@@ -187,8 +187,13 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 	if err == nil && dst != nil {
 		err = dst.finish()
 	}
+	if err != nil {
+		// What the interrupted run did; running it again completes it.
+		fmt.Fprintf(stderr, "stopped after %d keys read, %d written, %d kept\n", st.read, st.written, st.kept)
+		return err
+	}
 	report(true)
-	return err
+	return nil
 }
 
 // end is one side of a move: a store or a state file.

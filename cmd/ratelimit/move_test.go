@@ -301,6 +301,12 @@ func TestMoveCommand(t *testing.T) {
 			t.Fatalf("move %s → %s = %d, %q, %q", hop[0], hop[1], code, out, errOut)
 		}
 	}
+	// A source whose table does not exist is an error, and is not created.
+	missing := strings.Replace(s.postgresURL, "table=", "table=missing", 1)
+	if code, _, errOut := runCmd("move", "-from", missing, "-to", s.redisURL); code != exitError ||
+		!strings.Contains(errOut, "stopped after 0 keys read") || !strings.Contains(errOut, "does not exist") {
+		t.Fatalf("move from a missing table = %d, %q; want an error saying it does not exist", code, errOut)
+	}
 	back, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithName("cli"))
 	if err != nil {
 		t.Fatal(err)
