@@ -59,6 +59,7 @@ type Engine struct {
 	slack       int64  // ms added to every expiry; see DefaultSlack
 	slackArg    any    // slack, boxed once as a script argument
 	backend     Backend
+	batch       *batcher // nil when the backend does not pipeline
 
 	seed  maphash.Seed
 	locks []chan struct{}
@@ -124,6 +125,9 @@ func New(name string, backend Backend, opts ...Option) (*Engine, error) {
 		e.slack = ServerClockSlack
 	}
 	e.slackArg = strconv.FormatInt(e.slack, 10)
+	if p, ok := backend.(Pipeliner); ok {
+		e.batch = &batcher{p: p, noScript: backend.NoScript}
+	}
 	e.seed = maphash.MakeSeed()
 	e.locks = make([]chan struct{}, 256)
 	for i := range e.locks {
@@ -179,14 +183,7 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
-	args := make([]any, algorithms.LuaFixedArgs+1)
-	args[0] = req.Now
-	args[1] = req.Cost
-	args[2] = flag(req.Peek)
-	args[3] = flag(e.serverClock)
-	args[4] = e.slackArg
-	args[5] = e.params(sf.ServerArgs())
-	r, err := e.run(ctx, s, []string{StateKey(e.prefix, key)}, args)
+	r, err := e.decide(ctx, s, StateKey(e.prefix, key), req, sf.ServerArgs())
 	if err != nil {
 		return algorithms.Decision{}, wrap(ctx, e.name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
 	}
@@ -202,6 +199,27 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 		ResetAfter: f[algorithms.LuaReplyResetAfter],
 		Delay:      f[algorithms.LuaReplyDelay],
 	}, nil
+}
+
+// decide runs s for one request on key: batched with concurrent decisions
+// when the backend pipelines (see batcher), alone otherwise.
+func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorithms.Request, params []int64) (any, error) {
+	c := &pending{}
+	c.key[0] = key
+	c.args[0] = req.Now
+	c.args[1] = req.Cost
+	c.args[2] = flag(req.Peek)
+	c.args[3] = flag(e.serverClock)
+	c.args[4] = e.slackArg
+	c.args[5] = e.params(params)
+	c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
+	if e.batch == nil {
+		return e.run(ctx, s, c.Keys, c.Args)
+	}
+	if err := e.batch.do(ctx, c); err != nil {
+		return nil, err
+	}
+	return c.Reply, c.Err
 }
 
 // maxCachedParams bounds the cache of formatted ServerArgs.

@@ -1,0 +1,161 @@
+package redisengine
+
+import (
+	"context"
+	"sync"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// Call is one script run in a pipelined batch: a Pipeliner sends it and
+// sets Reply and Err.
+type Call struct {
+	// Script is the script to run.
+	Script *Script
+	// ByText asks for EVAL of Script.Src instead of EVALSHA of Script.SHA.
+	ByText bool
+	// Keys and Args are the script's KEYS and ARGV.
+	Keys []string
+	Args []any
+	// Reply and Err are the call's own outcome, as EvalSha would return
+	// them: one call's error (such as a CORRUPT reply) never touches
+	// another's.
+	Reply any
+	Err   error
+}
+
+// Pipeliner is what a Backend whose client does not pipeline concurrent
+// commands by itself may add: sending many script runs in one round trip
+// per server. The engine batches concurrent decisions through it; a backend
+// without it gets one EvalSha per decision.
+type Pipeliner interface {
+	// Pipeline sends every call (each by its SHA, or its source when
+	// ByText) in one pipeline per server the calls' keys live on, and
+	// sets each call's Reply and Err. It returns when every call has its
+	// outcome.
+	Pipeline(ctx context.Context, calls []*Call)
+}
+
+// The batcher shares round trips among concurrent decisions without a
+// timer. A caller that finds no batch in flight sends its own call at once,
+// alone, so a lone caller pays nothing. Callers that arrive while a batch is
+// in flight queue; when the batch's reply is in, the caller that sent it
+// hands everything queued meanwhile, in arrival order, to the first of
+// those callers, which sends it as the next batch, and so on until a batch
+// comes back with nothing queued behind it. No goroutine outlives a batch:
+// the flusher is always one of the callers (or, when that caller's context
+// ends just as it is handed a batch, one goroutine that sends that batch
+// and hands on what queued behind it).
+//
+// A later multi-request script can plug in at send: a batch holds the
+// requests in arrival order, so the requests for one key can be decided in
+// one script run in that order.
+type batcher struct {
+	p        Pipeliner
+	noScript func(error) bool
+	mu    sync.Mutex
+	busy  bool       // a batch is in flight
+	queue []*pending // callers waiting for the next batch, in arrival order
+}
+
+// pending is one decision waiting in, or sent in, a batch.
+type pending struct {
+	Call
+	key  [1]string
+	args [algorithms.LuaFixedArgs + 1]any
+	done chan struct{} // one send: the outcome is in, or lead is set
+	// Guarded by batcher.mu.
+	taken bool       // the call left the queue in a batch
+	gone  bool       // its caller returned early; skip it
+	lead  []*pending // a batch this caller must send
+}
+
+// do runs c, sharing a round trip with concurrent calls, and leaves its
+// outcome in c.Reply and c.Err. When ctx ends while c waits, it returns
+// ctx's error at once instead, and c's outcome is never read: c is skipped
+// if still queued, or its reply dropped if already sent.
+func (b *batcher) do(ctx context.Context, c *pending) error {
+	b.mu.Lock()
+	if !b.busy {
+		b.busy = true
+		b.mu.Unlock()
+		b.send(ctx, []*pending{c})
+		return nil
+	}
+	c.done = make(chan struct{}, 1)
+	b.queue = append(b.queue, c)
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		lead := c.lead
+		c.gone = true
+		b.mu.Unlock()
+		if lead != nil {
+			// Handed a batch just as ctx ended: the batch must still go,
+			// but not on this caller's time.
+			go b.send(context.WithoutCancel(ctx), lead)
+		}
+		return ctx.Err()
+	}
+	if c.lead != nil {
+		// The receive from done orders this read after the write.
+		b.send(ctx, c.lead)
+	}
+	return nil
+}
+
+// send sends batch, whose first call is the caller's own, delivers every
+// other call's outcome, and then hands what queued meanwhile to its first
+// caller or, with nothing queued, marks the batcher idle.
+func (b *batcher) send(ctx context.Context, batch []*pending) {
+	calls := make([]*Call, len(batch))
+	for i, c := range batch {
+		calls[i] = &c.Call
+	}
+	if len(batch) > 1 {
+		// The batch carries other callers' decisions: the sender's context
+		// ending must not fail theirs.
+		ctx = context.WithoutCancel(ctx)
+	}
+	b.pipeline(ctx, calls)
+	b.mu.Lock()
+	next := b.queue[:0:0]
+	for _, c := range b.queue {
+		if !c.gone {
+			c.taken = true
+			next = append(next, c)
+		}
+	}
+	b.queue = nil
+	if len(next) == 0 {
+		b.busy = false
+	} else {
+		next[0].lead = next
+	}
+	b.mu.Unlock()
+	for _, c := range batch[1:] {
+		c.done <- struct{}{}
+	}
+	if len(next) > 0 {
+		next[0].done <- struct{}{}
+	}
+}
+
+// pipeline sends calls by their SHAs and once more, by their sources, those
+// whose server did not have the script (after a restart or SCRIPT FLUSH),
+// which reloads it there.
+func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
+	b.p.Pipeline(ctx, calls)
+	var again []*Call
+	for _, c := range calls {
+		if c.Err != nil && b.noScript(c.Err) {
+			c.ByText, c.Reply, c.Err = true, nil, nil
+			again = append(again, c)
+		}
+	}
+	if len(again) > 0 {
+		b.p.Pipeline(ctx, again)
+	}
+}
