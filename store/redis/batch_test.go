@@ -1,0 +1,288 @@
+package redis_test
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store/redis"
+)
+
+// gate is a go-redis hook that counts the script runs and pipelines the
+// store sends and, while held, stops the next lone EVALSHA before it leaves
+// (so the test can queue decisions behind a batch in flight).
+type gate struct {
+	hold      atomic.Bool
+	held      chan struct{} // receives when a command is stopped
+	release   chan struct{}
+	single    atomic.Int64 // EVALSHAs sent alone (EVALs after NOSCRIPT are not counted)
+	pipelines atomic.Int64 // pipelines sent
+	piped     atomic.Int64 // EVALSHAs sent in pipelines
+	biggest   atomic.Int64 // most commands in one pipeline
+}
+
+func newGate() *gate { return &gate{held: make(chan struct{}, 1), release: make(chan struct{})} }
+
+func (g *gate) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+
+func (g *gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error {
+		if n := cmd.Name(); n == "evalsha" || n == "eval" {
+			if n == "evalsha" {
+				g.single.Add(1)
+			}
+			if g.hold.CompareAndSwap(true, false) {
+				g.held <- struct{}{}
+				<-g.release
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (g *gate) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		g.pipelines.Add(1)
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				g.piped.Add(1)
+			}
+		}
+		for {
+			b := g.biggest.Load()
+			if int64(len(cmds)) <= b || g.biggest.CompareAndSwap(b, int64(len(cmds))) {
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// hooked returns a client of the standalone server, or the cluster, with g
+// as its hook.
+func hooked(t *testing.T, g *gate, onCluster bool) goredis.UniversalClient {
+	c := standalone(t)
+	if onCluster {
+		c = cluster(t)
+	}
+	c.AddHook(g) // on a cluster client, it sees a pipeline before the split
+	return c
+}
+
+// holdFirst starts one decision on lim that the gate stops on its way to
+// the server, and returns when it is stopped, so that every decision made
+// before release queues behind it. The returned channel yields its error.
+func holdFirst(t *testing.T, g *gate, lim *ratelimit.Limiter, key string) <-chan error {
+	t.Helper()
+	g.hold.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(context.Background(), key)
+		first <- err
+	}()
+	select {
+	case <-g.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first decision never reached the server")
+	}
+	return first
+}
+
+// TestBatching checks that decisions made while a batch is in flight go
+// to the server together in one pipeline (split by node on the cluster),
+// each getting its own exact decision, in arrival order on one key.
+func TestBatching(t *testing.T) {
+	for _, onCluster := range []bool{false, true} {
+		t.Run(map[bool]string{false: "standalone", true: "cluster"}[onCluster], func(t *testing.T) {
+			g := newGate()
+			c := hooked(t, g, onCluster)
+			s, err := redis.New(c, redis.WithPrefix(uniquePrefix()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A window that cannot end during the test: exactly 10 of the
+			// decisions on the hot key are admitted.
+			lim, err := ratelimit.New(s, algorithms.FixedWindow(10, time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			first := holdFirst(t, g, lim, "hot")
+			const queued = 40
+			var wg sync.WaitGroup
+			var admitted atomic.Int64
+			errs := make(chan error, queued)
+			for i := range queued {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := "hot"
+					if i%2 == 1 {
+						key = "spread-" + string(rune('a'+i%26))
+					}
+					d, err := lim.Allow(context.Background(), key)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if key == "hot" && d.Allowed {
+						admitted.Add(1)
+					}
+				}()
+			}
+			// Let them queue, then let the first batch go.
+			waitFor(t, func() bool { return runtime.NumGoroutine() > queued })
+			time.Sleep(200 * time.Millisecond)
+			close(g.release)
+			if err := <-first; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			// The first decision on the hot key was admitted too.
+			if got := admitted.Load() + 1; got != 10 {
+				t.Errorf("%d decisions on the hot key admitted, want exactly 10", got)
+			}
+			if g.pipelines.Load() == 0 || g.biggest.Load() < 2 {
+				t.Errorf("no pipeline carried more than one decision: %d pipelines, biggest %d", g.pipelines.Load(), g.biggest.Load())
+			}
+			if sent := g.single.Load() + g.piped.Load(); sent > 1+queued {
+				t.Errorf("%d scripts sent for %d decisions", sent, 1+queued)
+			}
+		})
+	}
+}
+
+// TestBatchCancel checks that a decision whose context ends while it waits
+// for the batch in flight returns the context's error at once, is never
+// sent, and leaves no goroutine behind.
+func TestBatchCancel(t *testing.T) {
+	g := newGate()
+	c := hooked(t, g, false)
+	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, algorithms.FixedWindow(10, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	first := holdFirst(t, g, lim, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(ctx, "k")
+		done <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // let it queue
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled decision: %v, want context.Canceled", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a cancelled decision waited for the batch in flight")
+	}
+	close(g.release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	// The cancelled decision was never sent: one more decision is the
+	// second admitted of the window's ten.
+	d, err := lim.Allow(context.Background(), "k")
+	if err != nil || d.Remaining != 8 {
+		t.Errorf("after a cancelled decision: %+v, %v, want 8 remaining", d, err)
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// TestBatchIsolation checks that in one pipelined batch a key with corrupt
+// state fails only its own decision, with an error that reaches go-redis's,
+// and that scripts lost by SCRIPT FLUSH are reloaded for the whole batch.
+func TestBatchIsolation(t *testing.T) {
+	g := newGate()
+	c := hooked(t, g, false)
+	prefix := uniquePrefix()
+	s, err := redis.New(c, redis.WithPrefix(prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, algorithms.GCRA(100, time.Second, 10), ratelimit.WithName("iso"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	bad := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "bad"})
+	if err := c.Set(ctx, bad, "garbage", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The first decision runs another script, so that the batch behind it
+	// finds its own script flushed.
+	other, err := ratelimit.New(s, algorithms.TokenBucket(100, time.Second, 10), ratelimit.WithName("iso"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := holdFirst(t, g, other, "first")
+	if err := c.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		key string
+		err error
+	}
+	keys := []string{"a", "bad", "b", "c"}
+	out := make(chan outcome, len(keys))
+	for _, k := range keys {
+		go func() {
+			_, err := lim.Allow(ctx, k)
+			out <- outcome{k, err}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond) // let them queue
+	pipes := g.pipelines.Load()
+	close(g.release)
+	if err := <-first; err != nil {
+		// The lone first call met the flushed script and reloaded it.
+		t.Fatal(err)
+	}
+	for range keys {
+		o := <-out
+		if o.key != "bad" {
+			if o.err != nil {
+				t.Errorf("decision on %q failed beside a corrupt key: %v", o.key, o.err)
+			}
+			continue
+		}
+		var rerr goredis.Error
+		if !errors.Is(o.err, ratelimit.ErrCorruptState) || !errors.As(o.err, &rerr) {
+			t.Errorf("decision on corrupt state: %v, want ErrCorruptState wrapping a go-redis error", o.err)
+		}
+	}
+	if g.pipelines.Load() == pipes {
+		t.Error("the queued decisions were not pipelined")
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
