@@ -53,9 +53,9 @@ type Pipeliner interface {
 type batcher struct {
 	p        Pipeliner
 	noScript func(error) bool
-	mu    sync.Mutex
-	busy  bool       // a batch is in flight
-	queue []*pending // callers waiting for the next batch, in arrival order
+	mu       sync.Mutex
+	busy     bool       // a batch is in flight
+	queue    []*pending // callers waiting for the next batch, in arrival order
 }
 
 // pending is one decision waiting in, or sent in, a batch.
