@@ -22,6 +22,35 @@ type Call struct {
 	// another's.
 	Reply any
 	Err   error
+
+	cmd [3 + 1 + algorithms.LuaFixedArgs + 1]any // Command's array, when it fits
+}
+
+// The commands' names, boxed once.
+var (
+	evalSha any = "evalsha"
+	evalSrc any = "eval"
+)
+
+// Command returns the call as one command's words, for clients that take
+// a command as a list of arguments: EVALSHA sha numkeys keys... args... (or
+// EVAL src ...). For a decision it builds them in the call itself, so the
+// only allocation is boxing the key.
+func (c *Call) Command() []any {
+	cmd := c.cmd[:0]
+	if n := 3 + len(c.Keys) + len(c.Args); n > len(c.cmd) {
+		cmd = make([]any, 0, n)
+	}
+	if c.ByText {
+		cmd = append(cmd, evalSrc, c.Script.src)
+	} else {
+		cmd = append(cmd, evalSha, c.Script.sha)
+	}
+	cmd = append(cmd, int64(len(c.Keys)))
+	for _, k := range c.Keys {
+		cmd = append(cmd, k)
+	}
+	return append(cmd, c.Args...)
 }
 
 // Pipeliner is what a Backend whose client does not pipeline concurrent
@@ -63,6 +92,7 @@ type pending struct {
 	Call
 	key  [1]string
 	args [algorithms.LuaFixedArgs + 1]any
+	one  [1]*Call      // a batch of one call, without allocating
 	done chan struct{} // one send: the outcome is in, or lead is set
 	// Guarded by batcher.mu.
 	taken bool       // the call left the queue in a batch
@@ -110,7 +140,10 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 // other call's outcome, and then hands what queued meanwhile to its first
 // caller or, with nothing queued, marks the batcher idle.
 func (b *batcher) send(ctx context.Context, batch []*pending) {
-	calls := make([]*Call, len(batch))
+	calls := batch[0].one[:]
+	if len(batch) > 1 {
+		calls = make([]*Call, len(batch))
+	}
 	for i, c := range batch {
 		calls[i] = &c.Call
 	}

@@ -45,12 +45,15 @@ type Script struct {
 	SHA string
 	// Args is how many ServerArgs an algorithm's form takes.
 	Args int
+
+	sha, src any // SHA and Src, boxed once for Call.Command
 }
 
 // NewScript returns src with its SHA1.
 func NewScript(name, src string, args int) *Script {
 	sum := sha1.Sum([]byte(src))
-	return &Script{Name: name, Src: src, SHA: hex.EncodeToString(sum[:]), Args: args}
+	sha := hex.EncodeToString(sum[:])
+	return &Script{Name: name, Src: src, SHA: sha, Args: args, sha: sha, src: src}
 }
 
 // forms are the Lua forms of the built-in algorithms, by registry entry.

@@ -113,29 +113,18 @@ func (b backend) Eval(ctx context.Context, src string, keys []string, args []any
 func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	if len(calls) == 1 {
 		c := calls[0]
-		c.Reply, c.Err = b.eval(ctx, c)
+		c.Reply, c.Err = b.c.Do(ctx, c.Command()...).Result()
 		return
 	}
 	pipe := b.c.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
-		if c.ByText {
-			cmds[i] = pipe.Eval(ctx, c.Script.Src, c.Keys, c.Args...)
-		} else {
-			cmds[i] = pipe.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args...)
-		}
+		cmds[i] = pipe.Do(ctx, c.Command()...)
 	}
 	_, _ = pipe.Exec(ctx) // every command's error is its own, read below
 	for i, c := range calls {
 		c.Reply, c.Err = cmds[i].Result()
 	}
-}
-
-func (b backend) eval(ctx context.Context, c *redisengine.Call) (any, error) {
-	if c.ByText {
-		return b.Eval(ctx, c.Script.Src, c.Keys, c.Args)
-	}
-	return b.EvalSha(ctx, c.Script.SHA, c.Keys, c.Args)
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
