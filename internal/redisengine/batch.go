@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
@@ -68,13 +69,18 @@ type Pipeliner interface {
 // The batcher shares round trips among concurrent decisions without a
 // timer. A caller that finds no batch in flight sends its own call at once,
 // alone, so a lone caller pays nothing. Callers that arrive while a batch is
-// in flight queue; when the batch's reply is in, the caller that sent it
-// hands everything queued meanwhile, in arrival order, to the first of
-// those callers, which sends it as the next batch, and so on until a batch
-// comes back with nothing queued behind it. No goroutine outlives a batch:
-// the flusher is always one of the callers (or, when that caller's context
-// ends just as it is handed a batch, one goroutine that sends that batch
-// and hands on what queued behind it).
+// in flight queue; when the batch's replies are in, everything queued
+// meanwhile, in arrival order, is handed to the first of those callers,
+// which sends it as the next batch, and so on until a batch comes back with
+// nothing queued behind it.
+//
+// A batch of several calls carries other callers' decisions, so no one
+// caller's context may cancel it: it is sent by a goroutine that lives for
+// that one round trip, under a context without cancellation whose deadline
+// is the latest of its callers' (none if one has none), while its sender
+// waits for it or for its own context. That goroutine delivers the outcomes
+// and hands on what queued, then ends: no goroutine outlives the batches in
+// flight, and the store needs no Close.
 //
 // A later multi-request script can plug in at send: a batch holds the
 // requests in arrival order, so the requests for one key can be decided in
@@ -90,14 +96,15 @@ type batcher struct {
 // pending is one decision waiting in, or sent in, a batch.
 type pending struct {
 	Call
+	ctx  context.Context // its caller's, while queued
 	key  [1]string
 	args [algorithms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
+	self [1]*pending   // likewise
 	done chan struct{} // one send: the outcome is in, or lead is set
 	// Guarded by batcher.mu.
-	taken bool       // the call left the queue in a batch
-	gone  bool       // its caller returned early; skip it
-	lead  []*pending // a batch this caller must send
+	gone bool       // its caller returned early; skip it
+	lead []*pending // a batch this caller must send
 }
 
 // do runs c, sharing a round trip with concurrent calls, and leaves its
@@ -109,9 +116,10 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		b.send(ctx, []*pending{c})
-		return nil
+		c.self[0] = c
+		return b.send(ctx, c.self[:])
 	}
+	c.ctx = ctx
 	c.done = make(chan struct{}, 1)
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
@@ -131,33 +139,72 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	}
 	if c.lead != nil {
 		// The receive from done orders this read after the write.
-		b.send(ctx, c.lead)
+		return b.send(ctx, c.lead)
 	}
 	return nil
 }
 
 // send sends batch, whose first call is the caller's own, delivers every
-// other call's outcome, and then hands what queued meanwhile to its first
-// caller or, with nothing queued, marks the batcher idle.
-func (b *batcher) send(ctx context.Context, batch []*pending) {
-	calls := batch[0].one[:]
-	if len(batch) > 1 {
-		calls = make([]*Call, len(batch))
+// other call's outcome, and then hands what queued meanwhile on (finish).
+// It returns ctx's error if ctx ends first, which only a batch of several
+// calls lets happen: the batch carries on without its sender.
+func (b *batcher) send(ctx context.Context, batch []*pending) error {
+	if len(batch) == 1 {
+		calls := batch[0].one[:]
+		calls[0] = &batch[0].Call
+		b.pipeline(ctx, calls)
+		b.finish(batch)
+		return nil
 	}
+	calls := make([]*Call, len(batch))
 	for i, c := range batch {
 		calls[i] = &c.Call
 	}
-	if len(batch) > 1 {
-		// The batch carries other callers' decisions: the sender's context
-		// ending must not fail theirs.
-		ctx = context.WithoutCancel(ctx)
+	bctx, cancel := batchContext(ctx, batch)
+	sent := make(chan struct{})
+	go func() {
+		b.pipeline(bctx, calls)
+		cancel()
+		close(sent) // before finish, which may make this goroutine's batch wait
+		b.finish(batch)
+	}()
+	select {
+	case <-sent:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	b.pipeline(ctx, calls)
+}
+
+// batchContext returns the context a batch is sent under: ctx's values,
+// no cancellation, and the latest deadline of its callers (batch[0] is
+// ctx's), or none when one of them has none.
+func batchContext(ctx context.Context, batch []*pending) (context.Context, context.CancelFunc) {
+	latest, ok := ctx.Deadline()
+	for _, c := range batch[1:] {
+		if !ok {
+			break
+		}
+		var d time.Time
+		if d, ok = c.ctx.Deadline(); d.After(latest) {
+			latest = d
+		}
+	}
+	bctx := context.WithoutCancel(ctx)
+	if !ok {
+		return bctx, func() {}
+	}
+	return context.WithDeadline(bctx, latest)
+}
+
+// finish delivers the outcomes of batch's calls but the first (whose
+// sender reads its own) and hands what queued meanwhile to its first
+// caller or, with nothing queued, marks the batcher idle.
+func (b *batcher) finish(batch []*pending) {
 	b.mu.Lock()
 	next := b.queue[:0:0]
 	for _, c := range b.queue {
 		if !c.gone {
-			c.taken = true
 			next = append(next, c)
 		}
 	}

@@ -22,6 +22,7 @@ import (
 // (so the test can queue decisions behind a batch in flight).
 type gate struct {
 	hold      atomic.Bool
+	holdPipe  atomic.Bool // likewise, the next pipeline
 	held      chan struct{} // receives when a command is stopped
 	release   chan struct{}
 	single    atomic.Int64 // EVALSHAs sent alone (EVALs after NOSCRIPT are not counted)
@@ -30,7 +31,7 @@ type gate struct {
 	biggest   atomic.Int64 // most commands in one pipeline
 }
 
-func newGate() *gate { return &gate{held: make(chan struct{}, 1), release: make(chan struct{})} }
+func newGate() *gate { return &gate{held: make(chan struct{}, 1), release: make(chan struct{}, 1)} }
 
 func (g *gate) DialHook(next goredis.DialHook) goredis.DialHook { return next }
 
@@ -52,6 +53,10 @@ func (g *gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 func (g *gate) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
 		g.pipelines.Add(1)
+		if g.holdPipe.CompareAndSwap(true, false) {
+			g.held <- struct{}{}
+			<-g.release
+		}
 		for _, c := range cmds {
 			if c.Name() == "evalsha" {
 				g.piped.Add(1)
@@ -196,7 +201,7 @@ func TestBatchCancel(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("a cancelled decision waited for the batch in flight")
 	}
-	close(g.release)
+	g.release <- struct{}{}
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
@@ -205,6 +210,70 @@ func TestBatchCancel(t *testing.T) {
 	d, err := lim.Allow(context.Background(), "k")
 	if err != nil || d.Remaining != 8 {
 		t.Errorf("after a cancelled decision: %+v, %v, want 8 remaining", d, err)
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}
+
+// TestBatchSenderCancel checks that the caller sending a batch returns its
+// context's error at once when that ends, while the batch carries on and
+// the other decisions in it get their outcomes.
+func TestBatchSenderCancel(t *testing.T) {
+	g := newGate()
+	c := hooked(t, g, false)
+	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, algorithms.FixedWindow(10, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	first := holdFirst(t, g, lim, "k")
+	ctx, cancel := context.WithCancel(context.Background())
+	sender := make(chan error, 1)
+	go func() {
+		_, err := lim.Allow(ctx, "k") // queued first: it sends the next batch
+		sender <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	others := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := lim.Allow(context.Background(), "k")
+			others <- err
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	g.holdPipe.Store(true)
+	g.release <- struct{}{} // the first decision goes; the batch is held
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-g.held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the batch never reached the server")
+	}
+	cancel()
+	select {
+	case err := <-sender:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("cancelled sender: %v, want context.Canceled", err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("a cancelled sender waited for its batch")
+	}
+	g.release <- struct{}{}
+	for range 2 {
+		if err := <-others; err != nil {
+			t.Errorf("a decision in a batch whose sender gave up: %v", err)
+		}
+	}
+	// All four were sent: six of the window's ten are left.
+	d, err := lim.Allow(context.Background(), "k")
+	if err != nil || d.Remaining != 5 {
+		t.Errorf("after the batch: %+v, %v, want 5 remaining", d, err)
 	}
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 }
@@ -253,7 +322,7 @@ func TestBatchIsolation(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // let them queue
 	pipes := g.pipelines.Load()
-	close(g.release)
+	g.release <- struct{}{}
 	if err := <-first; err != nil {
 		// The lone first call met the flushed script and reloaded it.
 		t.Fatal(err)
