@@ -22,7 +22,7 @@ import (
 // (so the test can queue decisions behind a batch in flight).
 type gate struct {
 	hold      atomic.Bool
-	holdPipe  atomic.Bool // likewise, the next pipeline
+	holdPipe  atomic.Bool   // likewise, the next pipeline
 	held      chan struct{} // receives when a command is stopped
 	release   chan struct{}
 	single    atomic.Int64 // EVALSHAs sent alone (EVALs after NOSCRIPT are not counted)
@@ -52,15 +52,21 @@ func (g *gate) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
 
 func (g *gate) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []goredis.Cmder) error {
+		scripts := 0
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				scripts++
+			}
+		}
+		if scripts == 0 {
+			// A connection's handshake (HELLO, CLIENT SETINFO), not ours.
+			return next(ctx, cmds)
+		}
 		g.pipelines.Add(1)
+		g.piped.Add(int64(scripts))
 		if g.holdPipe.CompareAndSwap(true, false) {
 			g.held <- struct{}{}
 			<-g.release
-		}
-		for _, c := range cmds {
-			if c.Name() == "evalsha" {
-				g.piped.Add(1)
-			}
 		}
 		for {
 			b := g.biggest.Load()
