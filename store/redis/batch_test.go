@@ -175,13 +175,11 @@ func TestBatching(t *testing.T) {
 	}
 }
 
-// TestBatchCancel checks that a decision whose context ends while it waits
-// for the batch in flight returns the context's error at once, is never
-// sent, and leaves no goroutine behind.
-func TestBatchCancel(t *testing.T) {
+// windowOfTen returns a gate on a standalone client and a limiter through
+// it admitting 10 an hour.
+func windowOfTen(t *testing.T) (*gate, *ratelimit.Limiter) {
 	g := newGate()
-	c := hooked(t, g, false)
-	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()))
+	s, err := redis.New(hooked(t, g, false), redis.WithPrefix(uniquePrefix()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +187,14 @@ func TestBatchCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return g, lim
+}
+
+// TestBatchCancel checks that a decision whose context ends while it waits
+// for the batch in flight returns the context's error at once, is never
+// sent, and leaves no goroutine behind.
+func TestBatchCancel(t *testing.T) {
+	g, lim := windowOfTen(t)
 	before := runtime.NumGoroutine()
 	first := holdFirst(t, g, lim, "k")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -224,16 +230,7 @@ func TestBatchCancel(t *testing.T) {
 // context's error at once when that ends, while the batch carries on and
 // the other decisions in it get their outcomes.
 func TestBatchSenderCancel(t *testing.T) {
-	g := newGate()
-	c := hooked(t, g, false)
-	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	lim, err := ratelimit.New(s, algorithms.FixedWindow(10, time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, lim := windowOfTen(t)
 	before := runtime.NumGoroutine()
 	first := holdFirst(t, g, lim, "k")
 	ctx, cancel := context.WithCancel(context.Background())
