@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"reflect"
 	"sync/atomic"
 	"time"
 
@@ -39,12 +40,22 @@ var (
 	// could ever admit (its burst, capacity or limit).
 	ErrInvalidCost = errors.New("ratelimit: invalid cost")
 	// ErrWouldExceedDeadline is returned by Wait when the request cannot be
-	// admitted before the context's deadline.
-	ErrWouldExceedDeadline = errors.New("ratelimit: would exceed context deadline")
+	// admitted before the context's deadline. It also satisfies
+	// errors.Is(err, context.DeadlineExceeded), so callers that check for
+	// a missed deadline need not know about it.
+	ErrWouldExceedDeadline error = wouldExceedDeadline{}
 	// ErrInvalidTime reports a clock reading before the Unix epoch or too
 	// far after it to be held exactly.
 	ErrInvalidTime = errors.New("ratelimit: invalid time")
 )
+
+// wouldExceedDeadline is ErrWouldExceedDeadline: an error of its own that is
+// also context.DeadlineExceeded.
+type wouldExceedDeadline struct{}
+
+func (wouldExceedDeadline) Error() string { return "ratelimit: would exceed context deadline" }
+
+func (wouldExceedDeadline) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // Decision is the answer to a request: allowed or not, and what an HTTP
 // response needs to say so (RateLimit-* and Retry-After headers). A denied
@@ -92,10 +103,15 @@ const (
 type Option func(*Limiter) error
 
 // WithClock makes the limiter read time from c instead of the system
-// clock. Stores configured to use their server's clock ignore it.
+// clock: for its decisions, and for Wait's sleeping.
+//
+// A store that decides by its server's clock (Redis, Valkey and PostgreSQL
+// by default; see ServerClocker) would ignore c's time, so New refuses
+// WithClock with such a store: configure the store with
+// WithServerClock(false) to decide by c.
 func WithClock(c clock.Clock) Option {
 	return func(l *Limiter) error {
-		if c == nil {
+		if isNil(c) {
 			return fmt.Errorf("%w: nil clock", ErrInvalidParams)
 		}
 		l.clock = c
@@ -110,11 +126,17 @@ func WithClock(c clock.Clock) Option {
 //
 // Without a name, a limiter's namespace is derived from its algorithm and
 // parameters, so two limiters with different policies never share state,
-// and changing the numbers starts from fresh state.
+// and changing the numbers starts from fresh state. Derived names are "p"
+// followed by 16 lowercase hexadecimal digits; that form is reserved, so
+// WithName refuses it and a named limiter can never share an unnamed one's
+// state.
 func WithName(name string) Option {
 	return func(l *Limiter) error {
 		if err := checkName("limiter name", name); err != nil {
 			return err
+		}
+		if isDerivedName(name) {
+			return fmt.Errorf("%w: limiter name %q has the reserved form of a derived name (p and 16 hex digits)", ErrInvalidParams, name)
 		}
 		l.name = name
 		return nil
@@ -156,12 +178,13 @@ type Limiter struct {
 
 // New returns a limiter that applies alg to keys held in store. It reports
 // an error wrapping ErrInvalidParams when alg's parameters or an option are
-// unusable.
+// unusable: a nil store, algorithm or clock (typed or not), or WithClock
+// with a store that decides by its server's clock.
 func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
-	if store == nil {
+	if isNil(store) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidParams)
 	}
-	if alg == nil {
+	if isNil(alg) {
 		return nil, fmt.Errorf("%w: nil algorithm", ErrInvalidParams)
 	}
 	if err := alg.Validate(); err != nil {
@@ -178,6 +201,9 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		if err := opt(l); err != nil {
 			return nil, err
 		}
+	}
+	if sc, ok := store.(ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
+		return nil, fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
 	}
 	l.decider, _ = store.(Decider)
 	l.systemClock = l.clock == clock.System
@@ -418,6 +444,33 @@ func checkKey(key string) error {
 		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
 	}
 	return nil
+}
+
+// isDerivedName reports whether name has the form New derives for an
+// unnamed limiter: "p" and 16 lowercase hexadecimal digits.
+func isDerivedName(name string) bool {
+	if len(name) != 17 || name[0] != 'p' {
+		return false
+	}
+	for _, c := range []byte(name[1:]) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, channel or func, which would panic on first use.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 func checkName(what, name string) error {

@@ -42,6 +42,14 @@ func TestNewRejectsBadInput(t *testing.T) {
 		{"bad name", store, gcra, []ratelimit.Option{ratelimit.WithName("a:b")}, `limiter name "a:b"`},
 		{"empty name", store, gcra, []ratelimit.Option{ratelimit.WithName("")}, "limiter name"},
 		{"nil clock", store, gcra, []ratelimit.Option{ratelimit.WithClock(nil)}, "nil clock"},
+		// Typed nils would panic on the first Allow.
+		{"typed nil store", (*memory.Store)(nil), gcra, nil, "nil store"},
+		{"typed nil clock", store, gcra, []ratelimit.Option{ratelimit.WithClock((*clock.Fake)(nil))}, "nil clock"},
+		{"typed nil algorithm", store, (*nilAlgorithm)(nil), nil, "nil algorithm"},
+		// A named limiter must not take over an unnamed one's namespace.
+		{"derived name", store, gcra, []ratelimit.Option{ratelimit.WithName("p0123456789abcdef")}, "reserved"},
+		// A clock the store would ignore.
+		{"clock on a server-clock store", serverClockStore{store, true}, gcra, []ratelimit.Option{ratelimit.WithClock(clock.NewFake(epoch))}, "server's clock"},
 		{"bad policy", store, gcra, []ratelimit.Option{ratelimit.WithFailurePolicy(7)}, "failure policy 7"},
 	}
 	for _, c := range cases {
@@ -49,6 +57,38 @@ func TestNewRejectsBadInput(t *testing.T) {
 		if !errors.Is(err, ratelimit.ErrInvalidParams) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: ratelimit.New error = %v, want ErrInvalidParams mentioning %q", c.name, err, c.want)
 		}
+	}
+}
+
+// nilAlgorithm is an algorithm whose methods panic on a nil receiver.
+type nilAlgorithm struct{ name string }
+
+func (a *nilAlgorithm) Name() string    { return a.name }
+func (a *nilAlgorithm) Validate() error { return nil }
+func (a *nilAlgorithm) MaxCost() int64  { return 1 }
+func (a *nilAlgorithm) Decide([]byte, algorithms.Request) (algorithms.Step, error) {
+	return algorithms.Step{}, nil
+}
+
+// serverClockStore is a memory store that reports a server clock as
+// configured.
+type serverClockStore struct {
+	*memory.Store
+	server bool
+}
+
+func (s serverClockStore) ServerClock() bool { return s.server }
+
+// TestClockRule checks that a store on its own clock takes no limiter
+// clock, and that one on the limiter's clock takes it.
+func TestClockRule(t *testing.T) {
+	alg := algorithms.GCRA(10, time.Second, 5)
+	fake := clock.NewFake(epoch)
+	if _, err := ratelimit.New(serverClockStore{memory.MustNew(), false}, alg, ratelimit.WithClock(fake)); err != nil {
+		t.Errorf("ratelimit.New(store on the limiter's clock, WithClock) = %v, want no error", err)
+	}
+	if _, err := ratelimit.New(serverClockStore{memory.MustNew(), true}, alg); err != nil {
+		t.Errorf("ratelimit.New(store on its server's clock, no WithClock) = %v, want no error", err)
 	}
 }
 
@@ -156,8 +196,17 @@ func TestWaitGivesUp(t *testing.T) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Second))
 	defer cancel()
-	if _, err := lim.Wait(ctx, "k"); !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
+	_, err := lim.Wait(ctx, "k")
+	if !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
 		t.Errorf("lim.Wait(key) needing 30s with a 1s deadline = %v, want ErrWouldExceedDeadline", err)
+	}
+	// As with x/time/rate, a wait that cannot meet the deadline is a
+	// missed deadline.
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("lim.Wait(key) needing 30s with a 1s deadline = %v, want errors.Is(err, context.DeadlineExceeded)", err)
+	}
+	if errors.Is(context.DeadlineExceeded, ratelimit.ErrWouldExceedDeadline) {
+		t.Errorf("errors.Is(context.DeadlineExceeded, ErrWouldExceedDeadline) = true, want false")
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done := waitFor(ctx2, lim, "k", 1)

@@ -103,3 +103,17 @@ type Decider interface {
 // cannot run next to its data, and by Count and Export for a store that
 // cannot enumerate its keys; the wrapping message says which.
 var ErrUnsupported = errors.New("ratelimit: not supported by the store")
+
+// ServerClocker is implemented by stores that can decide by their server's
+// clock instead of the time the limiter passes (Redis, Valkey, PostgreSQL).
+// Each such store configures it with an option spelled WithServerClock(on),
+// and it is on by default: in production every application machine then
+// shares the server's timeline.
+//
+// ServerClock reports whether the store currently uses its server's clock.
+// New refuses ratelimit.WithClock with a store that reports true, since
+// the store would ignore the limiter's clock. A store that does not
+// implement ServerClocker is taken to use the time the limiter passes.
+type ServerClocker interface {
+	ServerClock() bool
+}

@@ -139,9 +139,9 @@ func twin(s *postgres.Store, opts ...postgres.Option) func(t *testing.T) ratelim
 func TestConformance(t *testing.T) {
 	p := newTestPool(t, 32)
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		s := newStore(t, p, postgres.WithRequestClock())
+		s := newStore(t, p, postgres.WithServerClock(false))
 		h := harness(t, p, s)
-		h.Twin = twin(s, postgres.WithRequestClock())
+		h.Twin = twin(s, postgres.WithServerClock(false))
 		return h
 	})
 }
@@ -153,9 +153,9 @@ func TestConformanceUnlogged(t *testing.T) {
 	}
 	p := newTestPool(t, 32)
 	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		s := newStore(t, p, postgres.WithRequestClock(), postgres.WithUnlogged())
+		s := newStore(t, p, postgres.WithServerClock(false), postgres.WithUnlogged())
 		h := harness(t, p, s)
-		h.Twin = twin(s, postgres.WithRequestClock(), postgres.WithUnlogged())
+		h.Twin = twin(s, postgres.WithServerClock(false), postgres.WithUnlogged())
 		return h
 	})
 }

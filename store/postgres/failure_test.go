@@ -43,7 +43,7 @@ type failureFixture struct {
 
 func newFailureFixture(t *testing.T, p *testPool, store func(*postgres.Store) ratelimit.Store) failureFixture {
 	t.Helper()
-	s := newStore(t, p, postgres.WithRequestClock())
+	s := newStore(t, p, postgres.WithServerClock(false))
 	alg := algorithms.FixedWindow(5, time.Hour)
 	fake := clock.NewFake(failureStart)
 	return failureFixture{
@@ -315,7 +315,7 @@ func TestFailureServerGone(t *testing.T) {
 		t.Run(path.name, func(t *testing.T) {
 			f := newFailureFixture(t, direct, path.store)
 			// The same table, reached through the proxy.
-			ps, err := postgres.New(p, postgres.WithTable(strings.Trim(f.s.Table(), `"`)), postgres.WithRequestClock())
+			ps, err := postgres.New(p, postgres.WithTable(strings.Trim(f.s.Table(), `"`)), postgres.WithServerClock(false))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -26,7 +26,7 @@
 //	if err := store.Migrate(ctx); err != nil { ... }
 //	lim, err := ratelimit.New(store, algorithms.GCRA(100, time.Minute, 20))
 //
-// Time comes from the server's clock by default; see WithRequestClock.
+// Time comes from the server's clock by default; see WithServerClock.
 // Expired rows never affect decisions; DeleteExpired reclaims them.
 package postgres
 
@@ -98,22 +98,29 @@ func WithUnlogged() Option {
 	}
 }
 
-// WithRequestClock makes the store use the time the limiter passes with each
-// request (its clock, see ratelimit.WithClock) instead of the server's
-// clock. Use it in tests with a fake clock, and for the conformance suite.
-//
-// By default the store reads PostgreSQL's clock_timestamp(), in
+// WithServerClock chooses whose clock the store uses. With on (the
+// default), the store reads PostgreSQL's clock_timestamp(), in
 // microseconds, once per decision after taking the key's row lock, so every
 // application server shares one clock whatever their own clocks say, and a
-// decision that waited for a concurrent one decides at a time after it.
-// Should the server's clock step back, the algorithms treat state from a
-// clock ahead of theirs conservatively, so this never admits more.
-func WithRequestClock() Option {
+// decision that waited for a concurrent one decides at a time after it;
+// ratelimit.New then refuses ratelimit.WithClock with any clock but
+// clock.System, which the store would ignore. Should the server's clock step
+// back, the algorithms treat state from a clock ahead of theirs
+// conservatively, so this never admits more. With off, the store uses the
+// time the limiter passes with each request (its clock): use it in tests
+// with a fake clock, and for the conformance suite.
+func WithServerClock(on bool) Option {
 	return func(s *Store) error {
-		s.requestClock = true
+		s.requestClock = !on
 		return nil
 	}
 }
+
+// WithRequestClock is WithServerClock(false).
+//
+// Deprecated: use WithServerClock(false), spelled the same on every store
+// that can use its server's clock.
+func WithRequestClock() Option { return WithServerClock(false) }
 
 // Store is a ratelimit.Store and ratelimit.Decider on PostgreSQL. Create it
 // with New and call Migrate (or apply SchemaSQL) before use; the zero value
@@ -172,6 +179,10 @@ func (s *Store) DB() DB { return s.db }
 // Table returns the table's name as quoted SQL, ready to splice into a
 // query of your own.
 func (s *Store) Table() string { return s.ident(s.table) }
+
+// ServerClock reports whether the store reads the server's clock (see
+// WithServerClock). It implements ratelimit.ServerClocker.
+func (s *Store) ServerClock() bool { return !s.requestClock }
 
 // ident quotes name as an identifier.
 func (s *Store) ident(name string) string { return pgx.Identifier{name}.Sanitize() }
@@ -375,7 +386,7 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 // place, as HOT updates), and the statement scans it until it has found
 // limit expired rows: keep limit in the thousands, not the millions.
 //
-// Rows written under WithRequestClock carry the limiter's times, which match
+// Rows written under WithServerClock(false) carry the limiter's times, which match
 // the server's clock when the limiter uses the system clock.
 func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {

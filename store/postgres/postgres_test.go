@@ -55,12 +55,20 @@ func TestServerClock(t *testing.T) {
 	for _, path := range []string{"server", "update"} {
 		t.Run(path, func(t *testing.T) {
 			s := newStore(t, p) // server clock
-			var store ratelimit.Store = s
+			// The limiter's clock is years ahead and never moves on its own.
+			fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
+			if _, err := ratelimit.New(s, algorithms.FixedWindow(3, time.Hour), ratelimit.WithClock(fake)); !errors.Is(err, ratelimit.ErrInvalidParams) {
+				t.Fatalf("ratelimit.New(server-clock store, WithClock(fake)) error = %v, want ErrInvalidParams", err)
+			}
+			// Hide the store's ServerClocker to pass the fake clock anyway,
+			// and check that the store does ignore it.
+			var store ratelimit.Store = struct {
+				ratelimit.Store
+				ratelimit.Decider
+			}{s, s}
 			if path == "update" {
 				store = updateOnly{s}
 			}
-			// The limiter's clock is years ahead and never moves on its own.
-			fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 			lim := newLimiter(t, store, algorithms.FixedWindow(3, time.Hour), ratelimit.WithClock(fake))
 			before := serverNow(t, p)
 			for i := 0; i < 3; i++ {
@@ -91,7 +99,7 @@ func TestRequestClock(t *testing.T) {
 	p := newTestPool(t, 8)
 	for _, path := range []string{"server", "update"} {
 		t.Run(path, func(t *testing.T) {
-			s := newStore(t, p, postgres.WithRequestClock())
+			s := newStore(t, p, postgres.WithServerClock(false))
 			var store ratelimit.Store = s
 			if path == "update" {
 				store = updateOnly{s}
@@ -119,7 +127,7 @@ func TestRequestClock(t *testing.T) {
 // correctly through Update and the other way round.
 func TestPathsShareState(t *testing.T) {
 	p := newTestPool(t, 4)
-	s := newStore(t, p, postgres.WithRequestClock())
+	s := newStore(t, p, postgres.WithServerClock(false))
 	for _, b := range algorithms.Builtins() {
 		alg := b.New(5, time.Second, 5)
 		fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -210,7 +218,7 @@ func TestTableNames(t *testing.T) {
 	for _, name := range names {
 		t.Run("", func(t *testing.T) {
 			t.Cleanup(func() { dropTable(t, p, name) })
-			s, err := postgres.New(p, postgres.WithTable(name), postgres.WithRequestClock())
+			s, err := postgres.New(p, postgres.WithTable(name), postgres.WithServerClock(false))
 			if err != nil {
 				t.Fatalf("postgres.New(WithTable(%q)): %v", name, err)
 			}
@@ -238,7 +246,7 @@ func TestTableNames(t *testing.T) {
 // concurrently, and keeps existing state.
 func TestMigrate(t *testing.T) {
 	p := newTestPool(t, 8)
-	s := newStore(t, p, postgres.WithRequestClock())
+	s := newStore(t, p, postgres.WithServerClock(false))
 	lim := newLimiter(t, s, algorithms.FixedWindow(1, time.Hour), ratelimit.WithClock(clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))))
 	allow(t, lim, "k", 1)
 	var wg sync.WaitGroup
@@ -269,7 +277,7 @@ func TestMigrate(t *testing.T) {
 // has locked instead of waiting for them.
 func TestDeleteExpired(t *testing.T) {
 	p := newTestPool(t, 4)
-	s := newStore(t, p, postgres.WithRequestClock())
+	s := newStore(t, p, postgres.WithServerClock(false))
 	ctx := context.Background()
 	// Rows written an hour ago by the limiter's clock have expired by the
 	// server's clock; rows written an hour ahead have not.
@@ -323,7 +331,7 @@ func TestDeleteExpired(t *testing.T) {
 // back.
 func TestJoinTransaction(t *testing.T) {
 	p := newTestPool(t, 4)
-	s := newStore(t, p, postgres.WithRequestClock())
+	s := newStore(t, p, postgres.WithServerClock(false))
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, testserver.PostgresURL(t))
 	if err != nil {
@@ -336,7 +344,7 @@ func TestJoinTransaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts, err := postgres.New(tx, postgres.WithTable(strings.Trim(s.Table(), `"`)), postgres.WithRequestClock())
+		ts, err := postgres.New(tx, postgres.WithTable(strings.Trim(s.Table(), `"`)), postgres.WithServerClock(false))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,7 +389,7 @@ func TestBackendErrors(t *testing.T) {
 		}
 	}
 	// Corrupt state is ErrCorruptState.
-	s2 := newStore(t, p, postgres.WithRequestClock())
+	s2 := newStore(t, p, postgres.WithServerClock(false))
 	lim = newLimiter(t, s2, algorithms.GCRA(1, time.Second, 1), ratelimit.WithName("c"), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
 	if _, err := p.Exec(context.Background(), "INSERT INTO "+s2.Table()+" (key, vals, expires_at) VALUES ($1, '{1,2}', $2)",
 		[]byte(lim.Namespace()+":k"), int64(1)<<60); err != nil {

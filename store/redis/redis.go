@@ -72,9 +72,10 @@ func WithPrefix(prefix string) Option { return redisengine.WithPrefix(prefix) }
 
 // WithServerClock chooses whose clock the store uses. With on (the
 // default), every decision reads the Redis server's TIME inside its script,
-// so machines whose clocks disagree still share one timeline, and the
-// limiter's clock (ratelimit.WithClock) is ignored. With off, the store uses
-// the time the limiter passes, which is what tests with a fake clock need.
+// so machines whose clocks disagree still share one timeline; ratelimit.New
+// then refuses ratelimit.WithClock, which the store would ignore. With off,
+// the store uses the time the limiter passes, which is what tests with a
+// fake clock need.
 // On a cluster, each key's time comes from the node that holds it.
 func WithServerClock(on bool) Option { return redisengine.WithServerClock(on) }
 

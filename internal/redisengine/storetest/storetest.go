@@ -172,9 +172,19 @@ func ServerClock(t *testing.T, tg Target, prefix string) {
 	// A fake clock stuck in 2001: a store that used it would see no time
 	// pass, and would give decades-long TTLs measured against real time.
 	fake := clock.NewFake(time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC))
+	// The limiter refuses a clock the store would ignore.
+	if _, err := ratelimit.New(s, Algorithms()[0], ratelimit.WithClock(fake)); !errors.Is(err, ratelimit.ErrInvalidParams) {
+		t.Fatalf("ratelimit.New(server-clock store, WithClock(fake)) error = %v, want ErrInvalidParams", err)
+	}
+	// Hide the store's ServerClocker to pass the fake clock anyway, and
+	// check that the store does ignore it.
+	hidden := struct {
+		ratelimit.Store
+		ratelimit.Decider
+	}{s, s.(ratelimit.Decider)}
 	for _, a := range Algorithms() {
 		t.Run(a.Name(), func(t *testing.T) {
-			lim, err := ratelimit.New(s, a, ratelimit.WithClock(fake))
+			lim, err := ratelimit.New(hidden, a, ratelimit.WithClock(fake))
 			if err != nil {
 				t.Fatal(err)
 			}
