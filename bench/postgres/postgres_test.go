@@ -244,7 +244,7 @@ func BenchmarkPostgres(b *testing.B) {
 
 // BenchmarkPostgresOverAdmission counts what 16 concurrent callers get
 // admitted on one hot key with the clock standing still (the limiter's fake
-// clock, WithRequestClock): exactly the limit, never more. Each iteration
+// clock, WithServerClock(false)): exactly the limit, never more. Each iteration
 // uses a new key; every caller asks more often than the limit allows.
 func BenchmarkPostgresOverAdmission(b *testing.B) {
 	p := pool(b)
@@ -259,7 +259,7 @@ func BenchmarkPostgresOverAdmission(b *testing.B) {
 		algorithms.SlidingLog(limit, time.Hour),
 	} {
 		b.Run(alg.Name(), func(b *testing.B) {
-			s, err := postgres.New(p, postgres.WithTable(table(b, p)), postgres.WithRequestClock())
+			s, err := postgres.New(p, postgres.WithTable(table(b, p)), postgres.WithServerClock(false))
 			if err != nil {
 				b.Fatal(err)
 			}
