@@ -4,7 +4,9 @@
 // It runs every algorithm, built-in or not, in Go under a per-shard mutex,
 // with no allocation per decision on a key it already holds. Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
-// and a cap on keys evicts the state closest to expiring when reached.
+// and a cap on keys evicts live state when reached, from the limiter that
+// inserts (or the one that holds the most), never from a limiter holding
+// no more than its fair share; see WithMaxKeys.
 // Each key costs about 136 to 150 bytes when its ID is at most 16 bytes
 // long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
@@ -56,10 +58,18 @@ type Option func(*Store) error
 // little before n when keys spread unevenly.
 //
 // When a new key arrives at a full shard, the store first reclaims expired
-// state; if none is found among a sample of entries, it evicts the sampled
-// entry that would expire soonest. Forgetting a key's state lets it start
-// afresh, so a cap that is too small admits more than the limit; size it
-// above the number of keys active within one period.
+// state among a sample of entries. If the shard is still full, a limiter
+// (a Key.Namespace) pays for its own insertion: when it holds at least its
+// fair share of the shard (the shard's cap divided by the number of
+// limiters with keys there), the store evicts the one of its own sampled
+// keys that would expire soonest; below its share, it evicts that way from
+// the limiter holding the most keys in the shard instead. So a flood of
+// new keys through one limiter recycles that limiter's own keys, and never
+// takes live state from a limiter holding no more than its fair share.
+//
+// Forgetting a key's state lets it start afresh, so a cap that is too
+// small admits more than the limit; size it above the number of keys all
+// limiters hold active within one period.
 func WithMaxKeys(n int) Option {
 	return func(s *Store) error {
 		if n < shardCount {
@@ -87,7 +97,7 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 88 bytes; the padding gives each shard 128, so no two shards'
+// fields take 96 bytes; the padding gives each shard 128, so no two shards'
 // fields share a cache line (or an adjacent-line prefetch pair) whatever
 // the Store's alignment.
 type shard struct {
@@ -97,6 +107,9 @@ type shard struct {
 	index map[uint64]*entry
 	// n is the number of entries, chained ones included.
 	n int
+	// spaces counts the entries of each namespace (limiter), for
+	// eviction: see WithMaxKeys.
+	spaces map[string]int
 	// now is the latest request time this shard has seen; sweeping and
 	// eviction judge expiry by it.
 	now int64
@@ -108,7 +121,7 @@ type shard struct {
 	// it leaves the entry untouched until put.
 	buf     [inlineState]byte
 	scratch []byte
-	_       [40]byte
+	_       [32]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -148,6 +161,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	for i := range s.shards {
 		s.shards[i].index = make(map[uint64]*entry)
+		s.shards[i].spaces = make(map[string]int)
 		s.shards[i].earliest = math.MaxInt64
 	}
 	return s, nil
@@ -293,7 +307,7 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 		return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
 	}
 	if e == nil {
-		s.makeRoom(sh)
+		s.makeRoom(sh, key.Namespace)
 		e = newEntry(key)
 		sh.add(h, e)
 	}
@@ -336,6 +350,17 @@ func (sh *shard) add(h uint64, e *entry) {
 	e.next = sh.index[h]
 	sh.index[h] = e
 	sh.n++
+	sh.spaces[e.key.Namespace]++
+}
+
+// forget updates the namespace count for a removed entry. The caller holds
+// sh.mu.
+func (sh *shard) forget(e *entry) {
+	if n := sh.spaces[e.key.Namespace]; n > 1 {
+		sh.spaces[e.key.Namespace] = n - 1
+	} else {
+		delete(sh.spaces, e.key.Namespace)
+	}
 }
 
 // remove deletes e, whose key hashes to h. The caller holds sh.mu.
@@ -354,6 +379,7 @@ func (sh *shard) remove(h uint64, e *entry) {
 		p.next = e.next
 	}
 	sh.n--
+	sh.forget(e)
 }
 
 // reclaim deletes the expired entries in the chain of hash h, whose first
@@ -364,6 +390,7 @@ func (sh *shard) reclaim(h uint64, head *entry) int {
 	for e := head; e != nil; e = e.next {
 		if e.expires <= sh.now {
 			n++
+			sh.forget(e)
 		}
 	}
 	if n == 0 {
@@ -389,28 +416,65 @@ func (sh *shard) reclaim(h uint64, head *entry) int {
 }
 
 // makeRoom reclaims expired entries among a sample and, when the shard is
-// still full, evicts the sampled entry that expires soonest. The caller
+// still full, evicts a live entry for a new key of namespace ns: ns pays
+// when it holds at least its fair share of the shard, and the namespace
+// holding the most entries pays otherwise (see WithMaxKeys). The caller
 // holds sh.mu. Map iteration starts at a random place, so the samples
 // cover the shard over time.
-func (s *Store) makeRoom(sh *shard) {
+func (s *Store) makeRoom(sh *shard, ns string) {
 	if sh.n < s.maxPerShard && sh.now < sh.earliest {
 		return // nothing to reclaim, and room to spare
 	}
-	var victim *entry
-	var victimHash uint64
 	seen := 0
 	for h, head := range sh.index {
 		sh.reclaim(h, head)
-		for e := sh.index[h]; e != nil; e = e.next {
-			if victim == nil || e.expires < victim.expires {
-				victim, victimHash = e, h
-			}
-		}
 		if seen++; seen == sampleSize {
 			break
 		}
 	}
-	if sh.n >= s.maxPerShard && victim != nil {
+	if sh.n < s.maxPerShard {
+		return
+	}
+	payer := ns
+	held, spaces := sh.spaces[ns], len(sh.spaces)
+	if held == 0 {
+		spaces++ // ns is about to hold a key here
+	}
+	if held*spaces < s.maxPerShard {
+		// ns is below its fair share: the largest namespace, which is
+		// above its own, pays.
+		most := 0
+		for name, n := range sh.spaces {
+			if n > most {
+				payer, most = name, n
+			}
+		}
+	}
+	s.evict(sh, payer)
+}
+
+// evict removes, among the first sampleSize entries of namespace ns found
+// in the shard, the one that expires soonest. ns holds at least one entry.
+// The caller holds sh.mu.
+func (s *Store) evict(sh *shard, ns string) {
+	var victim *entry
+	var victimHash uint64
+	found := 0
+	for h, head := range sh.index {
+		for e := head; e != nil; e = e.next {
+			if e.key.Namespace != ns {
+				continue
+			}
+			if victim == nil || e.expires < victim.expires {
+				victim, victimHash = e, h
+			}
+			found++
+		}
+		if found >= sampleSize {
+			break
+		}
+	}
+	if victim != nil {
 		sh.remove(victimHash, victim)
 	}
 }

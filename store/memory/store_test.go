@@ -119,6 +119,65 @@ func TestEvictionPrefersExpiredState(t *testing.T) {
 	}
 }
 
+// TestFloodDoesNotEvictOtherLimiters floods a full store with distinct keys
+// through one limiter (a sliding log whose state lives an hour) while
+// another limiter's keys (a GCRA whose state lives a minute, so it would
+// expire soonest) are exhausted: the flood must recycle its own keys and
+// leave the other limiter's state alone, so those keys stay denied. New
+// keys of the other limiter still get in, and keep their state.
+func TestFloodDoesNotEvictOtherLimiters(t *testing.T) {
+	const maxKeys = 64 * 64
+	flood := 400_000
+	if testing.Short() || raceEnabled {
+		flood = 100_000
+	}
+	s := memory.MustNew(memory.WithMaxKeys(maxKeys))
+	c := clock.NewFake(epoch)
+	victim, err := ratelimit.New(s, algorithms.GCRA(10, time.Minute, 10), ratelimit.WithClock(c), ratelimit.WithName("otp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacker, err := ratelimit.New(s, algorithms.SlidingLog(1, time.Hour), ratelimit.WithClock(c), ratelimit.WithName("login"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const victims = 100
+	for i := range victims {
+		key := fmt.Sprintf("user-%d", i)
+		for range 10 {
+			if d := allow(t, victim, key); !d.Allowed {
+				t.Fatalf("victim.Allow(%q) within the burst = denied", key)
+			}
+		}
+	}
+	buf := []byte("flood-")
+	for i := range flood {
+		allow(t, attacker, string(strconv.AppendInt(buf[:6], int64(i), 10)))
+	}
+	if n := s.Len(); n > maxKeys {
+		t.Errorf("after the flood, Len = %d, want at most %d", n, maxKeys)
+	}
+	admitted := 0
+	for i := range victims {
+		if allow(t, victim, fmt.Sprintf("user-%d", i)).Allowed {
+			admitted++
+		}
+	}
+	if admitted != 0 {
+		t.Errorf("after %d keys flooded through another limiter, %d of %d exhausted keys were admitted, want 0 (their state was evicted)", flood, admitted, victims)
+	}
+	// A new key of the victim limiter gets in, at the flood's expense,
+	// and keeps its state.
+	for i := range 10 {
+		if d := allow(t, victim, "newcomer"); !d.Allowed {
+			t.Fatalf("victim.Allow(newcomer) #%d after the flood = denied, want allowed (burst 10)", i)
+		}
+	}
+	if d := allow(t, victim, "newcomer"); d.Allowed {
+		t.Errorf("victim.Allow(newcomer) #10 after the flood = allowed, want denied: its state was evicted")
+	}
+}
+
 // TestReclaimOnInsert checks that expired state is reclaimed as new keys
 // arrive, without Sweep and without a full store.
 func TestReclaimOnInsert(t *testing.T) {
