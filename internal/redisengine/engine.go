@@ -287,7 +287,10 @@ func (e *Engine) lock(ctx context.Context, k string) (chan struct{}, error) {
 // without a Lua form. The stored value is the
 // state's expiry (µs since the epoch, 8 bytes little-endian, on the clock
 // fn was given) followed by the state, so that state past its TTL reads as
-// missing even when the server has not expired it yet.
+// missing even when the server has not expired it yet. An expiry outside
+// 1..algorithms.MaxExact was not written by Update (TTLs are capped at
+// MaxExact/2, times are at most MaxExact/2), so such a value is
+// ErrCorruptState, never missing state.
 func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
 	k := StateKey(e.prefix, key) + UpdateSuffix
 	what := fmt.Sprintf("update %q", key.String())
@@ -323,7 +326,11 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 			if len(old) < 8 {
 				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.name, what, ratelimit.ErrCorruptState, len(old))
 			}
-			if expires := int64(binary.LittleEndian.Uint64([]byte(old[:8]))); t < expires {
+			expires := int64(binary.LittleEndian.Uint64([]byte(old[:8])))
+			if expires < 1 || expires > algorithms.MaxExact {
+				return fmt.Errorf("%s: %s: %w: stored expiry %d µs since the epoch", e.name, what, ratelimit.ErrCorruptState, expires)
+			}
+			if t < expires {
 				cur = []byte(old[8:])
 			}
 		}
@@ -334,7 +341,7 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 		if next == nil {
 			return nil
 		}
-		ttl = max(ttl, 1)
+		ttl = min(max(ttl, 1), algorithms.MaxExact/2)
 		val := make([]byte, 8, 8+len(next))
 		binary.LittleEndian.PutUint64(val, uint64(t+ttl))
 		val = append(val, next...)

@@ -36,7 +36,6 @@ type Target struct {
 // ratelimit.ErrCorruptState, not a panic or a silent answer, and that a
 // fail-open limiter does not admit on it.
 func Corrupt(t *testing.T, tg Target, prefix string) {
-	ctx := context.Background()
 	s := tg.NewStore(t, prefix, false)
 	algs := append(Algorithms(), counter{limit: 5})
 	for _, a := range algs {
@@ -54,14 +53,40 @@ func Corrupt(t *testing.T, tg Target, prefix string) {
 				}
 				key += redisengine.UpdateSuffix
 			}
-			if err := tg.Set(ctx, key, val); err != nil {
-				t.Fatal(err)
-			}
-			d, err := lim.Allow(ctx, "k")
-			if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
-				t.Errorf("%v: lim.Allow(k) on stored %q = allowed %v, %v; want denied with ErrCorruptState", a, val, d.Allowed, err)
-			}
+			checkCorrupt(t, tg, lim, key, val)
 		}
+	}
+	// Through Update, a value whose expiry header is out of range (below 1
+	// µs since the epoch or above 2^53) was not written by the store, and
+	// must not read as missing state.
+	lim, err := ratelimit.New(s, counter{limit: 5}, ratelimit.WithName("corrupt-expiry"), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"}) + redisengine.UpdateSuffix
+	for _, val := range []string{
+		"\xff\xff\xff\xff\xff\xff\xff\xff",         // -1
+		"\xff\xff\xff\xff\xff\xff\xff\xffxyz",      // -1, then state
+		"\x00\x00\x00\x00\x00\x00\x00\x80\x01",     // math.MinInt64
+		"\x00\x00\x00\x00\x00\x00\x00\x00\x01\x02", // 0
+		"garbage!!",                        // about 2.4e18
+		"\x01\x00\x00\x00\x00\x00\x20\x00", // 2^53 + 1
+	} {
+		checkCorrupt(t, tg, lim, key, val)
+	}
+}
+
+// checkCorrupt writes val to key and checks that lim, which fails open,
+// denies with ErrCorruptState.
+func checkCorrupt(t *testing.T, tg Target, lim *ratelimit.Limiter, key, val string) {
+	t.Helper()
+	ctx := context.Background()
+	if err := tg.Set(ctx, key, val); err != nil {
+		t.Fatal(err)
+	}
+	d, err := lim.Allow(ctx, "k")
+	if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
+		t.Errorf("%v: lim.Allow(k) on stored %q = allowed %v, %v; want denied with ErrCorruptState", lim.Algorithm(), val, d.Allowed, err)
 	}
 }
 
