@@ -71,11 +71,16 @@ type Engine struct {
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
 const DefaultPrefix = "rl"
 
-// DefaultSlack is the slack, in milliseconds, added to every expiry of a
-// store on the limiter's clock: the server expires keys by its own clock, so
-// a key whose state is still live by a limiter clock running behind the
-// server's must outlive its TTL a little. The state records its own expiry,
-// so the slack delays only the reclaiming of space, never a decision.
+// DefaultSlack is the least slack, in milliseconds, added to every expiry
+// of a store on the limiter's clock: the server expires keys by its own
+// clock, so a key whose state is still live by a limiter clock running
+// behind the server's, or slower (a fake clock in a test), must outlive its
+// TTL. The slack added to a key's expiry is the larger of DefaultSlack and
+// the longest TTL the key's algorithm gives its state (for Update, the
+// state's own TTL), so a key lives at least twice its state's TTL of real
+// time: a limiter clock may run at half the server's speed without losing
+// live state. The state records its own expiry, so the slack delays only
+// the reclaiming of space, never a decision.
 const DefaultSlack = 100
 
 // ServerClockSlack is the slack of a store on the server's clock. The
@@ -183,7 +188,7 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
-	r, err := e.decide(ctx, s, StateKey(e.prefix, key), req, sf.ServerArgs())
+	r, err := e.decide(ctx, s, StateKey(e.prefix, key), req, alg, sf.ServerArgs())
 	if err != nil {
 		return algorithms.Decision{}, wrap(ctx, e.name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
 	}
@@ -203,15 +208,14 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 
 // decide runs s for one request on key: batched with concurrent decisions
 // when the backend pipelines (see batcher), alone otherwise.
-func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorithms.Request, params []int64) (any, error) {
+func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorithms.Request, alg algorithms.Algorithm, params []int64) (any, error) {
 	c := &pending{}
 	c.key[0] = key
 	c.args[0] = req.Now
 	c.args[1] = req.Cost
 	c.args[2] = flag(req.Peek)
 	c.args[3] = flag(e.serverClock)
-	c.args[4] = e.slackArg
-	c.args[5] = e.params(params)
+	c.args[5], c.args[4] = e.params(alg, params)
 	c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
 	if e.batch == nil {
 		return e.run(ctx, s, c.Keys, c.Args)
@@ -225,29 +229,46 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 // maxCachedParams bounds the cache of formatted ServerArgs.
 const maxCachedParams = 1024
 
-// params returns p packed for a Lua form (algorithms.PackLuaArgs), boxed.
-// ServerArgs returns the same slice on every call (its doc says so), so the
-// packed form is cached by the slice's address.
-func (e *Engine) params(p []int64) any {
+// params returns alg's ServerArgs p packed for a Lua form
+// (algorithms.PackLuaArgs) and the slack of its keys' expiries, both boxed.
+// ServerArgs returns the same slice on every call (its doc says so), so
+// both are cached by the slice's address.
+func (e *Engine) params(alg algorithms.Algorithm, p []int64) (packed, slack any) {
 	if len(p) == 0 {
-		return ""
+		return "", e.slackFor(alg)
 	}
 	if v, ok := e.paramCache.Load(&p[0]); ok {
 		if c := v.(cachedParams); slices.Equal(c.vals, p) {
-			return c.packed
+			return c.packed, c.slack
 		}
 	}
-	var packed any = algorithms.PackLuaArgs(p)
+	packed, slack = algorithms.PackLuaArgs(p), e.slackFor(alg)
 	if e.paramCount.Load() < maxCachedParams {
 		e.paramCount.Add(1)
-		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), packed: packed})
+		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), packed: packed, slack: slack})
 	}
-	return packed
+	return packed, slack
 }
 
 type cachedParams struct {
-	vals   []int64
-	packed any
+	vals          []int64
+	packed, slack any
+}
+
+// slackFor returns the slack of alg's keys in milliseconds, as a script
+// argument: ServerClockSlack on the server's clock, and otherwise the
+// larger of DefaultSlack and the longest TTL alg gives its state, which is
+// the TTL of a fresh key's state after a request of the largest cost (see
+// DefaultSlack).
+func (e *Engine) slackFor(alg algorithms.Algorithm) any {
+	if e.serverClock {
+		return e.slackArg
+	}
+	slack := e.slack
+	if step, err := alg.Decide(nil, algorithms.Request{Now: 0, Cost: alg.MaxCost()}); err == nil && step.TTL > 0 {
+		slack = max(slack, TTLMillis(min(step.TTL, algorithms.MaxExact/2)))
+	}
+	return strconv.FormatInt(slack, 10)
 }
 
 // Ints decodes a script's array reply of integers into dst, which must
@@ -345,7 +366,13 @@ func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ra
 		val := make([]byte, 8, 8+len(next))
 		binary.LittleEndian.PutUint64(val, uint64(t+ttl))
 		val = append(val, next...)
-		r, err = e.run(ctx, casScript, keys, []any{flag(found), old, string(val), TTLMillis(ttl) + e.slack})
+		px := TTLMillis(ttl)
+		if e.serverClock {
+			px += e.slack
+		} else {
+			px += max(e.slack, px) // see DefaultSlack
+		}
+		r, err = e.run(ctx, casScript, keys, []any{flag(found), old, string(val), px})
 		if err != nil {
 			return wrap(ctx, e.name, what, err)
 		}

@@ -94,3 +94,7 @@ func TestOneSlot(t *testing.T) {
 		}
 	}
 }
+
+func TestLimiterClockSlack(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.LimiterClockSlack(t, tg, uniquePrefix()) })
+}

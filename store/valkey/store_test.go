@@ -78,3 +78,7 @@ func TestFailure(t *testing.T) {
 		return s, c.Close
 	})
 }
+
+func TestLimiterClockSlack(t *testing.T) {
+	servers(t, func(t *testing.T, tg storetest.Target) { storetest.LimiterClockSlack(t, tg, uniquePrefix()) })
+}

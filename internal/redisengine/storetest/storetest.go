@@ -5,6 +5,7 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,8 +106,12 @@ func Algorithms() []algorithms.Algorithm {
 }
 
 // counter is a user's algorithm without a Lua form, so it runs through
-// Update: at most limit units per key, ever (for the TTL's life).
-type counter struct{ limit int64 }
+// Update: at most limit units per key, ever (for the TTL's life, 2s unless
+// ttl says otherwise).
+type counter struct {
+	limit int64
+	ttl   time.Duration
+}
 
 func (counter) Name() string     { return "own_counter" }
 func (counter) Validate() error  { return nil }
@@ -114,7 +119,8 @@ func (c counter) MaxCost() int64 { return c.limit }
 func (c counter) String() string { return fmt.Sprintf("counter(%d)", c.limit) }
 func (c counter) Decide(state []byte, req algorithms.Request) (algorithms.Step, error) {
 	n := int64(len(state))
-	d := algorithms.Decision{Limit: c.limit, Allowed: n+req.Cost <= c.limit, ResetAfter: int64(2 * time.Second / time.Microsecond)}
+	ttl := cmp.Or(c.ttl, 2*time.Second)
+	d := algorithms.Decision{Limit: c.limit, Allowed: n+req.Cost <= c.limit, ResetAfter: int64(ttl / time.Microsecond)}
 	if !d.Allowed || req.Peek {
 		d.Remaining = c.limit - n
 		return algorithms.Step{Decision: d}, nil
@@ -302,5 +308,37 @@ func Unsupported(t *testing.T, tg Target, prefix string) {
 	_, err := dec.Decide(context.Background(), ratelimit.Key{Namespace: "x:own_counter", ID: "k"}, counter{limit: 1}, algorithms.Request{Now: 1, Cost: 1})
 	if !errors.Is(err, ratelimit.ErrUnsupported) {
 		t.Errorf("Decide with an algorithm without a Lua form = %v, want ErrUnsupported", err)
+	}
+}
+
+// LimiterClockSlack checks that on the limiter's clock a key outlives its
+// state's TTL by at least that TTL of real time, so a limiter clock that
+// runs slower than real time (here a fake clock that does not move) keeps
+// its state: an exhausted key stays denied after 1.5 TTLs of real time, on
+// the scripts' path and on Update's.
+func LimiterClockSlack(t *testing.T, tg Target, prefix string) {
+	ctx := context.Background()
+	s := tg.NewStore(t, prefix, false)
+	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	const ttl = 500 * time.Millisecond
+	algs := []algorithms.Algorithm{algorithms.FixedWindow(5, ttl), algorithms.GCRA(10, ttl*10/5, 5), counter{limit: 5, ttl: ttl}}
+	lims := make([]*ratelimit.Limiter, len(algs))
+	for i, a := range algs {
+		lim, err := ratelimit.New(s, a, ratelimit.WithClock(fake))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j := range 5 {
+			if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+				t.Fatalf("%v: lim.Allow(k) #%d = %v, %v; want allowed", a, j, d.Allowed, err)
+			}
+		}
+		lims[i] = lim
+	}
+	time.Sleep(ttl * 3 / 2) // real time passes; the limiter's clock does not
+	for i, lim := range lims {
+		if d, err := lim.Allow(ctx, "k"); err != nil || d.Allowed {
+			t.Errorf("%v: lim.Allow(k) after %v of real time on a frozen limiter clock = %v, %v; want denied (the server dropped live state)", algs[i], ttl*3/2, d.Allowed, err)
+		}
 	}
 }
