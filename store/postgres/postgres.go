@@ -71,13 +71,19 @@ type Option func(*Store) error
 
 // WithTable sets the name of the table that holds the state (default
 // DefaultTable). The store also creates functions named after it, with
-// "_decide_" and an algorithm's name appended. Any name of 1 to MaxTableLen bytes without NUL is
-// accepted; it is always quoted as an identifier, never spliced into SQL
-// as text.
+// "_decide_" and an algorithm's name appended. Any name of 1 to MaxTableLen
+// bytes without NUL is accepted, except one starting with "pg_": PostgreSQL
+// looks an unqualified name up in its catalog (pg_catalog) before the
+// search_path, and the catalog's tables are all named pg_..., so such a
+// name could resolve to a catalog table. The name is always quoted as an
+// identifier, never spliced into SQL as text.
 func WithTable(name string) Option {
 	return func(s *Store) error {
 		if err := checkIdent("table", name, MaxTableLen); err != nil {
 			return err
+		}
+		if strings.HasPrefix(name, "pg_") {
+			return fmt.Errorf("%w: postgres: table name %q starts with pg_, which names PostgreSQL's catalog tables (an unqualified name is looked up in pg_catalog first)", ratelimit.ErrInvalidParams, name)
 		}
 		s.table = name
 		return nil
@@ -194,6 +200,20 @@ func checkIdent(what, name string, maxLen int) error {
 	return nil
 }
 
+// maxLockWait is the longest lock_timeout PostgreSQL accepts: 2^31-1 ms,
+// about 24.8 days.
+const maxLockWait = math.MaxInt32 * time.Millisecond
+
+// lockWaitMillis returns the lock_timeout, in whole milliseconds, for a
+// context whose deadline is d away: d rounded up, at least 1, and at most
+// maxLockWait (a deadline further away waits that long at most).
+func lockWaitMillis(d time.Duration) int64 {
+	if d >= maxLockWait {
+		return int64(maxLockWait / time.Millisecond)
+	}
+	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
+}
+
 // lockNotAvailable is the SQLSTATE of a lock wait that outlasted
 // lock_timeout.
 const lockNotAvailable = "55P03"
@@ -223,6 +243,8 @@ func appendKey(b []byte, k ratelimit.Key) []byte {
 // nothing. When ctx has a deadline, the server waits for the row lock no
 // longer than it (lock_timeout), so a decision the caller has given up on is
 // not applied afterwards; such an error wraps context.DeadlineExceeded.
+// PostgreSQL takes lock_timeout values up to 2^31-1 ms (about 24.8 days), so
+// a deadline further away than that bounds the wait at that.
 //
 // For an algorithm without a SQL form it returns an error wrapping
 // ratelimit.ErrUnsupported without contacting the server.
@@ -246,7 +268,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	var wait any // milliseconds the server may wait for the row lock
 	if deadline, ok := ctx.Deadline(); ok {
-		wait = max(int64((time.Until(deadline)+time.Millisecond-1)/time.Millisecond), 1)
+		wait = lockWaitMillis(time.Until(deadline))
 	}
 	c := &decideCall{key: key}
 	err := s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).

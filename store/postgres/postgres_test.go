@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -189,7 +190,8 @@ func TestUnsupported(t *testing.T) {
 
 // TestOptions checks option validation.
 func TestOptions(t *testing.T) {
-	for _, name := range []string{"", strings.Repeat("t", postgres.MaxTableLen+1), "a\x00b"} {
+	// pg_class would resolve to the catalog's table, not the store's.
+	for _, name := range []string{"", strings.Repeat("t", postgres.MaxTableLen+1), "a\x00b", "pg_class", "pg_ratelimit"} {
 		if _, err := postgres.New(noServer{t}, postgres.WithTable(name)); !errors.Is(err, ratelimit.ErrInvalidParams) {
 			t.Errorf("postgres.New(WithTable(%q)) error = %v, want ErrInvalidParams", name, err)
 		}
@@ -446,5 +448,55 @@ func TestExecModes(t *testing.T) {
 				t.Fatalf("rows %q, want one whose key ends in %q", rows, ":"+key)
 			}
 		})
+	}
+}
+
+// TestFarDeadline checks that a context deadline further away than the
+// longest lock_timeout PostgreSQL accepts (2^31-1 ms, about 24.8 days)
+// decides normally, on both paths.
+func TestFarDeadline(t *testing.T) {
+	p := newTestPool(t, 2)
+	s := newStore(t, p, postgres.WithServerClock(false))
+	fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, far := range []time.Duration{25 * 24 * time.Hour, 10 * 365 * 24 * time.Hour, 1<<63 - 1} {
+		for i, store := range []ratelimit.Store{s, updateOnly{s}} {
+			lim := newLimiter(t, store, algorithms.FixedWindow(1, time.Hour), ratelimit.WithClock(fake), ratelimit.WithName(fmt.Sprintf("far%d", i)))
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(far))
+			key := fmt.Sprint("k", far)
+			if d, err := lim.Allow(ctx, key); err != nil || !d.Allowed {
+				t.Errorf("lim.Allow with a deadline %v away = %v, %v; want allowed", far, d.Allowed, err)
+			}
+			if d, err := lim.Allow(ctx, key); err != nil || d.Allowed {
+				t.Errorf("second lim.Allow with a deadline %v away = %v, %v; want denied, no error", far, d.Allowed, err)
+			}
+			cancel()
+		}
+	}
+}
+
+// TestCorruptOutOfRange checks that stored values so large that the SQL
+// form's arithmetic overflows are ErrCorruptState on the server path, as
+// on the Update path, so that a fail-open limiter still denies.
+func TestCorruptOutOfRange(t *testing.T) {
+	p := newTestPool(t, 2)
+	s := newStore(t, p, postgres.WithServerClock(false))
+	fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.SlidingLog(5, time.Second), algorithms.FixedWindow(5, time.Second), algorithms.SlidingWindow(5, time.Second),
+		algorithms.TokenBucket(5, time.Second, 5), algorithms.LeakyBucket(5, time.Second, 5), algorithms.GCRA(5, time.Second, 5),
+	} {
+		for _, vals := range []string{"{9223372036854775000,1}", "{9223372036854775000,9223372036854775000}", "{9223372036854775000,9223372036854775000,9223372036854775000}", "{-9223372036854775000,9223372036854775000,1,1}"} {
+			for i, store := range []ratelimit.Store{s, updateOnly{s}} {
+				lim := newLimiter(t, store, alg, ratelimit.WithClock(fake), ratelimit.WithName(fmt.Sprintf("range%d", i)), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
+				if _, err := p.Exec(context.Background(), "INSERT INTO "+s.Table()+" (key, vals, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE SET vals = excluded.vals, state = NULL, expires_at = excluded.expires_at",
+					[]byte(lim.Namespace()+":k"), vals, int64(1)<<60); err != nil {
+					t.Fatal(err)
+				}
+				d, err := lim.Allow(context.Background(), "k")
+				if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
+					t.Errorf("%v (path %d) on stored %s: lim.Allow = %v, %v; want denied with ErrCorruptState", alg, i, vals, d.Allowed, err)
+				}
+			}
+		}
 	}
 }

@@ -52,3 +52,4 @@ BEGIN
     RETURN res;
 END
 $$;
+
