@@ -32,6 +32,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -127,11 +128,16 @@ func WithTable(name string) Option {
 }
 
 // WithKeyPrefix puts prefix in front of every encoded key, so that several
-// applications (or tests) can share one table without sharing state.
+// applications (or tests) can share one table without sharing state. The
+// prefix is up to 256 bytes of anything but NUL; EncodeKey says how it is
+// kept apart from the rest of the key.
 func WithKeyPrefix(prefix string) Option {
 	return func(s *Store) error {
 		if len(prefix) > 256 {
 			return fmt.Errorf("%w: dynamo key prefix of %d bytes exceeds 256", ratelimit.ErrInvalidParams, len(prefix))
+		}
+		if strings.IndexByte(prefix, 0) >= 0 {
+			return fmt.Errorf("%w: dynamo key prefix %q holds a NUL byte", ratelimit.ErrInvalidParams, prefix)
 		}
 		s.prefix = prefix
 		return nil
@@ -264,19 +270,31 @@ func (s *Store) Client() Client { return s.client }
 func (s *Store) Table() string { return s.table }
 
 // EncodeKey returns the partition key, of type B, that holds key's state:
-// the store's key prefix, key.Namespace, ':' and key.ID, as raw bytes.
-// Because a Namespace holds exactly one ':' and no other key part follows
-// ID, distinct Keys give distinct partition keys, and IDs may hold any
-// bytes. It returns an error wrapping ratelimit.ErrInvalidKey when the
-// result would be longer than MaxKeyBytes.
+// key.Namespace, ':' and key.ID, as raw bytes, and with a key prefix, a
+// NUL byte, the prefix and another NUL byte before them.
+//
+// Distinct (prefix, Key) pairs give distinct partition keys, and IDs may
+// hold any bytes: a Namespace starts with a letter, digit, '_', '.' or
+// '-', so an unprefixed key never starts with NUL; a prefix holds no NUL,
+// so the second NUL ends it; and a Namespace holds exactly one ':' and no
+// other key part follows ID. It returns an error wrapping
+// ratelimit.ErrInvalidKey when the result would be longer than
+// MaxKeyBytes.
 func (s *Store) EncodeKey(key ratelimit.Key) ([]byte, error) {
-	n := len(s.prefix) + len(key.Namespace) + 1 + len(key.ID)
+	n := len(key.Namespace) + 1 + len(key.ID)
+	if s.prefix != "" {
+		n += len(s.prefix) + 2
+	}
 	if n > MaxKeyBytes {
 		return nil, fmt.Errorf("%w: dynamo: key %q encodes to %d bytes, more than DynamoDB's %d for a partition key",
 			ratelimit.ErrInvalidKey, truncate(key.String()), n, MaxKeyBytes)
 	}
 	b := make([]byte, 0, n)
-	b = append(b, s.prefix...)
+	if s.prefix != "" {
+		b = append(b, 0)
+		b = append(b, s.prefix...)
+		b = append(b, 0)
+	}
 	b = append(b, key.Namespace...)
 	b = append(b, ':')
 	b = append(b, key.ID...)

@@ -50,10 +50,16 @@ func ExampleCreateTable() {
 	fmt.Println("created:", st.Created, "TTL:", st.TTL)
 }
 
-// Keys are stored as raw bytes, so IDs need no escaping.
+// Keys are stored as raw bytes, so IDs need no escaping. A key prefix sits
+// between NUL bytes, so no prefix and limiter name can run into each other.
 func ExampleStore_EncodeKey() {
 	store, _ := dynamo.New(&dynamodb.Client{}, dynamo.WithKeyPrefix("shop/"))
 	pk, _ := store.EncodeKey(ratelimit.Key{Namespace: "api:gcra", ID: "user {42}"})
 	fmt.Printf("%q\n", pk)
-	// Output: "shop/api:gcra:user {42}"
+	plain, _ := dynamo.New(&dynamodb.Client{})
+	pk, _ = plain.EncodeKey(ratelimit.Key{Namespace: "api:gcra", ID: "user {42}"})
+	fmt.Printf("%q\n", pk)
+	// Output:
+	// "\x00shop/\x00api:gcra:user {42}"
+	// "api:gcra:user {42}"
 }

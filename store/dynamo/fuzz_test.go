@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"bytes"
 	"errors"
+	"regexp"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -11,37 +12,48 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
-// FuzzEncodeKey checks that distinct keys never share a partition key,
-// that no encoding exceeds DynamoDB's limit, and that nothing panics.
+// namespace is the form of a Key.Namespace the limiter makes.
+var namespace = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}:[A-Za-z0-9_.-]{1,64}$`)
+
+// FuzzEncodeKey checks that distinct (prefix, key) pairs never share a
+// partition key, that no encoding exceeds DynamoDB's limit, and that
+// nothing panics.
 func FuzzEncodeKey(f *testing.F) {
-	f.Add("a:b", "id", "c:d", "id")
-	f.Add("a:b", ":x", "a:b:", "x")
-	f.Add("n:a", "\x00\xff", "n:a", "{}")
-	s, err := dynamo.New(&dynamodb.Client{}, dynamo.WithKeyPrefix("p/"))
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Fuzz(func(t *testing.T, ns1, id1, ns2, id2 string) {
-		// Namespaces as the limiter makes them: exactly one ':'.
-		if bytes.Count([]byte(ns1), []byte(":")) != 1 || bytes.Count([]byte(ns2), []byte(":")) != 1 {
+	f.Add("p/", "a:b", "id", "p/", "c:d", "id")
+	f.Add("p/", "a:b", ":x", "p/", "a:b:", "x")
+	f.Add("", "n:a", "\x00\xff", "", "n:a", "{}")
+	// The same bytes before the ID, cut differently between prefix and
+	// limiter name.
+	f.Add("app1", "2x:gcra", "u", "app12", "x:gcra", "u")
+	f.Add("x:y", "a:b", "k", "", "x:y", "\x00a:b:k")
+	f.Fuzz(func(t *testing.T, prefix1, ns1, id1, prefix2, ns2, id2 string) {
+		if !namespace.MatchString(ns1) || !namespace.MatchString(ns2) {
 			return
 		}
-		k1, k2 := ratelimit.Key{Namespace: ns1, ID: id1}, ratelimit.Key{Namespace: ns2, ID: id2}
-		p1, err1 := s.EncodeKey(k1)
-		p2, err2 := s.EncodeKey(k2)
-		for _, c := range []struct {
-			pk  []byte
-			err error
-		}{{p1, err1}, {p2, err2}} {
-			if c.err != nil && !errors.Is(c.err, ratelimit.ErrInvalidKey) {
-				t.Fatalf("EncodeKey error %v does not wrap ErrInvalidKey", c.err)
+		var pks [2][]byte
+		for i, c := range []struct{ prefix, ns, id string }{{prefix1, ns1, id1}, {prefix2, ns2, id2}} {
+			s, err := dynamo.New(&dynamodb.Client{}, dynamo.WithKeyPrefix(c.prefix))
+			if err != nil {
+				if !errors.Is(err, ratelimit.ErrInvalidParams) {
+					t.Fatalf("dynamo.New(WithKeyPrefix(%q)) error %v does not wrap ErrInvalidParams", c.prefix, err)
+				}
+				return
 			}
-			if c.err == nil && (len(c.pk) == 0 || len(c.pk) > dynamo.MaxKeyBytes) {
-				t.Fatalf("EncodeKey gave %d bytes", len(c.pk))
+			pk, err := s.EncodeKey(ratelimit.Key{Namespace: c.ns, ID: c.id})
+			if err != nil {
+				if !errors.Is(err, ratelimit.ErrInvalidKey) {
+					t.Fatalf("EncodeKey error %v does not wrap ErrInvalidKey", err)
+				}
+				return
 			}
+			if len(pk) == 0 || len(pk) > dynamo.MaxKeyBytes {
+				t.Fatalf("EncodeKey gave %d bytes", len(pk))
+			}
+			pks[i] = pk
 		}
-		if err1 == nil && err2 == nil && k1 != k2 && bytes.Equal(p1, p2) {
-			t.Fatalf("keys %+v and %+v share the partition key %q", k1, k2, p1)
+		same := prefix1 == prefix2 && ns1 == ns2 && id1 == id2
+		if !same && bytes.Equal(pks[0], pks[1]) {
+			t.Fatalf("prefix %q key %q:%q and prefix %q key %q:%q share the partition key %q", prefix1, ns1, id1, prefix2, ns2, id2, pks[0])
 		}
 	})
 }

@@ -480,3 +480,35 @@ func TestCacheSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyPrefixesKeepApplicationsApart runs two applications on one table
+// whose prefix and limiter name make the same bytes when run together
+// ("app1" + "2x" and "app12" + "x"): exhausting one must leave the other
+// untouched.
+func TestKeyPrefixesKeepApplicationsApart(t *testing.T) {
+	client := newClient(testserver.DynamoDBEndpoint(t))
+	table := newTable(t, client)
+	ctx := context.Background()
+	fc := clock.NewFake(epoch)
+	alg := algorithms.FixedWindow(2, time.Minute)
+	var lims []*ratelimit.Limiter
+	for _, app := range []struct{ prefix, name string }{{"app1", "2x"}, {"app12", "x"}} {
+		s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithKeyPrefix(app.prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim, err := ratelimit.New(s, alg, ratelimit.WithClock(fc), ratelimit.WithName(app.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims = append(lims, lim)
+	}
+	for range 2 {
+		if d, err := lims[0].Allow(ctx, "user"); err != nil || !d.Allowed {
+			t.Fatalf("first application: lim.Allow = %v, %v; want allowed", d.Allowed, err)
+		}
+	}
+	if d, err := lims[1].Allow(ctx, "user"); err != nil || !d.Allowed || d.Remaining != 1 {
+		t.Errorf("second application after the first used its limit: lim.Allow = %+v, %v; want allowed with remaining 1 (state of its own)", d, err)
+	}
+}
