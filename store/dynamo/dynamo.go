@@ -162,8 +162,12 @@ func WithMaxConflicts(n int) Option {
 // failed on the network, is retried (default DefaultMaxRetries). The store
 // retries with exponential backoff and jitter, and never past the context's
 // deadline: with a deadline it keeps retrying until the next attempt would
-// start after it, whatever n is. Zero turns the store's own retries off,
-// leaving those of the client's retryer.
+// start after it, whatever n is. Zero turns retries off.
+//
+// This is the only retry policy of the store's requests: the store turns
+// the client's own retryer off for them (its requests pass an option that
+// sets aws.NopRetryer), so the client's retry settings do not multiply the
+// attempts.
 func WithMaxRetries(n int) Option {
 	return func(s *Store) error {
 		if n < 0 || n > 1000 {
@@ -403,7 +407,7 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 		_, err := s.client.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: &s.table,
 			Key:       map[string]types.AttributeValue{AttrKey: &types.AttributeValueMemberB{Value: pk}},
-		})
+		}, oneAttempt)
 		return err
 	})
 	// Whatever happened, this process no longer knows the item.
@@ -415,6 +419,12 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 	}
 	return nil
 }
+
+// oneAttempt turns the client's own retryer off for one request: the
+// store's retry loop (Store.retry) is the only retry policy, so one
+// decision makes at most WithMaxRetries+1 attempts per request, or as many
+// as the context's deadline allows, never that times the client's.
+func oneAttempt(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} }
 
 // retryable reports whether err is worth retrying: throttling, a server
 // error or a network failure.

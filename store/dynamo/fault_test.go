@@ -348,6 +348,37 @@ func TestThrottlingRetried(t *testing.T) {
 	}
 }
 
+// TestOneRetryPolicy checks that the store's retries do not stack on the
+// client's: with the AWS client's default retryer (three attempts per
+// call) and WithMaxRetries(2), a request that is always throttled is sent
+// exactly three times.
+func TestOneRetryPolicy(t *testing.T) {
+	endpoint := testserver.DynamoDBEndpoint(t)
+	table := newTable(t, newClient(endpoint))
+	target, _ := url.Parse(endpoint)
+	p := &throttler{code: "ThrottlingException", proxy: httputil.NewSingleHostReverseProxy(target)}
+	p.n.Store(-1)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: p}
+	go hs.Serve(l)
+	defer hs.Close()
+	client := newClient("http://" + l.Addr().String()) // the SDK's default retryer
+	s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithMaxRetries(2), dynamo.WithBackoff(time.Millisecond, 2*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, _ := ratelimit.New(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("one-policy"))
+	if _, err := lim.Allow(context.Background(), "k"); err == nil {
+		t.Fatal("lim.Allow while always throttled = no error")
+	}
+	if got := p.throttled.Load(); got != 3 {
+		t.Errorf("one decision while always throttled sent %d requests, want 3 (WithMaxRetries(2) and no client retries)", got)
+	}
+}
+
 // dropper is an HTTP proxy in front of a real server that forwards the
 // request numbered drop and then cuts the connection instead of answering,
 // as when a response is lost on the network after the table applied the

@@ -258,7 +258,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 			AttrTTL:     &types.AttributeValueMemberN{Value: strconv.FormatInt(ttlSeconds(expires), 10)},
 		}
 		err := s.retry(ctx, func(ctx context.Context) error {
-			_, err := s.client.PutItem(ctx, in)
+			_, err := s.client.PutItem(ctx, in, oneAttempt)
 			failed(ops, err)
 			return err
 		})
@@ -379,7 +379,7 @@ func (s *Store) read(ctx context.Context, pk string, ops []*op) (*item, error) {
 			TableName:      &s.table,
 			Key:            map[string]types.AttributeValue{AttrKey: &types.AttributeValueMemberB{Value: []byte(pk)}},
 			ConsistentRead: aws.Bool(true),
-		})
+		}, oneAttempt)
 		failed(ops, err)
 		return err
 	})
