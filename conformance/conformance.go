@@ -87,6 +87,12 @@ type Harness struct {
 	// exclusion between instances, as between two processes. A store with
 	// no such thing leaves it nil, and those subtests skip saying so.
 	Twin func(t *testing.T) ratelimit.Store
+
+	// Timeout is how long a subtest may run without another starting or
+	// ending before the suite's watchdog ends the run with a panic naming
+	// it (zero: DefaultTimeout; negative: no watchdog, for debugging).
+	// The latest harness's value applies from its subtest on.
+	Timeout time.Duration
 }
 
 // Expiry is one backend key (or row, or item) and its expiry.

@@ -46,6 +46,9 @@ func (s *brokenStore) mapKey(k ratelimit.Key) string {
 }
 
 func (s *brokenStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	if s.defect == "deadlock" {
+		<-make(chan struct{}) // waits forever, whatever the context says
+	}
 	if s.defect != "context-ignored" {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -100,8 +103,16 @@ func (s *brokenStore) Delete(ctx context.Context, key ratelimit.Key) error {
 }
 
 func (s *brokenStore) harness(t *testing.T) conformance.Harness {
+	var timeout time.Duration
+	if v := os.Getenv("CONFORMANCE_TIMEOUT"); v != "" {
+		var err error
+		if timeout, err = time.ParseDuration(v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h := conformance.Harness{
-		Store: s,
+		Timeout: timeout,
+		Store:   s,
 		Expiries: func(ctx context.Context) ([]conformance.Expiry, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -258,10 +269,10 @@ func TestBrokenStoreHelper(t *testing.T) {
 	})
 }
 
-func runChild(t *testing.T, defect string) (string, bool) {
+func runChild(t *testing.T, defect string, env ...string) (string, bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreHelper$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), "CONFORMANCE_DEFECT="+defect)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBrokenStoreHelper$", "-test.v", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(append(os.Environ(), "CONFORMANCE_DEFECT="+defect), env...)
 	out, err := cmd.CombinedOutput()
 	if _, isExit := err.(*exec.ExitError); err != nil && !isExit {
 		t.Fatalf("running the suite in a child process: %v", err)
@@ -314,4 +325,32 @@ func failures(out string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestWatchdogNamesHungSubtest runs the suite on a store whose Update never
+// returns: the watchdog must end the run soon after its time limit, naming
+// the subtest that hung, instead of letting it hang until go test's
+// -timeout.
+func TestWatchdogNamesHungSubtest(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	out, passed := runChild(t, "deadlock", "CONFORMANCE_TIMEOUT=500ms")
+	took := time.Since(start)
+	if passed {
+		t.Fatal("the suite passes a store that deadlocks")
+	}
+	// The first subtest that calls Update is the first concurrency test.
+	const want = "conformance: subtest TestBrokenStoreHelper/Concurrency/update/fixed_window/new-key made no progress for 500ms"
+	if !strings.Contains(out, want) {
+		t.Errorf("the suite's report on a deadlocked store does not say %q:\n%s", want, lastLines(out, 20))
+	}
+	if took > time.Minute {
+		t.Errorf("the suite took %v to give up on a deadlocked store, want about its 500ms limit", took)
+	}
+}
+
+// lastLines returns the last n lines of out.
+func lastLines(out string, n int) string {
+	lines := strings.Split(out, "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }

@@ -18,10 +18,24 @@ import (
 // harness per subtest. Subtests are named Group/Path/algorithm, where Path
 // is "server" for the store's Decider (skipped when it has none) and
 // "update" for its Update.
+//
+// A watchdog ends the run with a panic that names the subtest still
+// running when no subtest has started or ended for Harness.Timeout
+// (DefaultTimeout unless set), so a store that deadlocks is named at once
+// instead of hanging until go test's -timeout.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	t.Helper()
+	startWatchdog(t)
+	watched := func(t *testing.T) Harness {
+		h := newHarness(t)
+		watch(t, h.Timeout)
+		return h
+	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) { c.run(t, newHarness) })
+		t.Run(c.name, func(t *testing.T) {
+			watch(t, 0)
+			c.run(t, watched)
+		})
 	}
 }
 
@@ -140,6 +154,7 @@ type fixture struct {
 
 func newFixture(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
 	t.Helper()
+	watch(t, 0)
 	c := clock.NewFake(epoch)
 	lim, err := ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithClock(c)}, opts...)...)
 	if err != nil {
