@@ -480,14 +480,26 @@ func (s *Store) evict(sh *shard, ns string) {
 }
 
 // Sweep deletes every entry whose state has expired by the latest request
-// time the store has seen, and returns how many it deleted. The store
-// reclaims expired state as new keys arrive without it; call Sweep
-// periodically to release memory after traffic stops.
+// time the store has seen (in any shard: the store has no clock of its
+// own), and returns how many it deleted. The store reclaims expired state
+// as new keys arrive without it; call Sweep periodically to release memory
+// after traffic slows down. State that expires after the last request is
+// reclaimed once requests resume.
 func (s *Store) Sweep() int {
+	// The store has no clock of its own: the latest request time any
+	// shard has seen is its best knowledge of now.
+	latest := int64(0)
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		latest = max(latest, sh.now)
+		sh.mu.Unlock()
+	}
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
+		sh.now = max(sh.now, latest)
 		sh.earliest = math.MaxInt64
 		for h, head := range sh.index {
 			n += sh.reclaim(h, head)

@@ -202,9 +202,8 @@ func TestReclaimOnInsert(t *testing.T) {
 	}
 }
 
-// TestSweep checks that Sweep removes every expired key and nothing else.
-// Sweep judges expiry by the latest request time each shard has seen, so
-// the live keys, written later, reach (almost surely) every shard.
+// TestSweep checks that Sweep removes every expired key and nothing else,
+// judging expiry by the latest request time any shard has seen.
 func TestSweep(t *testing.T) {
 	s := memory.MustNew()
 	short, _ := newLimiter(t, s, algorithms.FixedWindow(5, time.Second))
@@ -216,12 +215,12 @@ func TestSweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const live = 5000
+	const live = 1 // one request at the later time is enough for every shard
 	for i := range live {
 		allow(t, long, fmt.Sprintf("long-%d", i))
 	}
 	if got := s.Sweep(); got > 1000 {
-		t.Errorf("Sweep = %d, want at most the 1000 expired keys", got)
+		t.Errorf("Sweep = %d, want at most the 1000 expired keys (the insertion may have reclaimed a few)", got)
 	}
 	if got := s.Len(); got != live {
 		t.Errorf("Len after Sweep = %d, want the %d live keys", got, live)

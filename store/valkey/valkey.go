@@ -115,3 +115,11 @@ func (b backend) NoScript(err error) bool {
 	verr, ok := vk.IsValkeyErr(err)
 	return ok && verr.IsNoScript()
 }
+
+// StateKey returns the name of the key that holds key's state in a store
+// whose prefix is prefix: "<prefix>:{<limiter namespace>:<key>}", the
+// braces being the Cluster hash tag and braces and '%' in the key escaped
+// as %7B, %7D and %25. State written by Update (a user's own algorithm)
+// lives under the same name with ":u" appended. Use it to find a key with
+// the command-line client; the store names its keys with it.
+func StateKey(prefix string, key ratelimit.Key) string { return redisengine.StateKey(prefix, key) }
