@@ -7,7 +7,7 @@
 // make the same decisions on every store; stores that can run code next to
 // their data (Redis, Valkey, PostgreSQL) run them there in one round trip.
 //
-//	lim, err := ratelimit.New(memory.New(), algorithms.GCRA(100, time.Minute, 20))
+//	lim, err := ratelimit.New(memory.MustNew(), algorithms.GCRA(100, time.Minute, 20))
 //	...
 //	d, err := lim.Allow(ctx, userID)
 //	if !d.Allowed {
