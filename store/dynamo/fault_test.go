@@ -268,6 +268,20 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 }
 
+// serveProxy serves h on a free loopback port until the test ends and
+// returns its URL.
+func serveProxy(t *testing.T, h http.Handler) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(l)
+	t.Cleanup(func() { hs.Close() })
+	return "http://" + l.Addr().String()
+}
+
 // throttler is an HTTP proxy in front of a real server that answers the
 // first n requests (all of them when n < 0) with a throttling error, as
 // DynamoDB does under load, and forwards the rest.
@@ -302,14 +316,8 @@ func TestThrottlingRetried(t *testing.T) {
 		t.Run(code, func(t *testing.T) {
 			p := &throttler{code: code, proxy: httputil.NewSingleHostReverseProxy(target)}
 			p.n.Store(3)
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs := &http.Server{Handler: p}
-			go hs.Serve(l)
-			defer hs.Close()
-			client := newClient("http://"+l.Addr().String(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
+			proxyURL := serveProxy(t, p)
+			client := newClient(proxyURL, func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
 			s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithBackoff(time.Millisecond, 20*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
@@ -358,14 +366,8 @@ func TestOneRetryPolicy(t *testing.T) {
 	target, _ := url.Parse(endpoint)
 	p := &throttler{code: "ThrottlingException", proxy: httputil.NewSingleHostReverseProxy(target)}
 	p.n.Store(-1)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: p}
-	go hs.Serve(l)
-	defer hs.Close()
-	client := newClient("http://" + l.Addr().String()) // the SDK's default retryer
+	proxyURL := serveProxy(t, p)
+	client := newClient(proxyURL) // the SDK's default retryer
 	s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithMaxRetries(2), dynamo.WithBackoff(time.Millisecond, 2*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -417,13 +419,8 @@ func TestLostResponse(t *testing.T) {
 	target, _ := url.Parse(endpoint)
 	for _, cold := range []bool{false, true} {
 		p := &dropper{target: target}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs := &http.Server{Handler: p}
-		go hs.Serve(l)
-		client := &counter{Client: newClient("http://"+l.Addr().String(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })}
+		proxyURL := serveProxy(t, p)
+		client := &counter{Client: newClient(proxyURL, func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })}
 		s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithBackoff(time.Millisecond, 10*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
@@ -454,6 +451,5 @@ func TestLostResponse(t *testing.T) {
 			t.Errorf("next lim.Allow = %+v, %v; want remaining %d", d, err, want-1)
 		}
 		t.Logf("new key %v: %d reads, %d writes", cold, client.gets.Load(), client.puts.Load())
-		hs.Close()
 	}
 }

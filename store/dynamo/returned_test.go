@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"hash/crc32"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -105,14 +104,8 @@ func TestReturnedItem(t *testing.T) {
 	endpoint := testserver.DynamoDBEndpoint(t)
 	table := newTable(t, newClient(endpoint))
 	p := &returner{target: endpoint}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: p}
-	go hs.Serve(l)
-	defer hs.Close()
-	proxied := newClient("http://" + l.Addr().String())
+	proxyURL := serveProxy(t, p)
+	proxied := newClient(proxyURL)
 
 	fc := clock.NewFake(epoch)
 	alg := algorithms.FixedWindow(10, time.Minute)
