@@ -54,6 +54,8 @@ type Harness struct {
 	// TTL has passed on the limiter's clock, which in tests may run slower
 	// than real time: add some slack to the backend's expiry when the
 	// store uses the limiter's clock, or the Differential group fails.
+	// The suite accepts a backend expiry of up to twice the state's TTL
+	// (plus a second) from such a store, so the slack may follow the TTL.
 	RealTimeExpiry bool
 
 	// State reads the state the store holds for key, translated into the

@@ -312,8 +312,8 @@ func TestKeys(t *testing.T) {
 		t.Errorf("oversized keys made %d requests, want 0", c.total())
 	}
 	pk, err := s.EncodeKey(ratelimit.Key{Namespace: "n:a", ID: "\x00\xff:{}"})
-	if err != nil || string(pk) != "app1/n:a:\x00\xff:{}" {
-		t.Errorf("EncodeKey = %q, %v; want %q", pk, err, "app1/n:a:\x00\xff:{}")
+	if want := "\x00app1/\x00n:a:\x00\xff:{}"; err != nil || string(pk) != want {
+		t.Errorf("EncodeKey = %q, %v; want %q", pk, err, want)
 	}
 }
 
