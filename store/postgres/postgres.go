@@ -214,6 +214,13 @@ func lockWaitMillis(d time.Duration) int64 {
 	return max(int64((d+time.Millisecond-1)/time.Millisecond), 1)
 }
 
+// numericOutOfRange is the SQLSTATE of an integer overflow. The algorithms'
+// parameters and times keep every computation on state they wrote below
+// 2^54, so in a decision only stored values the store did not write can
+// overflow: the state is corrupt, and must not pass for a store failure
+// that a fail-open limiter would admit on.
+const numericOutOfRange = "22003"
+
 // lockNotAvailable is the SQLSTATE of a lock wait that outlasted
 // lock_timeout.
 const lockNotAvailable = "55P03"
@@ -435,7 +442,7 @@ func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err erro
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch _, deadline := ctx.Deadline(); {
-		case pe.Code == algorithms.SQLErrCorrupt:
+		case pe.Code == algorithms.SQLErrCorrupt, pe.Code == numericOutOfRange && op == "decide":
 			return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
 		case pe.Code == lockNotAvailable && deadline:
 			// The lock wait was bounded by the context's deadline.

@@ -480,22 +480,48 @@ func TestFarDeadline(t *testing.T) {
 func TestCorruptOutOfRange(t *testing.T) {
 	p := newTestPool(t, 2)
 	s := newStore(t, p, postgres.WithServerClock(false))
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testserver.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
 	fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 	for _, alg := range []algorithms.Algorithm{
 		algorithms.SlidingLog(5, time.Second), algorithms.FixedWindow(5, time.Second), algorithms.SlidingWindow(5, time.Second),
 		algorithms.TokenBucket(5, time.Second, 5), algorithms.LeakyBucket(5, time.Second, 5), algorithms.GCRA(5, time.Second, 5),
 	} {
 		for _, vals := range []string{"{9223372036854775000,1}", "{9223372036854775000,9223372036854775000}", "{9223372036854775000,9223372036854775000,9223372036854775000}", "{-9223372036854775000,9223372036854775000,1,1}"} {
-			for i, store := range []ratelimit.Store{s, updateOnly{s}} {
+			// In a transaction that installs this version's functions
+			// first: they are shared by every table in the schema, and
+			// other test runs on a shared server may install theirs.
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ts, err := postgres.New(tx, postgres.WithTable(strings.Trim(s.Table(), `"`)), postgres.WithServerClock(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ts.Migrate(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// The update path first: the server path's error ends the
+			// transaction.
+			for _, i := range []int{1, 0} {
+				store := []ratelimit.Store{ts, updateOnly{ts}}[i]
 				lim := newLimiter(t, store, alg, ratelimit.WithClock(fake), ratelimit.WithName(fmt.Sprintf("range%d", i)), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
-				if _, err := p.Exec(context.Background(), "INSERT INTO "+s.Table()+" (key, vals, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE SET vals = excluded.vals, state = NULL, expires_at = excluded.expires_at",
+				if _, err := tx.Exec(ctx, "INSERT INTO "+s.Table()+" (key, vals, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE SET vals = excluded.vals, state = NULL, expires_at = excluded.expires_at",
 					[]byte(lim.Namespace()+":k"), vals, int64(1)<<60); err != nil {
 					t.Fatal(err)
 				}
-				d, err := lim.Allow(context.Background(), "k")
+				d, err := lim.Allow(ctx, "k")
 				if !errors.Is(err, ratelimit.ErrCorruptState) || d.Allowed {
 					t.Errorf("%v (path %d) on stored %s: lim.Allow = %v, %v; want denied with ErrCorruptState", alg, i, vals, d.Allowed, err)
 				}
+			}
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
 			}
 		}
 	}
