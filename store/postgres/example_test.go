@@ -66,6 +66,6 @@ func ExampleStore_SchemaSQL() {
 	// CREATE OR REPLACE FUNCTION "limits_decide_sliding_log"(
 	// CREATE OR REPLACE FUNCTION "limits_decide_sliding_window"(
 	// CREATE OR REPLACE FUNCTION "limits_decide_token_bucket"(
-	// CREATE OR REPLACE FUNCTION "limits_decide_leaky_bucket"(
 	// CREATE OR REPLACE FUNCTION "limits_decide_gcra"(
+	// CREATE OR REPLACE FUNCTION "limits_decide_leaky_bucket"(
 }
