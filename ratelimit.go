@@ -106,8 +106,8 @@ type Option func(*Limiter) error
 // clock: for its decisions, and for Wait's sleeping.
 //
 // A store that decides by its server's clock (Redis, Valkey and PostgreSQL
-// by default; see ServerClocker) would ignore c's time, so New refuses
-// WithClock with such a store: configure the store with
+// by default; see ServerClocker) would ignore c's time, so New refuses any
+// clock but clock.System with such a store: configure the store with
 // WithServerClock(false) to decide by c.
 func WithClock(c clock.Clock) Option {
 	return func(l *Limiter) error {
@@ -178,8 +178,8 @@ type Limiter struct {
 
 // New returns a limiter that applies alg to keys held in store. It reports
 // an error wrapping ErrInvalidParams when alg's parameters or an option are
-// unusable: a nil store, algorithm or clock (typed or not), or WithClock
-// with a store that decides by its server's clock.
+// unusable: a nil store, algorithm or clock (typed or not), or a clock other
+// than clock.System with a store that decides by its server's clock.
 func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
 	if isNil(store) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidParams)

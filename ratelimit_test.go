@@ -90,6 +90,10 @@ func TestClockRule(t *testing.T) {
 	if _, err := ratelimit.New(serverClockStore{memory.MustNew(), true}, alg); err != nil {
 		t.Errorf("ratelimit.New(store on its server's clock, no WithClock) = %v, want no error", err)
 	}
+	// The system clock is what such a store expects beside it (for Wait).
+	if _, err := ratelimit.New(serverClockStore{memory.MustNew(), true}, alg, ratelimit.WithClock(clock.System)); err != nil {
+		t.Errorf("ratelimit.New(store on its server's clock, WithClock(clock.System)) = %v, want no error", err)
+	}
 }
 
 func TestAllowRejectsBadInput(t *testing.T) {

@@ -111,8 +111,8 @@ var ErrUnsupported = errors.New("ratelimit: not supported by the store")
 // shares the server's timeline.
 //
 // ServerClock reports whether the store currently uses its server's clock.
-// New refuses ratelimit.WithClock with a store that reports true, since
-// the store would ignore the limiter's clock. A store that does not
+// New refuses a clock other than clock.System (ratelimit.WithClock) with a
+// store that reports true, since the store would ignore it. A store that does not
 // implement ServerClocker is taken to use the time the limiter passes.
 type ServerClocker interface {
 	ServerClock() bool

@@ -73,9 +73,9 @@ func WithPrefix(prefix string) Option { return redisengine.WithPrefix(prefix) }
 // WithServerClock chooses whose clock the store uses. With on (the
 // default), every decision reads the Redis server's TIME inside its script,
 // so machines whose clocks disagree still share one timeline; ratelimit.New
-// then refuses ratelimit.WithClock, which the store would ignore. With off,
-// the store uses the time the limiter passes, which is what tests with a
-// fake clock need. The server still expires keys by its own real-time
+// then refuses ratelimit.WithClock with any clock but clock.System, which
+// the store would ignore. With off, the store uses the time the limiter
+// passes, which is what tests with a fake clock need. The server still expires keys by its own real-time
 // clock, so with off each key is kept for twice its state's longest TTL of
 // real time: a limiter clock running at less than half real-time speed
 // can see state vanish early (docs/stores/redis.md, Expiry).
