@@ -72,6 +72,8 @@ var preamble = map[string]string{
 	"w":      "var w http.ResponseWriter // in an HTTP handler",
 	"r":      "var r *http.Request // in an HTTP handler",
 	"cfg":    "var cfg aws.Config // from config.LoadDefaultConfig",
+	"store":  "var store ratelimit.Store // the store the application built",
+	"obs":    "var obs ratelimit.Observer // an observer, such as otellimit's",
 	"myStore": `// myStore stands for a store of your own.
 type myStore struct{ ratelimit.Store }
 
