@@ -91,14 +91,17 @@ func rowLock(t *testing.T, s *postgres.Store, key []byte) (release func()) {
 
 // waitingBackend returns the pid of the backend waiting for a row lock of
 // s's table, waiting up to 5s for it to appear.
-func waitingBackend(t *testing.T, admin *pgx.Conn) int32 {
+func waitingBackend(t *testing.T, admin *pgx.Conn, table string) int32 {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		var pid int32
+		// Only a statement on this test's table: on a shared server other
+		// tests' backends wait for locks too (migrations, their own rows).
 		err := admin.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid() AND datname = current_database()
-			ORDER BY query_start LIMIT 1`).Scan(&pid)
+			AND strpos(query, $1) > 0
+			ORDER BY query_start LIMIT 1`, table).Scan(&pid)
 		if err == nil {
 			return pid
 		}
@@ -205,7 +208,7 @@ func TestFailureConnectionKilled(t *testing.T) {
 			for _, lim := range []*ratelimit.Limiter{f.closed, f.open} {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				ch := allowAsync(ctx, lim, "k")
-				pid := waitingBackend(t, admin)
+				pid := waitingBackend(t, admin, strings.Trim(f.s.Table(), `"`))
 				if _, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid); err != nil {
 					t.Fatal(err)
 				}
