@@ -25,8 +25,25 @@ const (
 	floatsEnd   = "<!-- end of floating-point steps -->\n"
 )
 
-// floatSteps returns the section: one line per math.Floor call in the
-// package's non-test files, with the function it is in.
+// floatHelpers are the functions that compute in doubles: each call of one
+// is a floating-point step.
+var floatHelpers = map[string]bool{"mulDivFloor": true, "divMulFloor": true, "floorCapped": true}
+
+// floatStep reports whether call is math.Floor or one of floatHelpers.
+func floatStep(call *ast.CallExpr) bool {
+	switch fun := call.Fun.(type) {
+	case *ast.Ident:
+		return floatHelpers[fun.Name]
+	case *ast.SelectorExpr:
+		x, ok := fun.X.(*ast.Ident)
+		return ok && x.Name == "math" && fun.Sel.Name == "Floor"
+	}
+	return false
+}
+
+// floatSteps returns the section: one line per floating-point step (a call
+// of math.Floor or of a helper that computes in doubles) in the package's
+// non-test files, with the function it is in.
 func floatSteps(t *testing.T) string {
 	t.Helper()
 	files, err := filepath.Glob("*.go")
@@ -58,14 +75,7 @@ func floatSteps(t *testing.T) string {
 			}
 			ast.Inspect(fn.Body, func(n ast.Node) bool {
 				call, ok := n.(*ast.CallExpr)
-				if !ok {
-					return true
-				}
-				sel, ok := call.Fun.(*ast.SelectorExpr)
-				if !ok || sel.Sel.Name != "Floor" {
-					return true
-				}
-				if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "math" {
+				if !ok || !floatStep(call) {
 					return true
 				}
 				var eb bytes.Buffer
