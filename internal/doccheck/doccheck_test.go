@@ -35,6 +35,8 @@ var imports = map[string]string{
 	"algorithms":  "github.com/ratelimitkit/ratelimit/algorithms",
 	"clock":       "github.com/ratelimitkit/ratelimit/clock",
 	"conformance": "github.com/ratelimitkit/ratelimit/conformance",
+	"lease":       "github.com/ratelimitkit/ratelimit/lease",
+	"httplimit":   "github.com/ratelimitkit/ratelimit/httplimit",
 	"memory":      "github.com/ratelimitkit/ratelimit/store/memory",
 	"postgres":    "github.com/ratelimitkit/ratelimit/store/postgres",
 	"dynamo":      "github.com/ratelimitkit/ratelimit/store/dynamo",
@@ -67,13 +69,29 @@ var imports = map[string]string{
 // A declaration is added to a snippet that uses its name and does not
 // declare it.
 var preamble = map[string]string{
-	"ctx":    "var ctx context.Context // the request's context",
-	"userID": "var userID string // the caller's key",
-	"w":      "var w http.ResponseWriter // in an HTTP handler",
-	"r":      "var r *http.Request // in an HTTP handler",
-	"cfg":    "var cfg aws.Config // from config.LoadDefaultConfig",
-	"store":  "var store ratelimit.Store // the store the application built",
-	"obs":    "var obs ratelimit.Observer // an observer, such as otellimit's",
+	"ctx":       "var ctx context.Context // the request's context",
+	"userID":    "var userID string // the caller's key",
+	"w":         "var w http.ResponseWriter // in an HTTP handler",
+	"r":         "var r *http.Request // in an HTTP handler",
+	"cfg":       "var cfg aws.Config // from config.LoadDefaultConfig",
+	"store":     "var store ratelimit.Store // the store the application built",
+	"obs":       "var obs ratelimit.Observer // an observer, such as otellimit's",
+	"mux":       "var mux *http.ServeMux // the application's routes",
+	"addr":      "var addr string // the address to listen on",
+	"mw":        "var mw *httplimit.Middleware // from httplimit.New",
+	"rules":     "var rules []httplimit.Rule",
+	"perIP":     "var perIP *ratelimit.Limiter",
+	"perUser":   "var perUser *ratelimit.Limiter",
+	"writes":    "var writes *ratelimit.Limiter",
+	"userKey":   "type userKey struct{} // the context key an auth middleware uses",
+	"sessionID": "var sessionID string // the key a lease protects",
+	"worker":    "var worker string // who holds the lease",
+	"msgs":      "var msgs []string",
+	"transcript": `// transcript stands for the resource a lease protects, which refuses a fence below the last it accepted.
+var transcript interface {
+	Append(ctx context.Context, session string, fence int64, worker string, msgs []string) error
+}`,
+	"appendMessages": "func appendMessages(ctx context.Context, session string, fence int64, msgs []string) error { return nil }",
 	"myStore": `// myStore stands for a store of your own.
 type myStore struct{ ratelimit.Store }
 
