@@ -9,7 +9,7 @@
 // work's context before the lease could run out when renewal fails, and
 // releases:
 //
-//	locker, err := lease.New(store, "chat-session", 30*time.Second)
+//	locker, err := lease.New(store, 30*time.Second, lease.WithName("chat-session"))
 //	...
 //	err = locker.Do(ctx, sessionID, func(ctx context.Context, l *lease.Lease) error {
 //		// Only this worker processes the session now. Pass l.Fence() to

@@ -76,6 +76,7 @@ var preamble = map[string]string{
 	"cfg":       "var cfg aws.Config // from config.LoadDefaultConfig",
 	"store":     "var store ratelimit.Store // the store the application built",
 	"obs":       "var obs ratelimit.Observer // an observer, such as otellimit's",
+	"lim":       "var lim *ratelimit.Limiter",
 	"mux":       "var mux *http.ServeMux // the application's routes",
 	"addr":      "var addr string // the address to listen on",
 	"mw":        "var mw *httplimit.Middleware // from httplimit.New",
