@@ -25,7 +25,7 @@ CREATE OR REPLACE FUNCTION ratelimit_gcra(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_ahead bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR NOT (state[3] > 0 AND state[2] < state[3]))
+    v_ahead bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[3] > 0 AND state[2] < state[3]))
         THEN ratelimit_corrupt(format('gcra state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END END;
     v_d_allowed boolean := v_ahead + cost * args[1] <= args[3];
     v_ahead2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;

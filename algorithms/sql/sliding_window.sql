@@ -48,7 +48,7 @@ CREATE OR REPLACE FUNCTION ratelimit_sliding_window(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3)
+    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992)
         THEN ratelimit_corrupt(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= state[1] + 2 * args[2] END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN state[2] ELSE state[3] END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN now_us >= state[1] + args[2] THEN state[1] + args[2] ELSE state[1] END;

@@ -293,6 +293,12 @@ func SQL(f *form) (string, error) {
 	// anything else reads it: state a form cannot read raises SQLSTATE
 	// RL001 (through ratelimit_corrupt).
 	check := fmt.Sprintf("cardinality(state) <> %d", len(f.state))
+	// Every field in 0..MaxExact, as the Go form's decodeFields and the
+	// Lua form require: a value the store never wrote is corrupt state,
+	// not an overflow or a silent answer.
+	for i := range f.state {
+		check += fmt.Sprintf(" OR state[%d] NOT BETWEEN 0 AND 9007199254740992", i+1)
+	}
 	if f.valid != nil {
 		vg := &sqlGen{f: f, nodes: map[string]*snode{}}
 		check += " OR NOT " + vg.render(vg.eval(f.valid, env), sqlNot+1)

@@ -39,7 +39,7 @@ CREATE OR REPLACE FUNCTION ratelimit_counter(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR NOT (state[2] <= state[3] OR state[3] = 0))
+    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[2] <= state[3] OR state[3] = 0))
         THEN ratelimit_corrupt(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END END;
     v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[2] WHEN (state IS NOT NULL) THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
     v_room bigint := CASE WHEN args[1] - v_used < 0 THEN 0 WHEN args[1] - v_used > args[1] THEN args[1] ELSE greatest(args[1] - v_used - (args[1] - v_used) / 2 % 3, 0) END;
