@@ -51,6 +51,7 @@ var imports = map[string]string{
 	"context":     "context",
 	"errors":      "errors",
 	"fmt":         "fmt",
+	"fs":          "io/fs",
 	"http":        "net/http",
 	"httptest":    "net/http/httptest",
 	"log":         "log",
