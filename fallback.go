@@ -33,7 +33,7 @@ import (
 // built in nor algorithms.Divisible is an error wrapping ErrInvalidParams.
 func WithFallback(store Store, replicas int) Option {
 	return func(l *Limiter) error {
-		if store == nil {
+		if isNil(store) {
 			return fmt.Errorf("%w: nil fallback store", ErrInvalidParams)
 		}
 		if err := checkPositive("fallback replicas", replicas); err != nil {

@@ -32,6 +32,7 @@ func TestNewRejectsBadGuardOptions(t *testing.T) {
 		{"breaker of no failures", gcra, ratelimit.WithCircuitBreaker(0, time.Second), "circuit breaker failures 0"},
 		{"breaker without cool-down", gcra, ratelimit.WithCircuitBreaker(3, 0), "cool-down 0s"},
 		{"nil fallback store", gcra, ratelimit.WithFallback(nil, 1), "nil fallback store"},
+		{"typed nil fallback store", gcra, ratelimit.WithFallback((*memory.Store)(nil), 1), "nil fallback store"},
 		{"no replicas", gcra, ratelimit.WithFallback(memory.MustNew(), 0), "fallback replicas 0"},
 		{"indivisible algorithm", opaqueAlg{gcra}, ratelimit.WithFallback(memory.MustNew(), 2), "gcra cannot be divided"},
 		{"empty deny cache", gcra, ratelimit.WithDenyCache(0), "deny cache size 0"},
