@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -249,7 +248,7 @@ func checkKind(raw string) error {
 	if raw == "memory" {
 		return usageError{errors.New("a memory store lives in its process: move its snapshot instead, file:PATH (memory.Store.Snapshot)")}
 	}
-	u, err := url.Parse(raw)
+	u, err := parseStoreURL(raw)
 	if err != nil {
 		return usageError{fmt.Errorf("store %q: %w", raw, err)}
 	}

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -117,7 +116,7 @@ func runServe(args []string, stdout, stderr io.Writer, getenv func(string) strin
 
 // redact hides a password in a store URL.
 func redact(spec string) string {
-	if u, err := url.Parse(spec); err == nil && u.User != nil {
+	if u, err := parseStoreURL(spec); err == nil && u.User != nil {
 		return u.Redacted()
 	}
 	return spec

@@ -55,7 +55,7 @@ func openStoreFor(ctx context.Context, spec string, getenv func(string) string, 
 	if spec == "" || spec == "memory" {
 		return memory.MustNew(), func() {}, nil
 	}
-	u, err := url.Parse(spec)
+	u, err := parseStoreURL(spec)
 	if err != nil || u.Scheme == "" {
 		return nil, nil, fmt.Errorf("-store %q is not a URL; use one of %s", spec, storeSchemes)
 	}
@@ -174,4 +174,40 @@ func openStoreFor(ctx context.Context, spec string, getenv func(string) string, 
 		return s, func() {}, nil
 	}
 	return nil, nil, fmt.Errorf("-store %q: unknown scheme %q; use one of %s", spec, u.Scheme, storeSchemes)
+}
+
+// parseStoreURL parses a store URL. A cluster URL's authority lists several
+// host:port pairs, which net/url refuses (from Go 1.26 it checks that a port
+// is digits), so the list is set aside while the rest is parsed and put back
+// as the URL's Host; each pair must parse on its own.
+func parseStoreURL(spec string) (*url.URL, error) {
+	scheme, rest, ok := strings.Cut(spec, "://")
+	if !ok {
+		return url.Parse(spec)
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	userinfo, hosts := "", rest[:end]
+	if i := strings.LastIndex(hosts, "@"); i >= 0 {
+		userinfo, hosts = hosts[:i+1], hosts[i+1:]
+	}
+	if !strings.Contains(hosts, ",") {
+		return url.Parse(spec)
+	}
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return nil, fmt.Errorf("parse %q: an empty host in the list", spec)
+		}
+		if _, err := url.Parse("//" + h); err != nil {
+			return nil, fmt.Errorf("parse %q: %w", spec, err)
+		}
+	}
+	u, err := url.Parse(scheme + "://" + userinfo + "cluster" + rest[end:])
+	if err != nil {
+		return nil, err
+	}
+	u.Host = hosts
+	return u, nil
 }
