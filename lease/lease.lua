@@ -4,88 +4,95 @@
 -- record), so both paths see one record. lease's differential test
 -- (conformance group LeaseDifferential) holds it equal to the Go form.
 --
+-- It is written for the server's time per call: one argument, unpacked by
+-- one struct.unpack; no closures; a short reply when it writes.
+--
 -- KEYS[1]  the record's key (the key Update writes)
--- ARGV     now (µs), use the server's TIME ('1'/'0'), expiry slack (ms),
---          op, owner (16 bytes), fence, ttl (µs)
--- reply    {code, now, fence, expires, owner ('' for the caller's), released, found}
+-- ARGV[1]  the request, packed '<i8BBi8i8i8c16' (lease.ScriptArgLen bytes):
+--          now (µs), use the server's TIME (1/0), op, expiry slack (ms),
+--          fence, ttl (µs), owner (16 bytes)
+-- reply    when it wrote the record: {now, fence, found}; otherwise
+--          {code, now, fence, expires, owner ('' for the caller's), released, found}
 local key = KEYS[1]
-local now = tonumber(ARGV[1])
-if ARGV[2] == '1' then
+local now, clk, op, slack, reqFence, ttl, owner = struct.unpack('<i8BBi8i8i8c16', ARGV[1])
+if clk == 1 then
   local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now = t[1] * 1000000 + t[2]
 end
-local slack = tonumber(ARGV[3])
-local op = tonumber(ARGV[4])
-local owner = ARGV[5]
-local reqFence = tonumber(ARGV[6])
-local ttl = tonumber(ARGV[7])
-local OK, HELD, LOST = 1, 2, 3
 
 local found, released, fence, expires, holder = false, false, 0, 0, ''
 local raw = redis.call('GET', key)
 if raw then
-  if #raw < 8 then
-    return redis.error_reply('CORRUPT stored value of ' .. #raw .. ' bytes')
+  local n = #raw
+  if n < 8 then
+    return redis.error_reply('CORRUPT stored value of ' .. n .. ' bytes')
   end
-  local keptUntil, version, flags, f, e
-  if #raw == 42 then
-    keptUntil, version, flags, f, e = struct.unpack('<i8BB>i8>i8', raw)
+  local keptUntil, version, flags, f, e, h
+  if n == 42 then
+    keptUntil, version, flags, f, e, h = struct.unpack('<i8BB>i8>i8c16', raw)
   else
     keptUntil = struct.unpack('<i8', raw)
   end
   if now < keptUntil then
-    if #raw ~= 42 or version ~= 1 or (flags ~= 0 and flags ~= 1) then
-      return redis.error_reply('CORRUPT lease record of ' .. (#raw - 8) .. ' bytes')
+    if n ~= 42 or version ~= 1 or (flags ~= 0 and flags ~= 1) then
+      return redis.error_reply('CORRUPT lease record of ' .. (n - 8) .. ' bytes')
     end
-    found, released, fence, expires = true, flags == 1, f, e
-    holder = string.sub(raw, 27, 42)
-    if fence < 1 or expires < 0 then
-      return redis.error_reply('CORRUPT lease record with fence ' .. fence)
+    if f < 1 or e < 0 then
+      return redis.error_reply('CORRUPT lease record with fence ' .. f)
     end
+    found, released, fence, expires, holder = true, flags == 1, f, e, h
   end
 end
 
--- The reply's owner is '' when it is the caller's, which the caller knows.
-local function reply(code)
-  local e = expires
-  if released then e = 0 end
-  local h = holder
-  if h == owner then h = '' end
-  return {code, now, fence, e, h, released and 1 or 0, found and 1 or 0}
-end
-
--- write stores the record, kept max(ttl, fence - now + 1) µs.
-local function write(flags, f, e)
-  local keep = math.max(ttl, f - now + 1, 1)
-  local ms = 1
-  if keep > 1000 then ms = math.floor((keep + 999) / 1000) end
-  redis.call('SET', key, struct.pack('<i8BB>i8>i8', now + keep, 1, flags, f, e) .. owner, 'PX', ms + slack)
-  return {OK, now, f, e, '', flags, found and 1 or 0}
-end
-
+-- The transition: code for a reply without a write, or the record to
+-- write (wf: its fence, we: its expiry, wflags: 1 when released).
 local live = found and not released and expires > now
 local mine = found and holder == owner
-if op == 4 then
-  return reply(OK)
-elseif op == 1 then
-  if live and not mine then return reply(HELD) end
-  local f = now
-  if live then
-    f = fence
-  elseif found and fence >= f then
-    f = fence + 1
+local code, wf, we, wflags = 1
+if op == 1 then
+  if live and not mine then
+    code = 2 -- held
+  else
+    wf, we, wflags = now, now + ttl, 0
+    if live then
+      wf = fence -- the same owner again: the same lease
+    elseif found and fence >= now then
+      wf = fence + 1
+    end
+    if wf < 1 then wf = 1 end
   end
-  if f < 1 then f = 1 end
-  return write(0, f, now + ttl)
 elseif op == 2 then
-  if not live or not mine or fence ~= reqFence then return reply(LOST) end
-  return write(0, fence, now + ttl)
+  if live and mine and fence == reqFence then
+    wf, we, wflags = fence, now + ttl, 0
+  else
+    code = 3 -- lost
+  end
 elseif op == 3 then
-  if not mine or fence ~= reqFence then return reply(LOST) end
-  if released then return reply(OK) end
-  if not live then return reply(LOST) end
-  local r = write(1, fence, 0)
-  r[4] = 0
-  return r
+  if not mine or fence ~= reqFence then
+    code = 3
+  elseif not released then -- released already: a retried release, OK
+    if live then
+      wf, we, wflags = fence, 0, 1
+    else
+      code = 3 -- it ran out before the release
+    end
+  end
+elseif op ~= 4 then
+  return redis.error_reply('unknown lease op ' .. op)
 end
-return redis.error_reply('unknown lease op ' .. op)
+
+if wf then
+  -- Kept max(ttl, fence - now + 1) µs, in whole ms rounded up, plus slack.
+  local keep = wf - now + 1
+  if keep < ttl then keep = ttl end
+  local ms = 1
+  if keep > 1000 then
+    ms = keep + 999
+    ms = (ms - ms % 1000) / 1000
+  end
+  redis.call('SET', key, struct.pack('<i8BB>i8>i8', now + keep, 1, wflags, wf, we) .. owner, 'PX', ms + slack)
+  return {now, wf, found and 1 or 0}
+end
+if released then expires = 0 end
+if holder == owner then holder = '' end
+return {code, now, fence, expires, holder, released and 1 or 0, found and 1 or 0}

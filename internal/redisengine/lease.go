@@ -2,6 +2,7 @@ package redisengine
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -11,46 +12,100 @@ import (
 // leaseScript is the lease's transition (lease.Step) as a script.
 var leaseScript = NewScript("lease", lease.Lua, 0)
 
+// leaseArgLen is the length of lease.Lua's one argument, packed as
+// '<i8BBi8i8i8c16': now, the server-clock flag, the op, the slack, the
+// fence, the TTL and the owner token.
+const leaseArgLen = 8 + 1 + 1 + 8 + 8 + 8 + len(lease.Token{})
+
+// leaseArg packs req for lease.Lua.
+func (e *Engine) leaseArg(now int64, req lease.Request) string {
+	var b [leaseArgLen]byte
+	binary.LittleEndian.PutUint64(b[0:], uint64(now))
+	if e.serverClock {
+		b[8] = 1
+	}
+	b[9] = byte(req.Op)
+	binary.LittleEndian.PutUint64(b[10:], uint64(e.slack))
+	binary.LittleEndian.PutUint64(b[18:], uint64(req.Fence))
+	binary.LittleEndian.PutUint64(b[26:], uint64(req.TTL))
+	copy(b[34:], req.Owner[:])
+	return string(b[:])
+}
+
 // RunLease implements lease.Runner: a lease's acquire, extend or release is
 // one EVALSHA of lease.Lua, the Lua form of lease.Step, on the key Update
 // writes, so a record written by either path is read by the other. With
-// the server clock on, the script reads the server's TIME. The stores get
-// it by embedding the engine.
+// the server clock on, the script reads the server's TIME. Concurrent calls
+// share round trips as decisions do (see batcher) when the backend
+// pipelines. The stores get it by embedding the engine.
 func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
-	what := func() string { return fmt.Sprintf("lease %q", key.String()) } // for errors only
 	if err := req.Check(now); err != nil {
-		return lease.Result{}, fmt.Errorf("%s: %s: %w", e.name, what(), err)
+		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
 	if err := ctx.Err(); err != nil {
-		return lease.Result{}, fmt.Errorf("%s: %s: %w", e.name, what(), err)
+		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
-	args := []any{now, flag(e.serverClock), e.slackArg, int64(req.Op), string(req.Owner[:]), req.Fence, req.TTL}
-	r, err := e.run(ctx, leaseScript, []string{StateKey(e.prefix, key) + UpdateSuffix}, args)
+	c := &pending{}
+	c.key[0] = StateKey(e.prefix, key) + UpdateSuffix
+	c.args[0] = e.leaseArg(now, req)
+	c.Script, c.Keys, c.Args = leaseScript, c.key[:], c.args[:1]
+	var r any
+	var err error
+	if e.batch == nil {
+		r, err = e.run(ctx, leaseScript, c.Keys, c.Args)
+	} else if err = e.batch.do(ctx, c); err == nil {
+		r, err = c.Reply, c.Err
+	}
 	if err != nil {
-		return lease.Result{}, wrap(ctx, e.name, what(), err)
+		return lease.Result{}, wrap(ctx, e.name, fmt.Sprintf("lease %q", key.String()), err)
 	}
+	res, err := leaseResult(r, req)
+	if err != nil {
+		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
+	}
+	return res, nil
+}
+
+// leaseResult decodes lease.Lua's reply to req: {now, fence, found} when
+// the script wrote the record, and {code, now, fence, expires, owner,
+// released, found} otherwise, the owner '' when it is req's.
+func leaseResult(r any, req lease.Request) (lease.Result, error) {
 	arr, ok := r.([]any)
-	if !ok || len(arr) != 7 {
-		return lease.Result{}, fmt.Errorf("%s: %s: unexpected reply %v", e.name, what(), r)
+	if !ok || len(arr) != 3 && len(arr) != 7 {
+		return lease.Result{}, fmt.Errorf("unexpected reply %v", r)
 	}
 	var n [7]int64
 	for i, v := range arr {
-		if i == 4 {
+		if i == 4 && len(arr) == 7 {
 			continue
 		}
 		if n[i], ok = v.(int64); !ok {
-			return lease.Result{}, fmt.Errorf("%s: %s: unexpected reply %v", e.name, what(), r)
+			return lease.Result{}, fmt.Errorf("unexpected reply %v", r)
 		}
+	}
+	if len(arr) == 3 {
+		// Written: Step's Result for an acquire, an extend or a release
+		// that succeeded.
+		res := lease.Result{Code: lease.OK, Now: n[0], Fence: n[1], Owner: req.Owner, Found: n[2] == 1}
+		switch req.Op {
+		case lease.OpAcquire, lease.OpExtend:
+			res.Expires = res.Now + req.TTL
+		case lease.OpRelease:
+			res.Released = true
+		default:
+			return lease.Result{}, fmt.Errorf("unexpected reply %v to lease op %d", r, req.Op)
+		}
+		return res, nil
 	}
 	owner, _ := arr[4].(string)
 	res := lease.Result{Code: lease.Code(n[0]), Now: n[1], Fence: n[2], Expires: n[3], Released: n[5] == 1, Found: n[6] == 1}
 	switch {
-	case owner == "" && (res.Found || res.Code == lease.OK && req.Op != lease.OpRead):
+	case owner == "" && res.Found:
 		res.Owner = req.Owner // the script leaves out the caller's own token
 	case len(owner) == len(res.Owner):
 		copy(res.Owner[:], owner)
 	case owner != "":
-		return lease.Result{}, fmt.Errorf("%s: %s: unexpected owner of %d bytes in reply", e.name, what(), len(owner))
+		return lease.Result{}, fmt.Errorf("unexpected owner of %d bytes in reply", len(owner))
 	}
 	return res, nil
 }
