@@ -68,7 +68,7 @@ func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req
 
 // leaseResult decodes lease.Lua's reply to req: {now, fence, found} when
 // the script wrote the record, and {code, now, fence, expires, owner,
-// released, found} otherwise, the owner ” when it is req's.
+// released, found} otherwise, the owner empty when it is req's.
 func leaseResult(r any, req lease.Request) (lease.Result, error) {
 	arr, ok := r.([]any)
 	if !ok || len(arr) != 3 && len(arr) != 7 {
