@@ -90,7 +90,7 @@ if wf then
     ms = keep + 999
     ms = (ms - ms % 1000) / 1000
   end
-  redis.call('SET', key, struct.pack('<i8BB>i8>i8', now + keep, 1, wflags, wf, we) .. owner, 'PX', ms + slack)
+  redis.call('SET', key, struct.pack('<i8BB>i8>i8c16', now + keep, 1, wflags, wf, we, owner), 'PX', ms + slack)
   return {now, wf, found and 1 or 0}
 end
 if released then expires = 0 end

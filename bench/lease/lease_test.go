@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
@@ -276,6 +278,35 @@ func takeover(tb testing.TB, s ratelimit.Store, ttl, poll time.Duration) time.Du
 	return time.Since(sent)
 }
 
+// scriptStats returns the calls and usec of EVALSHA and EVAL so far, from
+// INFO commandstats.
+func scriptStats(tb testing.TB, c *goredis.Client) (calls, usec int64) {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		name, fields, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" || !ok {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case k != "calls" && k != "usec":
+			case err != nil:
+				tb.Fatalf("INFO commandstats: %q: %v", line, err)
+			case k == "calls":
+				calls += n
+			default:
+				usec += n
+			}
+		}
+	}
+	return calls, usec
+}
+
 func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
@@ -344,6 +375,111 @@ func TestLeaseReport(t *testing.T) {
 				ratios[r] = medians[0][r] / medians[i][r]
 			}
 			fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.2f |\n", cs.name, median(medians[i]), median(ratios), slices.Min(ratios), slices.Max(ratios))
+		}
+	})
+	t.Run("cost", func(t *testing.T) {
+		// Where a cycle's time goes, on a private redis-server that only
+		// this test talks to, so INFO commandstats counts its commands
+		// alone: round trips (EVALSHA and EVAL calls) and server time
+		// (their usec, which includes the commands a script runs) per
+		// operation, and client allocations per cycle. Rounds alternate
+		// who goes first; the table gives medians over the rounds.
+		const rounds, n = 11, 500
+		private := testserver.StartRedis(t)
+		c := goredis.NewClient(&goredis.Options{Addr: private.Addr()})
+		t.Cleanup(func() { c.Close() })
+		ctx := context.Background()
+		s, err := rlredis.New(c, rlredis.WithPrefix(unique("bench-lease-")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lk, err := lease.New(s, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rl := redislock.New(c)
+		rlPrefix := unique("bench-redislock-")
+		type side struct {
+			name             string
+			acquire, release func(keys []string) error
+			cycle            cycle
+		}
+		sides := []side{
+			{name: "redislock Obtain / Release", cycle: redislockCycle(t, c)},
+			{name: "lease TryAcquire / Release (Lua form)", cycle: sdkCycle(t, s)},
+		}
+		var locks []*redislock.Lock
+		sides[0].acquire = func(keys []string) error {
+			locks = locks[:0]
+			for _, k := range keys {
+				l, err := rl.Obtain(ctx, rlPrefix+k, 10*time.Second, nil)
+				if err != nil {
+					return err
+				}
+				locks = append(locks, l)
+			}
+			return nil
+		}
+		sides[0].release = func([]string) error {
+			for _, l := range locks {
+				if err := l.Release(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		var leases []*lease.Lease
+		sides[1].acquire = func(keys []string) error {
+			leases = leases[:0]
+			for _, k := range keys {
+				le, err := lk.TryAcquire(ctx, k)
+				if err != nil {
+					return err
+				}
+				leases = append(leases, le)
+			}
+			return nil
+		}
+		sides[1].release = func([]string) error {
+			for _, le := range leases {
+				if err := le.Release(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		type figures struct{ trips, usec [2][]float64 } // per op (acquire, release), per round
+		figs := make([]figures, len(sides))
+		for r := 0; r < rounds; r++ {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("cost-r%d-k%d", r, i)
+			}
+			for j := range sides {
+				i := (j + r) % len(sides)
+				for op, fn := range []func([]string) error{sides[i].acquire, sides[i].release} {
+					calls0, usec0 := scriptStats(t, c)
+					if err := fn(keys); err != nil {
+						t.Fatal(err)
+					}
+					calls1, usec1 := scriptStats(t, c)
+					figs[i].trips[op] = append(figs[i].trips[op], float64(calls1-calls0)/n)
+					figs[i].usec[op] = append(figs[i].usec[op], float64(usec1-usec0)/float64(calls1-calls0))
+				}
+			}
+		}
+		fmt.Fprintf(&out, "\nWhere the time goes (a private redis-server only this test uses; %d rounds of %d acquires then %d releases per contender, on fresh keys; medians over the rounds; server µs = INFO commandstats usec per EVALSHA/EVAL, the commands a script runs included)\n\n", rounds, n, n)
+		fmt.Fprintf(&out, "| contender | round trips per acquire | per release | server µs per acquire | per release | client allocs per cycle |\n|---|---:|---:|---:|---:|---:|\n")
+		for i, sd := range sides {
+			k := 0
+			allocs := testing.AllocsPerRun(500, func() {
+				k++
+				if err := sd.cycle(ctx, fmt.Sprintf("allocs-%d", k)); err != nil {
+					t.Fatal(err)
+				}
+			})
+			f := figs[i]
+			fmt.Fprintf(&out, "| %s | %.2f | %.2f | %.1f | %.1f | %.0f |\n", sd.name, median(f.trips[0]), median(f.trips[1]), median(f.usec[0]), median(f.usec[1]), allocs)
 		}
 	})
 	t.Run("contended", func(t *testing.T) {
