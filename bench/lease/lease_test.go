@@ -382,8 +382,9 @@ func TestLeaseReport(t *testing.T) {
 		// this test talks to, so INFO commandstats counts its commands
 		// alone: round trips (EVALSHA and EVAL calls) and server time
 		// (their usec, which includes the commands a script runs) per
-		// operation, and client allocations per cycle. Rounds alternate
-		// who goes first; the table gives medians over the rounds.
+		// operation, and the client's CPU time and allocations per cycle.
+		// Rounds alternate who goes first; the table gives medians over
+		// the rounds.
 		const rounds, n = 11, 500
 		private := testserver.StartRedis(t)
 		c := goredis.NewClient(&goredis.Options{Addr: private.Addr()})
@@ -468,8 +469,23 @@ func TestLeaseReport(t *testing.T) {
 				}
 			}
 		}
-		fmt.Fprintf(&out, "\nWhere the time goes (a private redis-server only this test uses; %d rounds of %d acquires then %d releases per contender, on fresh keys; medians over the rounds; server µs = INFO commandstats usec per EVALSHA/EVAL, the commands a script runs included)\n\n", rounds, n, n)
-		fmt.Fprintf(&out, "| contender | round trips per acquire | per release | server µs per acquire | per release | client allocs per cycle |\n|---|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(&out, "\nWhere the time goes (a private redis-server only this test uses; %d rounds of %d acquires then %d releases per contender, on fresh keys; medians over the rounds; server µs = INFO commandstats usec per EVALSHA/EVAL, the commands a script runs included; client CPU = getrusage of this process over %d cycles per round)\n\n", rounds, n, n, n)
+		// The client's CPU time (the process's, user and system) per
+		// cycle, in rounds that alternate who goes first.
+		cpu := make([][]float64, len(sides))
+		for r := 0; r < rounds; r++ {
+			for j := range sides {
+				i := (j + r) % len(sides)
+				start := processCPU()
+				for k := 0; k < n; k++ {
+					if err := sides[i].cycle(ctx, fmt.Sprintf("cpu-r%d-k%d", r, k)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cpu[i] = append(cpu[i], float64((processCPU()-start).Microseconds())/n)
+			}
+		}
+		fmt.Fprintf(&out, "| contender | round trips per acquire | per release | server µs per acquire | per release | client CPU µs per cycle | client allocs per cycle |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for i, sd := range sides {
 			k := 0
 			allocs := testing.AllocsPerRun(500, func() {
@@ -479,7 +495,7 @@ func TestLeaseReport(t *testing.T) {
 				}
 			})
 			f := figs[i]
-			fmt.Fprintf(&out, "| %s | %.2f | %.2f | %.1f | %.1f | %.0f |\n", sd.name, median(f.trips[0]), median(f.trips[1]), median(f.usec[0]), median(f.usec[1]), allocs)
+			fmt.Fprintf(&out, "| %s | %.2f | %.2f | %.1f | %.1f | %.1f | %.0f |\n", sd.name, median(f.trips[0]), median(f.trips[1]), median(f.usec[0]), median(f.usec[1]), median(cpu[i]), allocs)
 		}
 	})
 	t.Run("contended", func(t *testing.T) {
