@@ -27,6 +27,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit"
+	benchmemory "github.com/ratelimitkit/ratelimit/bench/memory"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
@@ -476,13 +477,13 @@ func TestLeaseReport(t *testing.T) {
 		for r := 0; r < rounds; r++ {
 			for j := range sides {
 				i := (j + r) % len(sides)
-				start := processCPU()
+				start := benchmemory.CPUTime()
 				for k := 0; k < n; k++ {
 					if err := sides[i].cycle(ctx, fmt.Sprintf("cpu-r%d-k%d", r, k)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				cpu[i] = append(cpu[i], float64((processCPU()-start).Microseconds())/n)
+				cpu[i] = append(cpu[i], float64((benchmemory.CPUTime()-start).Microseconds())/n)
 			}
 		}
 		fmt.Fprintf(&out, "| contender | round trips per acquire | per release | server µs per acquire | per release | client CPU µs per cycle | client allocs per cycle |\n|---|---:|---:|---:|---:|---:|---:|\n")
