@@ -4,11 +4,11 @@
 -- record), so both paths see one record. lease's differential test
 -- (conformance group LeaseDifferential) holds it equal to the Go form.
 --
--- It is written for the server's time per call: one argument, unpacked by
--- one struct.unpack; no closures; a short reply when it writes.
+-- It is kept cheap for the server: one argument, unpacked by one
+-- struct.unpack; no closures; a short reply when it writes.
 --
 -- KEYS[1]  the record's key (the key Update writes)
--- ARGV[1]  the request, packed '<i8BBi8i8i8c16' (lease.ScriptArgLen bytes):
+-- ARGV[1]  the request, packed '<i8BBi8i8i8c16' (50 bytes):
 --          now (µs), use the server's TIME (1/0), op, expiry slack (ms),
 --          fence, ttl (µs), owner (16 bytes)
 -- reply    when it wrote the record: {now, fence, found}; otherwise
