@@ -28,14 +28,15 @@ func WithStoreTimeout(d time.Duration) Option {
 	}
 }
 
-// budgeted asks the store within the guard's time budget, if it has one.
-func (l *Limiter) budgeted(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
+// budgeted asks the store at tier t within the guard's time budget, if it
+// has one.
+func (l *Limiter) budgeted(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
 	budget := l.guard.timeout
 	if budget == 0 {
-		return l.fromStore(ctx, k, req)
+		return l.fromStore(ctx, t, k, req)
 	}
 	sctx, cancel := context.WithTimeout(ctx, budget)
-	d, err := l.fromStore(sctx, k, req)
+	d, err := l.fromStore(sctx, t, k, req)
 	cancel()
 	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
 		err = fmt.Errorf("ratelimit: store call exceeded its %v budget: %w", budget, err)

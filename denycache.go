@@ -16,7 +16,11 @@ import (
 // per refill instead of one per request.
 //
 // The cache only ever denies what the store itself would deny if nothing
-// else happened to the key, so it admits nothing extra. What it cannot see
+// else happened to the key, so it admits nothing extra. A denial holds for
+// the numbers it was made with: a request for the key at another Tier (a
+// key that moved to a larger plan, say) goes to the store and drops the
+// entry, since a decision under other numbers may change when the key is
+// admitted under these. What it cannot see
 // is a Reset or a change of numbers made by another process: such a key
 // stays denied here until T (Reset on this limiter clears its entry).
 // Requests of a smaller cost, which might fit sooner, still go to the
@@ -57,6 +61,7 @@ type denyShard struct {
 
 // denial is a denial of cost by the store, as of the limiter's clock.
 type denial struct {
+	tier      *Tier // the numbers it was made with
 	cost      int64 // the smallest cost the entry denies
 	until     int64 // µs: when a request of cost may be admitted
 	reset     int64 // µs: when the key is back to unused
@@ -77,13 +82,15 @@ func (c *denyCache) shard(key string) *denyShard {
 	return &c.shards[maphash.String(c.seed, key)%uint64(len(c.shards))]
 }
 
-// lookup reports whether key's request is denied by a cached denial, and
-// if so fills in d.
-func (c *denyCache) lookup(key string, req algorithms.Request, d *Decision) bool {
+// lookup reports whether key's request at tier t is denied by a cached
+// denial, and if so fills in d. A denial made at other numbers is dropped:
+// the request goes to the store, and may change the key's state under
+// numbers the denial did not see.
+func (c *denyCache) lookup(key string, t *Tier, req algorithms.Request, d *Decision) bool {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	e, ok := sh.m[key]
-	if ok && req.Now >= e.until {
+	if ok && (req.Now >= e.until || !t.sameNumbers(e.tier)) {
 		delete(sh.m, key)
 		ok = false
 	}
@@ -101,13 +108,14 @@ func (c *denyCache) lookup(key string, req algorithms.Request, d *Decision) bool
 	return true
 }
 
-// remember records the store's denial d of req.
-func (c *denyCache) remember(key string, req algorithms.Request, d Decision) {
+// remember records the store's denial d of req at tier t.
+func (c *denyCache) remember(key string, t *Tier, req algorithms.Request, d Decision) {
 	retry := int64(d.RetryAfter / time.Microsecond)
 	if retry <= 0 {
 		return
 	}
 	e := denial{
+		tier:      t,
 		cost:      req.Cost,
 		until:     req.Now + retry,
 		reset:     req.Now + int64(d.ResetAfter/time.Microsecond),

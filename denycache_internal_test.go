@@ -17,12 +17,12 @@ func TestDenyCacheBounded(t *testing.T) {
 		denied := Decision{RetryAfter: time.Hour}
 		for i := range 20 * size {
 			key := fmt.Sprint("key-", i)
-			c.remember(key, algorithms.Request{Now: int64(i), Cost: 1}, denied)
+			c.remember(key, testTier, algorithms.Request{Now: int64(i), Cost: 1}, denied)
 			if n := c.len(); n > size {
 				t.Fatalf("deny cache of size %d holds %d keys after %d denials", size, n, i+1)
 			}
 			var d Decision
-			if !c.lookup(key, algorithms.Request{Now: int64(i), Cost: 1}, &d) {
+			if !c.lookup(key, testTier, algorithms.Request{Now: int64(i), Cost: 1}, &d) {
 				t.Fatalf("deny cache of size %d lost %s right after storing it", size, key)
 			}
 		}
@@ -33,10 +33,13 @@ func TestDenyCacheBounded(t *testing.T) {
 // expired entries before live ones.
 func TestDenyCacheReclaimsExpired(t *testing.T) {
 	c := newDenyCache(1)
-	c.remember("old", algorithms.Request{Now: 0, Cost: 1}, Decision{RetryAfter: time.Microsecond})
-	c.remember("new", algorithms.Request{Now: 10, Cost: 1}, Decision{RetryAfter: time.Hour})
+	c.remember("old", testTier, algorithms.Request{Now: 0, Cost: 1}, Decision{RetryAfter: time.Microsecond})
+	c.remember("new", testTier, algorithms.Request{Now: 10, Cost: 1}, Decision{RetryAfter: time.Hour})
 	var d Decision
-	if c.len() != 1 || !c.lookup("new", algorithms.Request{Now: 10, Cost: 1}, &d) {
+	if c.len() != 1 || !c.lookup("new", testTier, algorithms.Request{Now: 10, Cost: 1}, &d) {
 		t.Errorf("a full deny cache of 1 did not replace its expired entry: %d keys", c.len())
 	}
 }
+
+// testTier is the tier the cache's own tests remember denials at.
+var testTier = &Tier{}

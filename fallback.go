@@ -44,7 +44,8 @@ func WithFallback(store Store, replicas int) Option {
 	}
 }
 
-// fallback is the local limiter of WithFallback.
+// fallback is the local limiter of WithFallback. Each Tier of the limiter
+// holds its share of the tier's numbers as a Tier of lim (Tier.fb).
 type fallback struct {
 	store    Store
 	replicas int64
@@ -63,15 +64,25 @@ func (f *fallback) init(l *Limiter) error {
 	return nil
 }
 
-// decide asks the fallback store into d, and reports false when it cannot
-// answer. retry is the RetryAfter of a request above the fallback's burst,
-// which only the store can admit.
-func (f *fallback) decide(ctx context.Context, k Key, req algorithms.Request, retry time.Duration, d *Decision) bool {
-	if req.Cost > f.lim.maxCost {
-		*d = Decision{Limit: int(f.lim.maxCost), RetryAfter: retry, Source: SourceFallback}
+// tier returns the fallback's share of alg's numbers, a tier of f.lim.
+func (f *fallback) tier(alg algorithms.Algorithm) (*Tier, error) {
+	share, err := algorithms.Divide(alg, f.replicas)
+	if err != nil {
+		return nil, fmt.Errorf("fallback: %w", err)
+	}
+	return f.lim.Tier(share)
+}
+
+// fallbackDecide asks the fallback store, at fb (a tier of the fallback
+// limiter), into d, and reports false when it cannot answer. retry is the
+// RetryAfter of a request above the fallback's burst, which only the store
+// can admit.
+func fallbackDecide(ctx context.Context, fb *Tier, k Key, req algorithms.Request, retry time.Duration, d *Decision) bool {
+	if req.Cost > fb.maxCost {
+		*d = Decision{Limit: int(fb.maxCost), RetryAfter: retry, Source: SourceFallback}
 		return true
 	}
-	fd, err := f.lim.fromStore(ctx, k, req)
+	fd, err := fb.l.fromStore(ctx, fb, k, req)
 	if err != nil {
 		return false
 	}

@@ -53,15 +53,16 @@ func (g *guard) init(l *Limiter, name string) error {
 		if err := g.fallback.init(l); err != nil {
 			return err
 		}
+		l.own.fb = &g.fallback.lim.own
 	}
 	return nil
 }
 
-// guarded decides k's request with the guard's mechanisms, in this order:
-// the deny cache, the circuit breaker, the store (within its time budget),
-// and on a store failure the fallback or the failure policy; then shadow
-// mode, then the observer.
-func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (Decision, error) {
+// guarded decides k's request at tier t with the guard's mechanisms, in
+// this order: the deny cache, the circuit breaker, the store (within its
+// time budget), and on a store failure the fallback or the failure policy;
+// then shadow mode, then the observer.
+func (l *Limiter) guarded(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
 	g := l.guard
 	var (
 		d       Decision
@@ -70,7 +71,7 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 		latency time.Duration
 	)
 	switch {
-	case g.deny != nil && g.deny.lookup(k.ID, req, &d):
+	case g.deny != nil && g.deny.lookup(k.ID, t, req, &d):
 	case g.breaker != nil && !g.breaker.allow(req.Now):
 		// The store is not called: this is the path whose cost
 		// BenchmarkOutageRatio holds to a memory-store decision's.
@@ -78,21 +79,21 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 		// rest (a cost above the fallback's burst, a caller whose context
 		// has ended, which the fallback store reports as every store must).
 		err = g.breaker.openError()
-		if f := g.fallback; f != nil && req.Cost <= f.lim.maxCost {
+		if fb := t.fb; fb != nil && req.Cost <= fb.maxCost {
 			var ferr error
-			if d, ferr = f.lim.fromStore(ctx, k, req); ferr == nil {
+			if d, ferr = fb.l.fromStore(ctx, fb, k, req); ferr == nil {
 				d.Source = SourceFallback
 				break
 			}
 		}
-		d = l.degraded(ctx, k, req, err, ctx.Err() == nil)
+		d = l.degraded(ctx, t, k, req, err, ctx.Err() == nil)
 	default:
 		called = true
 		var start time.Time
 		if g.observer != nil {
 			start = time.Now()
 		}
-		d, err = l.budgeted(ctx, k, req)
+		d, err = l.budgeted(ctx, t, k, req)
 		if g.observer != nil {
 			latency = time.Since(start)
 		}
@@ -100,9 +101,9 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 			g.breaker.record(ctx, req.Now, err)
 		}
 		if err != nil {
-			d = l.degraded(ctx, k, req, err, storeFault(ctx, err))
+			d = l.degraded(ctx, t, k, req, err, storeFault(ctx, err))
 		} else if g.deny != nil && !d.Allowed {
-			g.deny.remember(k.ID, req, d)
+			g.deny.remember(k.ID, t, req, d)
 		}
 	}
 	allowed := d.Allowed
@@ -126,15 +127,14 @@ func (l *Limiter) guarded(ctx context.Context, k Key, req algorithms.Request) (D
 	return d, err
 }
 
-// degraded is the decision for a request the store did not decide (err
-// says why): the fallback's when there is one and the store is at fault
-// (fault), not the caller or the key's data; the failure policy's
+// degraded is the decision at tier t for a request the store did not
+// decide (err says why): the fallback's when there is one and the store is
+// at fault (fault), not the caller or the key's data; the failure policy's
 // otherwise.
-func (l *Limiter) degraded(ctx context.Context, k Key, req algorithms.Request, err error, fault bool) Decision {
-	g := l.guard
+func (l *Limiter) degraded(ctx context.Context, t *Tier, k Key, req algorithms.Request, err error, fault bool) Decision {
 	var d Decision
-	if g.fallback == nil || !fault || !g.fallback.decide(ctx, k, req, g.retry, &d) {
-		d, _ = l.failed(err)
+	if t.fb == nil || !fault || !fallbackDecide(ctx, t.fb, k, req, l.guard.retry, &d) {
+		d, _ = l.failed(t, err)
 	}
 	return d
 }

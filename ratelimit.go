@@ -174,6 +174,9 @@ type Limiter struct {
 	// guard holds the options for store failures, the deny cache, shadow
 	// mode and the observer (guard.go); nil when none is set.
 	guard *guard
+	// own is the tier of the limiter's own numbers, which Allow, AllowN,
+	// Peek and Wait decide with (tier.go).
+	own Tier
 }
 
 // New returns a limiter that applies alg to keys held in store. It reports
@@ -214,6 +217,8 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		name = fmt.Sprintf("p%016x", h.Sum64())
 	}
 	l.ns = name + ":" + alg.Name()
+	l.own = Tier{l: l, alg: alg, maxCost: l.maxCost}
+	l.own.setNumbers()
 	if l.guard != nil {
 		if err := l.guard.init(l, name); err != nil {
 			return nil, err
@@ -237,19 +242,13 @@ func (l *Limiter) Name() string { return l.name }
 // Policy returns the numbers of the limiter's algorithm (see
 // algorithms.Policy), and false when the algorithm does not state them
 // (a user's algorithm that does not implement algorithms.PolicyStater).
-func (l *Limiter) Policy() (algorithms.Policy, bool) {
-	ps, ok := l.alg.(algorithms.PolicyStater)
-	if !ok {
-		return algorithms.Policy{}, false
-	}
-	return ps.Policy(), true
-}
+func (l *Limiter) Policy() (algorithms.Policy, bool) { return l.own.Policy() }
 
 // Allow reports whether key may make one request now, and consumes it if so.
 func (l *Limiter) Allow(ctx context.Context, key string) (d Decision, err error) {
 	// Not through AllowN: every function a Decision passes through by value
 	// copies it once more, and the copy stalls (see decide).
-	err = l.decide(ctx, key, 1, false, &d)
+	err = l.decide(ctx, &l.own, key, 1, false, &d)
 	return d, err
 }
 
@@ -260,14 +259,14 @@ func (l *Limiter) Allow(ctx context.Context, key string) (d Decision, err error)
 // When the store fails, AllowN returns the store's error together with the
 // decision the failure policy prescribes.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int) (d Decision, err error) {
-	err = l.decide(ctx, key, n, false, &d)
+	err = l.decide(ctx, &l.own, key, n, false, &d)
 	return d, err
 }
 
 // Peek reports whether key could make one request now, and what remains,
 // without consuming anything.
 func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) {
-	err = l.decide(ctx, key, 1, true, &d)
+	err = l.decide(ctx, &l.own, key, 1, true, &d)
 	return d, err
 }
 
@@ -297,9 +296,14 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 // wait would outlast ctx's deadline (ErrWouldExceedDeadline); and with
 // ctx's error when ctx ends while waiting.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error) {
+	return l.wait(ctx, &l.own, key, n)
+}
+
+// wait is WaitN at tier t.
+func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decision, error) {
 	for {
 		var d Decision
-		if err := l.decide(ctx, key, n, false, &d); err != nil {
+		if err := l.decide(ctx, t, key, n, false, &d); err != nil {
 			return d, err
 		}
 		wait := d.RetryAfter
@@ -326,17 +330,17 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error
 	}
 }
 
-// decide makes the decision for a request of cost n on key and writes it to
-// d. (The decision travels by pointer: a Decision has too many fields for
+// decide makes the decision for a request of cost n on key, with tier t's
+// numbers, and writes it to d. (The decision travels by pointer: a Decision has too many fields for
 // the compiler to pass it in registers between functions, and every copy
 // of one on the hot path costs more than the field-by-field writes.)
-func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool, d *Decision) (err error) {
+func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek bool, d *Decision) (err error) {
 	if err := checkKey(key); err != nil {
 		return err
 	}
 	cost := int64(n)
-	if cost < 1 || cost > l.maxCost {
-		return fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, l.maxCost, l.alg.Name())
+	if cost < 1 || cost > t.maxCost {
+		return fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, t.maxCost, t.alg.Name())
 	}
 	now := l.now()
 	if now < 0 || now > algorithms.MaxExact/2 {
@@ -345,11 +349,11 @@ func (l *Limiter) decide(ctx context.Context, key string, n int, peek bool, d *D
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 	if l.guard != nil {
-		*d, err = l.guarded(ctx, k, req)
+		*d, err = l.guarded(ctx, t, k, req)
 		return err
 	}
-	if err := l.fromStoreInto(ctx, k, req, d); err != nil {
-		*d, err = l.failed(err)
+	if err := l.fromStoreInto(ctx, t, k, req, d); err != nil {
+		*d, err = l.failed(t, err)
 		return err
 	}
 	return nil
@@ -363,19 +367,19 @@ func (l *Limiter) now() int64 {
 	return l.clock.Now().UnixMicro()
 }
 
-// fromStore asks the store for a decision: through its Decider when it has
-// one for the algorithm, through Update otherwise. It returns the store's
-// error as it is.
-func (l *Limiter) fromStore(ctx context.Context, k Key, req algorithms.Request) (d Decision, err error) {
-	err = l.fromStoreInto(ctx, k, req, &d)
+// fromStore asks the store for a decision with tier t's numbers: through
+// its Decider when it has one for the algorithm, through Update otherwise.
+// It returns the store's error as it is.
+func (l *Limiter) fromStore(ctx context.Context, t *Tier, k Key, req algorithms.Request) (d Decision, err error) {
+	err = l.fromStoreInto(ctx, t, k, req, &d)
 	return d, err
 }
 
 // fromStoreInto is fromStore writing the decision to d; d is unchanged
 // when it returns an error.
-func (l *Limiter) fromStoreInto(ctx context.Context, k Key, req algorithms.Request, d *Decision) error {
+func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if l.decider != nil && !l.noServerForm.Load() {
-		err := d.set(l.decider.Decide(ctx, k, l.alg, req))
+		err := d.set(l.decider.Decide(ctx, k, t.alg, req))
 		if err == nil {
 			return nil
 		}
@@ -384,17 +388,17 @@ func (l *Limiter) fromStoreInto(ctx context.Context, k Key, req algorithms.Reque
 		}
 		l.noServerForm.Store(true)
 	}
-	return l.update(ctx, k, req, d)
+	return l.update(ctx, t.alg, k, req, d)
 }
 
-// update runs the algorithm through the store's atomic Update.
-func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request, d *Decision) error {
+// update runs alg through the store's atomic Update.
+func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, req algorithms.Request, d *Decision) error {
 	var step algorithms.Step
 	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
 		r := req
 		r.Now = now
 		var err error
-		step, err = l.alg.Decide(cur, r)
+		step, err = alg.Decide(cur, r)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -406,9 +410,10 @@ func (l *Limiter) update(ctx context.Context, k Key, req algorithms.Request, d *
 	return d.set(step.Decision, nil)
 }
 
-// failed returns the decision the failure policy prescribes for err.
-func (l *Limiter) failed(err error) (Decision, error) {
-	d := Decision{Limit: int(l.maxCost), Source: SourceFailurePolicy}
+// failed returns the decision the failure policy prescribes for err, at
+// tier t.
+func (l *Limiter) failed(t *Tier, err error) (Decision, error) {
+	d := Decision{Limit: int(t.maxCost), Source: SourceFailurePolicy}
 	if l.policy == FailOpen && !errors.Is(err, ErrCorruptState) {
 		d.Allowed = true
 	}
