@@ -298,17 +298,25 @@ func (a *gcra) Decide(state []byte, req Request) (Step, error) {
 // generated from (internal/formgen). Everything is compared in units
 // relative to now, where the TAT's distance ahead of now is at most
 // capacity.
+//
+// A TAT further ahead than the capacity (a clock behind the one that
+// stored it, or numbers changed to a shorter refill than before) is
+// capped; a request denied under the cap stores the capped TAT, so that
+// its RetryAfter holds: otherwise the TAT would stay beyond the cap, and
+// the same request, retried when told, would be denied again.
 func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 	ahead := int64(0) // units by which the TAT lies ahead of now
+	capped := false
 	if live && s.tat >= req.Now {
-		// A TAT further ahead than the capacity (a clock behind the one
-		// that stored it, or a smaller burst than before) is capped.
-		us := min(s.tat-req.Now, a.fill)
+		// (max: the server forms may compute raw before the test above.)
+		us := max(min(s.tat-req.Now, a.fill), 0)
 		frac := s.frac
 		if s.drip != a.drip {
 			frac = divMulFloor(s.frac, s.drip, a.drip)
 		}
-		ahead = min(us*a.drip+frac, a.capacity)
+		raw := us*a.drip + frac
+		ahead = min(raw, a.capacity)
+		capped = s.tat-req.Now > a.fill || raw > a.capacity
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
@@ -320,9 +328,8 @@ func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 	d.ResetAfter = ceilDiv(ahead, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
-		return d, 0
 	}
-	if req.Peek {
+	if req.Peek || !d.Allowed && !capped {
 		return d, 0
 	}
 	whole := ahead / a.drip

@@ -48,13 +48,16 @@ end
 
 -- gcra.decide
 local ahead = 0
+local capped = false
 if live and s_tat >= now then
-  local us = min(s_tat - now, fill)
+  local us = max(min(s_tat - now, fill), 0)
   local frac = s_frac
   if s_drip ~= drip then
     frac = min(floor(s_frac / s_drip * drip), MAX)
   end
-  ahead = min(us * drip + frac, capacity)
+  local raw2 = us * drip + frac
+  ahead = min(raw2, capacity)
+  capped = s_tat - now > fill or raw2 > capacity
 end
 local need = cost * unit
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
@@ -76,9 +79,8 @@ if not d_allowed then
   if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
   if q5 * drip < t4 then q5 = q5 + 1 end
   d_retry_after = q5
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
-if peek then
+if peek or not d_allowed and not capped then
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
 local q6 = floor(ahead / drip)

@@ -25,27 +25,27 @@ CREATE OR REPLACE FUNCTION ratelimit_gcra(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_ahead bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[3] > 0 AND state[2] < state[3]))
-        THEN ratelimit_corrupt(format('gcra state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(least(state[1] - now_us, args[4]) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END, args[3]) ELSE 0 END END;
-    v_d_allowed boolean := v_ahead + cost * args[1] <= args[3];
-    v_ahead2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_ahead + cost * args[1] ELSE v_ahead END;
+    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[3] > 0 AND state[2] < state[3]))
+        THEN ratelimit_corrupt(format('gcra state %s', state)) ELSE greatest(least(state[1] - now_us, args[4]), 0) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END END;
+    v_ahead bigint := CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END + cost * args[1];
+    v_ahead2 bigint := CASE WHEN v_ahead <= args[3] AND NOT peek THEN v_ahead WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END;
 BEGIN
-    IF NOT v_d_allowed OR peek THEN
+    IF (peek OR NOT v_ahead <= args[3] AND NOT CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN state[1] - now_us > args[4] OR v_raw2 > args[3] ELSE false END) THEN
         RETURN ROW(NULL,
             NULL,
-            v_d_allowed,
+            v_ahead <= args[3],
             args[5],
             greatest(args[3] - v_ahead2, 0) / args[1],
-            CASE WHEN NOT v_d_allowed THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
+            CASE WHEN NOT v_ahead <= args[3] THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
             (v_ahead2 + args[2] - 1) / args[2],
             0)::ratelimit_step;
     END IF;
     RETURN ROW(ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]],
         (v_ahead2 + args[2] - 1) / args[2],
-        v_d_allowed,
+        v_ahead <= args[3],
         args[5],
         greatest(args[3] - v_ahead2, 0) / args[1],
-        0,
+        CASE WHEN NOT v_ahead <= args[3] THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
         (v_ahead2 + args[2] - 1) / args[2],
         0)::ratelimit_step;
 END
