@@ -23,7 +23,10 @@
 // parameter checks' bounds, costs above one and peeks, with every decision,
 // and where the harness can read it every stored state and TTL, compared to
 // the Go form's; and, where the store can read its server's clock, the same
-// in real time on that clock.
+// in real time on that clock. Its Tiers group moves keys between tiers
+// (ratelimit.Limiter.Tier): each algorithm's state carries across as
+// docs/tiers.md says, a denial's RetryAfter under the new numbers holds,
+// and admission at a tier is exact under concurrency.
 package conformance
 
 import (

@@ -57,6 +57,7 @@ var cases = []testCase{
 	{"Reset", testReset},
 	{"Context", testContext},
 	{"OwnAlgorithm", testOwnAlgorithm},
+	{"Tiers", testTiers},
 }
 
 // epoch is the fake clock's starting time: a multiple of every period the
