@@ -20,7 +20,13 @@ import (
 // the numbers it was made with: a request for the key at another Tier (a
 // key that moved to a larger plan, say) goes to the store and drops the
 // entry, since a decision under other numbers may change when the key is
-// admitted under these. What it cannot see
+// admitted under these. (One case remains where the cache denies what the
+// store would admit: a key that moved to numbers under which its state
+// would be kept longer than the numbers that wrote it kept it, such as a
+// longer window or a slower refill. The store forgets that state at its
+// old expiry, which can come before a denial's RetryAfter under the new
+// numbers; the cache denies until that RetryAfter. See docs/tiers.md.)
+// What it cannot see
 // is a Reset or a change of numbers made by another process: such a key
 // stays denied here until T (Reset on this limiter clears its entry).
 // Requests of a smaller cost, which might fit sooner, still go to the

@@ -22,7 +22,7 @@
 // detail (the wait, at least a second) and a google.rpc.QuotaFailure naming
 // the rule; a fail-closed store failure is codes.Unavailable with a
 // RetryInfo; a call without a usable key is codes.InvalidArgument; a cost
-// out of range is codes.Internal. The RateLimit-Policy, RateLimit and
+// out of range (or a tier of another limiter) is codes.Internal. The RateLimit-Policy, RateLimit and
 // Retry-After fields go to the client as header metadata (lower case:
 // "ratelimit-policy", "ratelimit", "retry-after"). A stream is decided
 // once, when it opens.
@@ -114,7 +114,7 @@ func check(ctx context.Context, mw *httplimit.Middleware, fullMethod string, set
 	case http.StatusBadRequest:
 		return status.Errorf(codes.InvalidArgument, "no usable key for rate limit %q", v.Result.Rule)
 	default:
-		return status.Errorf(codes.Internal, "rate limit %q: cost out of range", v.Result.Rule)
+		return status.Errorf(codes.Internal, "rate limit %q: misconfigured (its cost or tier)", v.Result.Rule)
 	}
 }
 

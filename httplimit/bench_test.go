@@ -81,6 +81,32 @@ func BenchmarkMiddleware(b *testing.B) {
 	}
 }
 
+// BenchmarkMiddlewareTier is BenchmarkMiddleware with the rule's numbers
+// chosen per request (Rule.Tier): a tier made beforehand, whose
+// RateLimit-Policy member is serialised once.
+func BenchmarkMiddlewareTier(b *testing.B) {
+	lim := benchLimiter(b)
+	tier, err := lim.Tier(algorithms.GCRA(2, time.Second, 1e9))
+	if err != nil {
+		b.Fatal(err)
+	}
+	mw, err := httplimit.New([]httplimit.Rule{{Limiter: lim, Tier: func(*http.Request) *ratelimit.Tier { return tier }}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	h := mw.Handler(nop)
+	r := benchRequest()
+	w := &nopWriter{h: make(http.Header)}
+	b.ReportAllocs()
+	for b.Loop() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}
+	if w.h.Get("RateLimit-Policy") != `"gcra";q=1000000000;w=500000000` {
+		b.Fatalf("RateLimit-Policy %q, want the tier's", w.h.Get("RateLimit-Policy"))
+	}
+}
+
 // BenchmarkClientIPForwarded is key extraction behind five hops of
 // X-Forwarded-For, walked from the right past four trusted proxies. The
 // one allocation is the key string.

@@ -64,6 +64,14 @@ type Rule struct {
 	// algorithm's MaxCost; nil costs 1 per request. A cost out of range is
 	// a server error (500), reported to the error hook.
 	Cost func(*http.Request) int
+	// Tier chooses the numbers a request is limited by, such as those of
+	// the caller's plan: a tier of Limiter (ratelimit.Limiter.Tier), or
+	// nil for the limiter's own numbers. A key keeps one state whatever
+	// its tier, and the RateLimit-Policy and RateLimit fields state the
+	// tier's numbers under the rule's name. A nil Tier applies the
+	// limiter's own numbers to every request; a tier of another limiter is
+	// a server error (500), reported to the error hook.
+	Tier TierFunc
 }
 
 // Result is what the middleware decided for a request. The deny, failure
@@ -206,6 +214,7 @@ type rule struct {
 	item     string // `"name"`: the start of its RateLimit member
 	quota    int64  // q, or Decision.Limit's stand-in when there is no policy
 	hasQuota bool
+	tiers    *tierRules // the rule at its tiers' numbers (tiers.go)
 }
 
 // New returns a middleware that applies rules to every request they match.
@@ -235,7 +244,7 @@ func New(rules []Rule, opts ...Option) (*Middleware, error) {
 		if r.Key == nil {
 			r.Key = RemoteIP
 		}
-		ru := rule{Rule: r}
+		ru := rule{Rule: r, tiers: &tierRules{m: make(map[algorithms.Policy]*rule)}}
 		var err error
 		if ru.item, err = policyItem(r.Name, nil); err != nil {
 			return nil, err
@@ -317,7 +326,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 		m.answer(w, r, m.keyError, &res)
 	default:
 		writeProblem(w, v.Status, http.StatusText(v.Status),
-			"The rate limit's cost for this request is out of range.", 0)
+			"The rate limit for this request is misconfigured (its cost or tier).", 0)
 	}
 }
 
@@ -326,7 +335,8 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, next http.Han
 type Verdict struct {
 	// Status is 0 when the request may go on; otherwise the HTTP status
 	// the middleware answers with: 429 denied, 503 a fail-closed store
-	// failed, 400 no key, 500 a cost out of range.
+	// failed, 400 no key, 500 a cost out of range or a tier of another
+	// limiter (Rule.Tier).
 	Status int
 	// Delay is how long an admitted request should wait before it
 	// proceeds (the leaky bucket's Decision.Delay); zero otherwise.
@@ -345,10 +355,21 @@ func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 	var buf [4]outcome
 	outs := buf[:0]
 	ctx := r.Context()
+	tiered := false // a rule applied at a tier's numbers, not its own
 	for i := range m.rules {
 		ru := &m.rules[i]
 		if ru.Match != nil && !ru.Match(r) {
 			continue
+		}
+		var tier *ratelimit.Tier
+		if ru.Tier != nil {
+			var err error
+			tier = ru.Tier(r)
+			if ru, err = ru.at(r, tier); err != nil {
+				m.report(r, err)
+				return Verdict{Status: http.StatusInternalServerError, Result: Result{Rule: m.rules[i].Name, Err: err}}
+			}
+			tiered = tiered || tier != nil
 		}
 		key, err := ru.Key(r)
 		if err != nil {
@@ -359,7 +380,12 @@ func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 		if ru.Cost != nil {
 			cost = ru.Cost(r)
 		}
-		d, err := ru.Limiter.AllowN(ctx, key, cost)
+		var d ratelimit.Decision
+		if tier != nil {
+			d, err = tier.AllowN(ctx, key, cost)
+		} else {
+			d, err = ru.Limiter.AllowN(ctx, key, cost)
+		}
 		if err == nil {
 			outs = append(outs, outcome{ru, d})
 			continue
@@ -386,7 +412,7 @@ func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 	if len(outs) == 0 {
 		return Verdict{}
 	}
-	if len(outs) == len(m.rules) {
+	if len(outs) == len(m.rules) && !tiered {
 		if m.allPolicy != "" {
 			h[hPolicy] = []string{m.allPolicy}
 		}
