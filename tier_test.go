@@ -333,6 +333,17 @@ func TestTierDenyCacheUpgrade(t *testing.T) {
 	if d, _ := pro.Allow(ctx, "u"); !d.Allowed || d.Source != ratelimit.SourceStore || d.Remaining != 989 {
 		t.Errorf("pro.Allow(u) after the free plan's denial = %+v, want admitted by the store with 989 remaining", d)
 	}
+	// A tier made apart with the free plan's numbers shares its denials.
+	free, err := lim.Tier(algorithms.TokenBucket(10, time.Minute, 10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 11 {
+		lim.Allow(ctx, "v")
+	}
+	if d, _ := free.Allow(ctx, "v"); d.Allowed || d.Source != ratelimit.SourceDenyCache {
+		t.Errorf("free.Allow(v) after lim.Allow(v)'s denial = %+v, want denied by the deny cache", d)
+	}
 }
 
 // TestTierObserverAndShadow checks that the observer and shadow mode see
