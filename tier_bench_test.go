@@ -2,7 +2,6 @@ package ratelimit_test
 
 import (
 	"context"
-	"runtime"
 	"testing"
 	"time"
 
@@ -47,41 +46,9 @@ func BenchmarkTier(b *testing.B) {
 }
 
 // BenchmarkTierRatio times Tier.Allow and Limiter.Allow interleaved in one
-// process, 10,000 calls each per iteration (the side that goes first
-// alternates), and reports the ratio of tier to own time per call: its
-// median, quartiles and extremes over the iterations (run it with
-// -benchtime=Nx for N rounds), in the CPU time of the benchmark's thread
-// (cpu-ratio, on Linux) and in wall time (ratio).
+// process (reportRatio) and reports the ratio of tier to own time per
+// call; run it with -benchtime=Nx for N rounds.
 func BenchmarkTierRatio(b *testing.B) {
 	lim, tier := tierLimiters(b)
-	ctx := context.Background()
-	const calls = 10000
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	timeCalls := func(allow func(context.Context, string) (ratelimit.Decision, error)) (wall, cpu time.Duration) {
-		start, startCPU := time.Now(), threadCPU()
-		for range calls {
-			allow(ctx, "key")
-		}
-		return time.Since(start), threadCPU() - startCPU
-	}
-	var ratios, cpuRatios []float64
-	for b.Loop() {
-		var o, t, oCPU, tCPU time.Duration
-		if len(ratios)%2 == 0 {
-			o, oCPU = timeCalls(lim.Allow)
-			t, tCPU = timeCalls(tier.Allow)
-		} else {
-			t, tCPU = timeCalls(tier.Allow)
-			o, oCPU = timeCalls(lim.Allow)
-		}
-		ratios = append(ratios, float64(t)/float64(o))
-		if oCPU > 0 {
-			cpuRatios = append(cpuRatios, float64(tCPU)/float64(oCPU))
-		}
-	}
-	reportSpread(b, "ratio", ratios)
-	if len(cpuRatios) > 0 {
-		reportSpread(b, "cpu-ratio", cpuRatios)
-	}
+	reportRatio(b, lim.Allow, tier.Allow)
 }

@@ -233,32 +233,7 @@ func testConcurrency(t *testing.T, newHarness func(*testing.T) Harness) {
 					admitted++
 				}
 				const workers, each = 16, 4
-				var mu sync.Mutex
-				var wg sync.WaitGroup
-				var errs []error
-				start := make(chan struct{})
-				for w := 0; w < workers; w++ {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						for i := 0; i < each; i++ {
-							d, err := f.lim.Allow(context.Background(), key)
-							mu.Lock()
-							if err != nil {
-								errs = append(errs, err)
-							} else if d.Allowed {
-								admitted++
-							}
-							mu.Unlock()
-						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				for _, err := range errs {
-					t.Errorf("lim.Allow(%q) from %d goroutines: %v", key, workers, err)
-				}
+				admitted += admitConcurrently(t, workers, each, key, f.lim.Allow)
 				if admitted != a.limit {
 					t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the store's read-modify-write is atomic)",
 						workers, each, key, admitted, a.limit)
@@ -266,6 +241,41 @@ func testConcurrency(t *testing.T, newHarness func(*testing.T) Harness) {
 			})
 		}
 	})
+}
+
+// admitConcurrently calls allow(key) each times from each of workers
+// goroutines, all started at once, and returns how many were admitted;
+// errors fail the test.
+func admitConcurrently(t *testing.T, workers, each int, key string, allow func(context.Context, string) (ratelimit.Decision, error)) int {
+	t.Helper()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	admitted := 0
+	start := make(chan struct{})
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range each {
+				d, err := allow(context.Background(), key)
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else if d.Allowed {
+					admitted++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		t.Errorf("Allow(%q) from %d goroutines: %v", key, workers, err)
+	}
+	return admitted
 }
 
 // boundaryStep is one scripted request: advance the clock, then ask.

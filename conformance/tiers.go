@@ -3,7 +3,6 @@ package conformance
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -144,33 +143,7 @@ func testTiers(t *testing.T, newHarness func(*testing.T) Harness) {
 			tr := tier(f, numbers{limit, time.Second, limit})
 			const workers, each = 16, 4
 			key := "tier-concurrent"
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			var errs []error
-			admitted := 0
-			start := make(chan struct{})
-			for range workers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					for range each {
-						d, err := tr.Allow(context.Background(), key)
-						mu.Lock()
-						if err != nil {
-							errs = append(errs, err)
-						} else if d.Allowed {
-							admitted++
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			for _, err := range errs {
-				t.Errorf("tier.Allow(%q) from %d goroutines: %v", key, workers, err)
-			}
+			admitted := admitConcurrently(t, workers, each, key, tr.Allow)
 			if admitted != limit {
 				t.Errorf("%d goroutines × %d tier(%d per second, burst %d).Allow(%q) at a fixed time admitted %d, want exactly %d (rule: a tier's numbers are applied atomically, not the limiter's own %d)",
 					workers, each, limit, limit, key, admitted, limit, a.limit)

@@ -364,6 +364,17 @@ func TestStoreFailureFallback(t *testing.T) {
 
 // TestRedisStore runs the middleware on a real Redis server.
 func TestRedisStore(t *testing.T) {
+	lim := redisLimiter(t, algorithms.SlidingLog(2, time.Minute))
+	srv := serve(t, []httplimit.Rule{{Limiter: lim}}, ok)
+	if got := statuses(t, srv, 3); got != "[200 200 429]" {
+		t.Errorf("three requests on Redis = %v, want [200 200 429]", got)
+	}
+}
+
+// redisLimiter returns a limiter of alg on the test Redis server, under a
+// name of its own.
+func redisLimiter(t *testing.T, alg algorithms.Algorithm) *ratelimit.Limiter {
+	t.Helper()
 	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
 	t.Cleanup(func() { c.Close() })
 	s, err := redis.New(c)
@@ -371,14 +382,11 @@ func TestRedisStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := fmt.Sprintf("httplimit-test-%d", time.Now().UnixNano())
-	lim, err := ratelimit.New(s, algorithms.SlidingLog(2, time.Minute), ratelimit.WithName(name))
+	lim, err := ratelimit.New(s, alg, ratelimit.WithName(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serve(t, []httplimit.Rule{{Limiter: lim}}, ok)
-	if got := statuses(t, srv, 3); got != "[200 200 429]" {
-		t.Errorf("three requests on Redis = %v, want [200 200 429]", got)
-	}
+	return lim
 }
 
 // TestSeveralLimiters: every rule is consulted; the headers describe the

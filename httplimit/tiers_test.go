@@ -8,30 +8,16 @@ import (
 	"testing"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/httplimit"
-	"github.com/ratelimitkit/ratelimit/internal/testserver"
-	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
 // TestTiers: a rule whose numbers follow the caller's plan, on Redis,
 // through a real client. The plan comes from a header here; in an
 // application it comes from whatever authenticated the caller.
 func TestTiers(t *testing.T) {
-	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
-	t.Cleanup(func() { c.Close() })
-	s, err := redis.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := fmt.Sprintf("httplimit-tiers-%d", time.Now().UnixNano())
-	lim, err := ratelimit.New(s, algorithms.SlidingLog(3, time.Hour), ratelimit.WithName(name))
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := redisLimiter(t, algorithms.SlidingLog(3, time.Hour))
 	pro, err := lim.Tier(algorithms.SlidingLog(10, time.Hour))
 	if err != nil {
 		t.Fatal(err)
