@@ -252,3 +252,42 @@ func TestCallerContextIsNotAStoreFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestTierOutage: while a real store is down, a tier's requests are
+// decided by the fallback with the tier's numbers divided by the replicas,
+// before and after the circuit breaker opens.
+func TestTierOutage(t *testing.T) {
+	srv, store, _ := privateRedis(t, true)
+	fake := clock.NewFake(epoch)
+	lim, err := ratelimit.New(store, algorithms.FixedWindow(4, time.Minute),
+		ratelimit.WithClock(fake), ratelimit.WithStoreTimeout(time.Second),
+		ratelimit.WithCircuitBreaker(2, time.Minute), ratelimit.WithFallback(memory.MustNew(), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pro, err := lim.Tier(algorithms.FixedWindow(40, time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, err := pro.Allow(ctx, "k"); err != nil || !d.Allowed || d.Source != ratelimit.SourceStore || d.Limit != 40 {
+		t.Fatalf("pro.Allow with the store up = %+v, %v; want admitted by the store, limit 40", d, err)
+	}
+	srv.Stop()
+	admitted := 0
+	for i := range 30 {
+		d, err := pro.Allow(ctx, "k")
+		if err == nil || d.Source != ratelimit.SourceFallback || d.Limit != 20 {
+			t.Fatalf("call %d: pro.Allow with the store down = %+v, %v; want the fallback's decision with limit 20 (40 / 2 replicas) and the store's error", i, d, err)
+		}
+		if i >= 2 && !errors.Is(err, ratelimit.ErrCircuitOpen) {
+			t.Errorf("call %d: error %v, want the breaker open", i, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Errorf("the fallback admitted %d of pro's 30 requests, want 20 (40 / 2 replicas)", admitted)
+	}
+}
