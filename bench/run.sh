@@ -1,40 +1,54 @@
 #!/usr/bin/env bash
-# Regenerates the tables of docs/benchmarks.md: the one way its figures are
-# produced. Each section runs one store's side-by-side benchmarks (the SDK
-# and its peers in one process, interleaved) and replaces the text between
-# the section's markers in docs/benchmarks.md,
+# Regenerates the tables of docs/benchmarks.md and docs/scaling.md: the one
+# way their figures are produced. Each section runs one store's benchmarks
+# (the SDK and its peers or baselines in one process, interleaved) and
+# replaces the text between the section's markers,
 #
 #   <!-- bench:NAME -->
 #   ...generated...
 #   <!-- /bench:NAME -->
 #
-# with the tables, the command, the machine and its load (uptime) before and
-# after. Prose outside the markers is written by hand.
+# in docs/benchmarks.md (what the section prints) and in docs/scaling.md
+# (what it writes to $OUT/NAME.scaling.md, when it does), with the tables,
+# the command, the machine and its load (uptime) before and after. Prose
+# outside the markers is written by hand.
 #
-#   bash bench/run.sh [SECTION...]     # default: memory redis dynamo
+#   bash bench/run.sh [SECTION...]     # default: every section, in this order
 #
-# Sections:
-#   memory   bench/memory: the memory store beside x/time/rate,
-#            sethvargo/go-limiter and ulule/limiter, in ROUNDS rounds
-#            (default 8; about 3 minutes a round), and the footprint per key
-#   redis    bench/redis: store/redis beside redis_rate, throttled,
-#            ulule/limiter and INCR+PEXPIRE; store/valkey beside INCR+PEXPIRE
-#            through valkey-go; over-admission on a hot key. On servers of
-#            its own (scripts/with-servers.sh), since the report resets the
-#            server's command statistics.
+# Sections (each starts the servers it needs with scripts/with-servers.sh,
+# on ports of its own, and stops them; none uses the shared test servers):
+#   memory      bench/memory: the memory store beside x/time/rate,
+#               sethvargo/go-limiter and ulule/limiter, in ROUNDS rounds
+#               (default 8; about 3 minutes a round), and the footprint per key
+#   redis       bench/redis: store/redis beside redis_rate, throttled,
+#               ulule/limiter and INCR+PEXPIRE; store/valkey beside INCR+PEXPIRE
+#               through valkey-go; over-admission on a hot key (the report
+#               resets the server's command statistics).
+#   slidinglog  bench/redis TestSlidingLogReport: SlidingLog(1000, ...) on a
+#               hot key beside redis_rate's GCRA, 32 callers (about a minute).
+#   postgres    bench/postgres: GCRA and the token bucket against a bare
+#               upsert, 16 callers, hot key and 10,000 keys, both
+#               synchronous_commit settings, on a PostgreSQL of its own with
+#               fsync turned on; throughput and database CPU per decision;
+#               over-admission. Also docs/scaling.md's PostgreSQL figures.
+#               About 3 minutes.
+#   dynamo      bench/dynamo: store/dynamo against a bare UpdateItem ADD on
+#               dynalite in 9 interleaved rounds, requests and capacity units
+#               per decision, the cold cache, over-admission. Also
+#               docs/scaling.md's DynamoDB figures. About 2 minutes.
+#   rediscost   bench/redis BenchmarkServerCost: the server's CPU per decision
+#               on Redis and Valkey, for docs/scaling.md only. About 2 minutes.
 #
-#   dynamo   bench/dynamo: store/dynamo against a bare UpdateItem ADD on
-#            dynalite, and over-admission; on a dynalite of its own.
-#
-# A new store's section is a function named section_NAME that prints its
-# Markdown to stdout, plus the markers in docs/benchmarks.md.
+# A new section is a function named section_NAME that prints its Markdown
+# for docs/benchmarks.md to stdout (nothing, if it has no table there) and
+# may write $OUT/NAME.scaling.md, plus the markers in the page(s).
 #
 # Environment: ROUNDS (memory rounds), RATELIMIT_BENCH_ROUNDS (redis
 # rounds, default 15), FOOTPRINT (0 skips the memory footprint, which takes
 # a few minutes), MEMORY_BENCH (the memory section's
 # -bench pattern, for a quick look at a few rows), OUT (directory for raw
-# output; a new temporary one by default), DOC (the page to update;
-# docs/benchmarks.md).
+# output; a new temporary one by default), DOC (docs/benchmarks.md),
+# SCALING_DOC (docs/scaling.md).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -42,6 +56,7 @@ ROUNDS=${ROUNDS:-8}
 MEMORY_BENCH=${MEMORY_BENCH:-HotKey|ManyKeys}
 OUT=${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/ratelimit-bench.XXXXXX")}
 DOC=${DOC:-$ROOT/docs/benchmarks.md}
+SCALING_DOC=${SCALING_DOC:-$ROOT/docs/scaling.md}
 mkdir -p "$OUT"
 
 machine() {
@@ -51,6 +66,31 @@ machine() {
 }
 
 load() { uptime | sed 's/.*load average: */load average (1, 5, 15 min): /'; }
+
+# A note printed under every section's load lines.
+loadnote() {
+	echo
+	echo "The machine has $(nproc) cores shared with other work; figures taken at a load average near or above that must be regenerated on a quiet machine (the same command) before they are relied on. Ratios come from both sides measured in one process, interleaved, and hold up under load better than absolute rates."
+}
+
+# with_own SERVERS COMMAND...: run COMMAND (from the repository root, under
+# CI=true) with servers of its own started by scripts/with-servers.sh and
+# stopped after it. SERVERS lists the RATELIMIT_* variables to start
+# (REDIS_ADDR, VALKEY_ADDR, POSTGRES_URL, DYNAMODB_ENDPOINT, without the
+# prefix); the others are marked as given so that no server is started for
+# them, whatever the caller's environment holds.
+with_own() {
+	local want=" $1 " v
+	shift
+	local unset=() given=()
+	for v in REDIS_ADDR REDIS_CLUSTER_ADDRS VALKEY_ADDR POSTGRES_URL DYNAMODB_ENDPOINT; do
+		case $want in
+			*" $v "*) unset+=(-u "RATELIMIT_$v") ;;
+			*) given+=("RATELIMIT_$v=unused") ;;
+		esac
+	done
+	(cd "$ROOT" && env "${unset[@]}" "${given[@]}" RATELIMIT_CHROMIUM=unused CI=true bash scripts/with-servers.sh "$@")
+}
 
 section_memory() {
 	local raw=$OUT/memory.txt loads=$OUT/memory-loads.txt
@@ -97,48 +137,218 @@ section_redis() {
 	cat "$tables"
 }
 
-# splice replaces the text between NAME's markers in $DOC with FILE.
+# splice replaces the text between NAME's markers in the page DOC with FILE.
 splice() {
-	local name=$1 file=$2
-	grep -qx "<!-- bench:$name -->" "$DOC" || { echo "run.sh: no <!-- bench:$name --> marker in $DOC" >&2; return 1; }
+	local name=$1 file=$2 doc=$3
+	grep -qx "<!-- bench:$name -->" "$doc" || { echo "run.sh: no <!-- bench:$name --> marker in $doc" >&2; return 1; }
 	awk -v begin="<!-- bench:$name -->" -v end="<!-- /bench:$name -->" -v f="$file" '
 		$0 == begin { print; while ((getline l < f) > 0) print l; skip = 1; next }
 		$0 == end { skip = 0 }
-		!skip { print }' "$DOC" >"$DOC.tmp"
-	mv "$DOC.tmp" "$DOC"
+		!skip { print }' "$doc" >"$doc.tmp"
+	mv "$doc.tmp" "$doc"
 }
 
 section_dynamo() {
+	local raw=$OUT/dynamo.txt
 	echo "Command: \`bash bench/run.sh dynamo\`; $(machine)"
 	echo
 	echo "Load before: $(load)."
-	(cd "$ROOT" && env -u RATELIMIT_DYNAMODB_ENDPOINT \
-		RATELIMIT_REDIS_ADDR=unused RATELIMIT_REDIS_CLUSTER_ADDRS=unused RATELIMIT_VALKEY_ADDR=unused RATELIMIT_POSTGRES_URL=unused \
-		CI=true bash scripts/with-servers.sh bash -c 'cd bench && go test -run "^$" -bench . -benchmem -timeout 60m ./dynamo/') >"$OUT/dynamo.txt" 2>&1 ||
-		{ cat "$OUT/dynamo.txt" >&2; return 1; }
+	with_own DYNAMODB_ENDPOINT bash -c 'cd bench &&
+		go test -run "^$" -bench StoreVsAdd -benchtime 1x -benchmem -timeout 30m ./dynamo/ &&
+		go test -run "^$" -bench "ColdCache|OverAdmission" -benchmem -timeout 30m ./dynamo/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
 	echo "Load after: $(load)."
+	loadnote
 	echo
-	echo "| benchmark | decisions/s | baseline ADDs/s | ratio | requests/decision | errors | over-admitted |"
+	echo "16 callers, 9 interleaved rounds of 1,024 calls per side. Ratio: the median over the rounds of the store's decisions/s ÷ the bare ADD's in the same round (smallest–largest); rates are medians over the rounds; capacity units are what the endpoint reports consumed (\`ReturnConsumedCapacity\` TOTAL), summed over every request the store sent, per decision."
+	echo
+	echo "| workload | decisions/s | bare ADDs/s | ratio (range) | requests/decision | write units/decision | read units/decision | errors |"
+	echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+	awk '/^BenchmarkStoreVsAdd\// {
+		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+		n = $1; sub(/^BenchmarkStoreVsAdd\//, "", n); sub(/-[0-9]+$/, "", n)
+		printf "| %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.3f | %.3f | %.3f | %d |\n", n, v["decisions/s"], v["adds/s"], v["ratio-median"], v["ratio-min"], v["ratio-max"], v["requests/decision"], v["WCU/decision"], v["RCU/decision"], v["errors"]
+	}' "$raw"
+	echo
+	echo "| benchmark | decisions/s | requests/decision | write units/decision | read units/decision | errors | over-admitted |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
-	awk '/^Benchmark/ {
+	awk '/^Benchmark(ColdCache|OverAdmission)/ {
 		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
 		n = $1; sub(/^Benchmark/, "", n); sub(/-[0-9]+$/, "", n)
-		printf "| %s | %s | %s | %s | %s | %s | %s |\n", n, v["decisions/s"], v["adds/s"], v["ratio"], v["requests/decision"], v["errors"], v["over-admitted"]
-	}' "$OUT/dynamo.txt"
+		printf "| %s | %s | %s | %s | %s | %s | %s |\n", n, v["decisions/s"], v["requests/decision"], v["WCU/decision"], v["RCU/decision"], v["errors"], v["over-admitted"]
+	}' "$raw"
 	echo
 	echo '```'
-	grep '^Benchmark' "$OUT/dynamo.txt"
+	grep '^Benchmark' "$raw"
 	echo '```'
+	# docs/scaling.md: write units per decision, scaled.
+	{
+		echo "From \`bash bench/run.sh dynamo\` (the DynamoDB section of [benchmarks.md](benchmarks.md#dynamodb)); $(machine) Load after the run: $(load)."
+		echo
+		echo "| workload | write units/decision (measured) | write units/s for 1,000,000 decisions/s | partitions at 1,000 write units/s each | one key's ceiling: 1,000 ÷ write units/decision |"
+		echo "|---|---:|---:|---:|---:|"
+		awk '/^BenchmarkStoreVsAdd\// {
+			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+			n = $1; sub(/^BenchmarkStoreVsAdd\//, "", n); sub(/-[0-9]+$/, "", n)
+			w = v["WCU/decision"]
+			printf "| %s | %.3f | 1,000,000 × %.3f = %.0f | %.0f ÷ 1,000 = %.0f | %s |\n", n, w, w, 1e6 * w, 1e6 * w, 1e6 * w / 1000, (w > 0 ? sprintf("%.0f decisions/s", 1000 / w) : "n/a")
+		}' "$raw"
+	} >"$OUT/dynamo.scaling.md"
+}
+
+section_postgres() {
+	local raw=$OUT/postgres.txt
+	echo "Command: \`bash bench/run.sh postgres\`; $(machine)"
+	echo
+	echo "Load before: $(load)."
+	# A PostgreSQL of its own, with fsync turned back on (scripts/servers.sh
+	# starts it with fsync off), so that synchronous_commit = on waits for
+	# the WAL to reach the disk.
+	with_own POSTGRES_URL bash -c 'psql -X -q "$RATELIMIT_POSTGRES_URL" -c "ALTER SYSTEM SET fsync = on" -c "SELECT pg_reload_conf()" >/dev/null &&
+		sleep 1 && echo "server: $(psql -X -At "$RATELIMIT_POSTGRES_URL" -c "SELECT version()" | cut -d, -f1), fsync=$(psql -X -At "$RATELIMIT_POSTGRES_URL" -c "SHOW fsync"), full_page_writes=$(psql -X -At "$RATELIMIT_POSTGRES_URL" -c "SHOW full_page_writes")" &&
+		cd bench &&
+		go test -run "^$" -bench PostgresRounds -benchtime 1x -benchmem -timeout 30m ./postgres/ &&
+		go test -run "^$" -bench PostgresOverAdmission -benchtime 5x -benchmem -timeout 30m ./postgres/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+	echo
+	echo "A private cluster ($(sed -n 's/^server: //p' "$raw"); the rest as \`scripts/servers.sh\` sets it), \`synchronous_commit\` set on the pool's 16 connections. 5 rounds of 3,000 calls per side, alternating which side goes first. Ratios: the median over the rounds of the store's figure ÷ the upsert's in the same round (smallest–largest); rates and CPU times are medians over the rounds. Database CPU: the time the pool's 16 backends spent on a CPU (\`/proc/<pid>/schedstat\`), per call."
+	echo
+	echo "| \`synchronous_commit\` | workload | algorithm | decisions/s | upserts/s | × upsert (range), bar ≥ 0.9 | DB CPU µs/decision | µs/upsert | CPU × upsert (range), bar ≤ 1.3 | bars |"
+	echo "|---|---|---|---:|---:|---:|---:|---:|---:|---|"
+	awk '/^BenchmarkPostgresRounds\// {
+		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+		n = $1; sub(/^BenchmarkPostgresRounds\//, "", n); sub(/-[0-9]+$/, "", n)
+		split(n, p, "/"); sc = p[1]; sub(/^sync-/, "", sc)
+		met = (v["x-upsert-median"] >= 0.9 && v["cpu-x-upsert-median"] <= 1.3) ? "met" : "**not met**"
+		printf "| %s | %s | %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.1f | %.1f | %.2f (%.2f–%.2f) | %s |\n", sc, p[2], p[3], v["decisions/s"], v["upserts/s"], v["x-upsert-median"], v["x-upsert-min"], v["x-upsert-max"], v["db-cpu-us/decision"], v["db-cpu-us/upsert"], v["cpu-x-upsert-median"], v["cpu-x-upsert-min"], v["cpu-x-upsert-max"], met
+	}' "$raw"
+	echo
+	echo "Over-admission: 16 callers × 13 requests on a new key per iteration, limit 100, the limiter's clock frozen (\`BenchmarkPostgresOverAdmission\`, 5 iterations):"
+	echo
+	echo "| algorithm | admitted per key | over-admitted per key |"
+	echo "|---|---:|---:|"
+	awk '/^BenchmarkPostgresOverAdmission\// {
+		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+		n = $1; sub(/^BenchmarkPostgresOverAdmission\//, "", n); sub(/-[0-9]+$/, "", n)
+		printf "| %s | %s | %s |\n", n, v["admitted/key"], v["over-admitted/key"]
+	}' "$raw"
+	echo
+	echo '```'
+	grep '^Benchmark' "$raw"
+	echo '```'
+	{
+		echo "From \`bash bench/run.sh postgres\` (the PostgreSQL section of [benchmarks.md](benchmarks.md#postgresql)); $(machine) Load after the run: $(load)."
+		echo
+		echo "| \`synchronous_commit\` | workload | algorithm | DB CPU µs/decision (measured) | decisions/s per core: 1,000,000 ÷ µs | cores for 1,000,000 decisions/s: 1,000,000 × µs ÷ 1,000,000 | measured decisions/s at 16 callers |"
+		echo "|---|---|---|---:|---:|---:|---:|"
+		awk '/^BenchmarkPostgresRounds\// {
+			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+			n = $1; sub(/^BenchmarkPostgresRounds\//, "", n); sub(/-[0-9]+$/, "", n)
+			split(n, p, "/"); sc = p[1]; sub(/^sync-/, "", sc)
+			u = v["db-cpu-us/decision"]
+			printf "| %s | %s | %s | %.1f | %.0f | %.0f | %.0f |\n", sc, p[2], p[3], u, 1e6 / u, u, v["decisions/s"]
+		}' "$raw"
+	} >"$OUT/postgres.scaling.md"
+}
+
+section_slidinglog() {
+	local raw=$OUT/slidinglog.txt
+	echo "Command: \`bash bench/run.sh slidinglog\`; $(machine)"
+	echo
+	echo "Load before: $(load)."
+	with_own "REDIS_ADDR VALKEY_ADDR" bash -c 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestSlidingLogReport$" -v -timeout 30m ./redis/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+	# The report is the test's log: its lines are indented by eight spaces.
+	sed -n 's/^        //p' "$raw" | grep -v '^$' | sed 's/^\(Redis, one hot key.*\)$/\n\1\n/; s/^failures: \(.*\)$/\nFailed calls: \1./'
+	echo
+	echo "Bar (issue 13): at least 0.5 × redis_rate's GCRA, hot key, limit 1,000:"
+	echo
+	sed -n 's/^        //p' "$raw" | awk -F'|' '$2 ~ /SlidingLog/ {
+		split($3, r, " "); m = r[1] + 0
+		printf "- %s: %.2f, %s\n", $2, m, (m >= 0.5 ? "met" : "**not met**")
+	}' | sed 's/-  */- /; s/ :/:/'
+}
+
+section_rediscost() {
+	local raw=$OUT/rediscost.txt
+	with_own "REDIS_ADDR VALKEY_ADDR" bash -c 'cd bench && go test -run "^$" -bench ServerCost -benchtime 1x -benchmem -timeout 30m ./redis/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	{
+		echo "Command: \`bash bench/run.sh rediscost\` (\`BenchmarkServerCost\` in \`bench/redis\`); $(machine)"
+		echo
+		echo "Load after the run: $(load). $(if command -v valkey-server >/dev/null; then echo "Valkey: $(valkey-server --version | cut -d' ' -f1-3)."; else echo 'No valkey-server on this machine: the Valkey rows ran store/valkey and valkey-go against the same redis-server.'; fi) Server: $(redis-server --version | cut -d' ' -f1-3)."
+		loadnote
+		echo
+		echo "7 interleaved rounds per workload (5,000 calls at 32 callers, 1,000 at 1). Server CPU: the server process's user + system time per decision (INFO cpu), connection handling included; in scripts: the part spent running the scripts, the commands they run included (INFO commandstats, EVAL and EVALSHA); × baseline: the median over the rounds of the contender's server CPU ÷ the baseline's (redis_rate on Redis, the one-line INCR+PEXPIRE script on Valkey) in the same round (smallest–largest); client allocations per decision count every goroutine of the client process."
+		echo
+		echo "| server | workload | contender | decisions/s | server CPU µs/decision | in scripts µs | script runs/decision | server CPU × baseline (range) | client allocs/decision |"
+		echo "|---|---|---|---:|---:|---:|---:|---:|---:|"
+		awk '/^BenchmarkServerCost\// {
+			n = $1; sub(/^BenchmarkServerCost\//, "", n); sub(/-[0-9]+$/, "", n)
+			g = n; sub(/\/.*/, "", g); w = n; sub(/^[^\/]*\//, "", w)
+			delete v; delete order; k = 0
+			for (i = 3; i < NF; i += 2) {
+				u = $(i+1); if (index(u, ":") == 0) continue
+				c = substr(u, 1, index(u, ":") - 1); m = substr(u, index(u, ":") + 1)
+				if (!((c, "seen") in v)) { v[c, "seen"] = 1; order[++k] = c }
+				v[c, m] = $i
+			}
+			for (j = 1; j <= k; j++) { c = order[j]
+				printf "| %s | %s | %s | %.0f | %.1f | %.1f | %.2f | %.2f (%.2f–%.2f) | %.1f |\n", g, w, c, v[c, "dec/s"], v[c, "server-us/dec"], v[c, "cmd-us/dec"], v[c, "cmds/dec"], v[c, "x-base"], v[c, "x-base-min"], v[c, "x-base-max"], v[c, "allocs/dec"]
+			}
+		}' "$raw"
+		echo
+		echo "Capacity from these figures, 32 callers (a busy shard's steady state), the SDK's GCRA. A shard is one server process, whose commands run on one thread: its ceiling is 1,000,000 µs of CPU a second ÷ its server CPU per decision, and one key, which lives on one shard, cannot go past it."
+		echo
+		echo "| server | workload | server CPU µs/decision, P | one shard's ceiling: 1,000,000 ÷ P | shards for 1,000,000 decisions/s: 1,000,000 × P ÷ 1,000,000 | the same with each shard at most half busy: 2 × P, rounded up |"
+		echo "|---|---|---:|---:|---:|---:|"
+		awk 'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
+		/^BenchmarkServerCost\/.*\/c32-/ {
+			n = $1; sub(/^BenchmarkServerCost\//, "", n); sub(/-[0-9]+$/, "", n)
+			g = n; sub(/\/.*/, "", g); w = n; sub(/^[^\/]*\//, "", w)
+			for (i = 3; i < NF; i += 2) if ($(i+1) == "sdk-gcra:server-us/dec") p = $i
+			printf "| %s | %s | %.1f | %.0f decisions/s | %.1f, so %d | %d |\n", g, w, p, 1e6 / p, p, ceil(p), ceil(2 * p)
+		}' "$raw"
+		echo
+		echo "Coalescing model (not built: the figures below are arithmetic on the measured ones, not a measurement). k requests for one key decided in one script run cost the script's fixed part once and its per-decision part k times. From the hot key at 32 callers: F = the one-line INCR+PEXPIRE script's time in its script (a script that reads and writes one key with its expiry: the fixed part), D = the SDK's GCRA's time in its script − F (the per-decision part, an upper bound, since it also holds the decoding and encoding of the state that a coalesced run does once), N = the SDK's server CPU − its time in its script (reading, parsing and answering the connections). Per decision, coalesced by k: at best N ÷ k + F ÷ k + D (the k requests travel as one command), at worst N + F ÷ k + D (each still costs its share of the connection handling as now)."
+		echo
+		echo "| server | F µs | D µs | N µs | k | µs/decision, best–worst | one hot key's ceiling, decisions/s: 1,000,000 ÷ µs/decision |"
+		echo "|---|---:|---:|---:|---:|---:|---:|"
+		awk '/^BenchmarkServerCost\/[a-z]*\/hot\/c32-/ {
+			g = $1; sub(/^BenchmarkServerCost\//, "", g); sub(/\/.*/, "", g)
+			for (i = 3; i < NF; i += 2) { u = $(i+1)
+				if (u == "incr-pexpire:cmd-us/dec") f = $i
+				if (u == "sdk-gcra:cmd-us/dec") c = $i
+				if (u == "sdk-gcra:server-us/dec") p = $i
+			}
+			d = c - f; if (d < 0) d = 0; nn = p - c; if (nn < 0) nn = 0
+			split("1 4 16 32", ks, " ")
+			for (j = 1; j <= 4; j++) { k = ks[j]
+				best = nn / k + f / k + d; worst = nn + f / k + d
+				printf "| %s | %.1f | %.1f | %.1f | %d | %.1f–%.1f | %.0f–%.0f |\n", g, f, d, nn, k, best, worst, 1e6 / worst, 1e6 / best
+			}
+		}' "$raw"
+		echo
+		echo '```'
+		grep '^Benchmark' "$raw"
+		echo '```'
+	} >"$OUT/rediscost.scaling.md"
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis dynamo)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done
 for s in "${sections[@]}"; do
 	echo "== section $s (raw output in $OUT)" >&2
+	rm -f "$OUT/$s.scaling.md"
 	"section_$s" >"$OUT/$s.section.md"
-	splice "$s" "$OUT/$s.section.md"
+	if [ -s "$OUT/$s.section.md" ]; then splice "$s" "$OUT/$s.section.md" "$DOC"; fi
+	if [ -f "$OUT/$s.scaling.md" ]; then splice "$s" "$OUT/$s.scaling.md" "$SCALING_DOC"; fi
 done
-echo "updated $DOC; raw output in $OUT" >&2
+echo "updated $DOC and $SCALING_DOC; raw output in $OUT" >&2

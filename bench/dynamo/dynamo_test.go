@@ -7,7 +7,7 @@
 // It needs a DynamoDB endpoint in RATELIMIT_DYNAMODB_ENDPOINT and skips
 // without one:
 //
-//	bash scripts/with-servers.sh bash -c 'cd bench && go test -run ^$ -bench . -benchmem ./dynamo/'
+//	bash bench/run.sh dynamo
 package dynamo_test
 
 import (
@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,25 +47,71 @@ var keys = func() []string {
 	return k
 }()
 
-// counter wraps the real client and counts every request the store makes.
+// counter wraps the real client and counts every request the store makes,
+// and the capacity units the endpoint reports consumed for them: it asks
+// for them (ReturnConsumedCapacity TOTAL) on every request.
 type counter struct {
 	dynamo.Client
 	n atomic.Int64
+
+	mu         sync.Mutex
+	readUnits  float64
+	writeUnits float64
+}
+
+// usage is what a counter has counted.
+type usage struct {
+	requests              int64
+	readUnits, writeUnits float64
+}
+
+func (c *counter) snapshot() usage {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return usage{c.n.Load(), c.readUnits, c.writeUnits}
+}
+
+func (u usage) minus(v usage) usage {
+	return usage{u.requests - v.requests, u.readUnits - v.readUnits, u.writeUnits - v.writeUnits}
+}
+
+func (c *counter) add(units *float64, cc *types.ConsumedCapacity) {
+	if cc == nil || cc.CapacityUnits == nil {
+		return
+	}
+	c.mu.Lock()
+	*units += *cc.CapacityUnits
+	c.mu.Unlock()
 }
 
 func (c *counter) GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
 	c.n.Add(1)
-	return c.Client.GetItem(ctx, in, opts...)
+	in.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+	out, err := c.Client.GetItem(ctx, in, opts...)
+	if err == nil {
+		c.add(&c.readUnits, out.ConsumedCapacity)
+	}
+	return out, err
 }
 
 func (c *counter) PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
 	c.n.Add(1)
-	return c.Client.PutItem(ctx, in, opts...)
+	in.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+	out, err := c.Client.PutItem(ctx, in, opts...)
+	if err == nil {
+		c.add(&c.writeUnits, out.ConsumedCapacity)
+	}
+	return out, err
 }
 
 func (c *counter) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
 	c.n.Add(1)
-	return c.Client.DeleteItem(ctx, in, opts...)
+	in.ReturnConsumedCapacity = types.ReturnConsumedCapacityTotal
+	out, err := c.Client.DeleteItem(ctx, in, opts...)
+	if err == nil {
+		c.add(&c.writeUnits, out.ConsumedCapacity)
+	}
+	return out, err
 }
 
 // server is the endpoint and table shared by the benchmarks of one run.
@@ -176,19 +223,29 @@ var workloads = []struct {
 	{"10k-keys", func(i int) string { return keys[(i*7919)%manyKeys] }},
 }
 
+// Interleaved rounds of BenchmarkStoreVsAdd: each round runs roundCalls
+// decisions and roundCalls baseline ADDs, alternating which side goes first.
+const (
+	rounds     = 9
+	roundCalls = 1024
+)
+
 // BenchmarkStoreVsAdd measures decisions through the store with 16 callers,
 // on one hot key and spread over 10,000 keys, against the baseline of a
 // bare UpdateItem that ADDs one to a counter (the cheapest write DynamoDB
 // offers: no condition, no expiry) with the same callers and keys on the
-// same endpoint. The two alternate in slices of 256 calls so that both see
-// the same machine load; ns/op covers one decision and one ADD.
+// same endpoint. It runs 9 interleaved rounds of 1,024 calls per side,
+// alternating which side goes first, and reports the median of the
+// per-round throughput ratios (the store's decisions/s ÷ the ADDs/s of the
+// same round) with the smallest and largest, the medians of both rates,
+// the store's DynamoDB requests per decision, and the write and read
+// capacity units per decision that the endpoint reports
+// (ReturnConsumedCapacity TOTAL on every request the store sends). Run it
+// with -benchtime 1x: one iteration is every round.
 //
-// It reports the store's DynamoDB requests per decision, the decisions and
-// ADDs per second, and their ratio. The store and its cache live across the
-// benchmark's rounds, as in a long-running process, and the 10,000 keys all
-// hold live state before the first round.
+// The store and its cache live across the rounds, as in a long-running
+// process, and the 10,000 keys all hold live state before the first round.
 func BenchmarkStoreVsAdd(b *testing.B) {
-	const slice = 256
 	for _, w := range workloads {
 		b.Run(w.name, func(b *testing.B) {
 			client, table := setup(b)
@@ -221,30 +278,51 @@ func BenchmarkStoreVsAdd(b *testing.B) {
 				}
 				f.warm = true
 			}
-			before := f.counter.n.Load()
-			var storeTime, addTime time.Duration
+			// Warm both sides (connections, the hot key's state) first.
+			run(b, 0, roundCalls, decide)
+			run(b, 0, roundCalls, add)
+			before := f.counter.snapshot()
 			var failed int64
-			b.ResetTimer()
-			for from := 0; from < b.N; from += slice {
-				to := min(from+slice, b.N)
+			var ratios, storeRates, addRates []float64
+			timed := func(from int, fn func(int) error) float64 {
 				t0 := time.Now()
-				failed += run(b, from, to, decide)
-				t1 := time.Now()
-				failed += run(b, from, to, add)
-				storeTime += t1.Sub(t0)
-				addTime += time.Since(t1)
+				failed += run(b, from, from+roundCalls, fn)
+				return float64(roundCalls) / time.Since(t0).Seconds()
+			}
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				for r := 0; r < rounds; r++ {
+					from := (n*rounds + r + 1) * roundCalls
+					var sr, ar float64
+					if r%2 == 0 {
+						sr, ar = timed(from, decide), timed(from, add)
+					} else {
+						ar, sr = timed(from, add), timed(from, decide)
+					}
+					ratios, storeRates, addRates = append(ratios, sr/ar), append(storeRates, sr), append(addRates, ar)
+				}
 			}
 			b.StopTimer()
-			requests := f.counter.n.Load() - before
-			storeRate := float64(b.N) / storeTime.Seconds()
-			addRate := float64(b.N) / addTime.Seconds()
-			b.ReportMetric(float64(requests)/float64(b.N), "requests/decision")
-			b.ReportMetric(storeRate, "decisions/s")
-			b.ReportMetric(addRate, "adds/s")
-			b.ReportMetric(storeRate/addRate, "ratio")
+			used := f.counter.snapshot().minus(before)
+			decisions := float64(b.N * rounds * roundCalls)
+			b.ReportMetric(float64(used.requests)/decisions, "requests/decision")
+			b.ReportMetric(used.writeUnits/decisions, "WCU/decision")
+			b.ReportMetric(used.readUnits/decisions, "RCU/decision")
+			b.ReportMetric(median(storeRates), "decisions/s")
+			b.ReportMetric(median(addRates), "adds/s")
+			b.ReportMetric(median(ratios), "ratio-median")
+			b.ReportMetric(slices.Min(ratios), "ratio-min")
+			b.ReportMetric(slices.Max(ratios), "ratio-max")
 			b.ReportMetric(float64(failed), "errors")
 		})
 	}
+}
+
+// median returns the median of vs.
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkColdCache measures decisions spread over 10,000 keys that already
@@ -270,7 +348,10 @@ func BenchmarkColdCache(b *testing.B) {
 		_, err := f.lim.Allow(ctx, keys[i%manyKeys])
 		return err
 	})
-	b.ReportMetric(float64(f.counter.n.Load())/float64(b.N), "requests/decision")
+	used := f.counter.snapshot()
+	b.ReportMetric(float64(used.requests)/float64(b.N), "requests/decision")
+	b.ReportMetric(used.writeUnits/float64(b.N), "WCU/decision")
+	b.ReportMetric(used.readUnits/float64(b.N), "RCU/decision")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(failed), "errors")
 }

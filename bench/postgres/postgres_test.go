@@ -324,7 +324,10 @@ const (
 // same for the server's CPU time per call: the time the pool's backends
 // spent on a CPU (the first field of /proc/<pid>/schedstat, in nanoseconds,
 // summed over the pool's 16 backends), which needs the server on this
-// machine. Run it with -benchtime 1x: each iteration is every round.
+// machine. It also reports the medians over the rounds of both sides'
+// rates and of their database CPU time per call, in microseconds, which
+// docs/scaling.md's capacity model starts from. Run it with -benchtime 1x:
+// each iteration is every round (bash bench/run.sh postgres).
 func BenchmarkPostgresRounds(b *testing.B) {
 	ctx := context.Background()
 	for _, commit := range []string{"on", "off"} {
@@ -361,7 +364,7 @@ func BenchmarkPostgresRounds(b *testing.B) {
 					measure(base)
 					measure(decide)
 					for n := 0; n < b.N; n++ {
-						var speed, cpu []float64
+						var speed, cpu, dRate, bRate, dCPU, bCPU []float64
 						for r := 0; r < rounds; r++ {
 							var bw, bc, dw, dc time.Duration
 							if r%2 == 0 {
@@ -373,9 +376,19 @@ func BenchmarkPostgresRounds(b *testing.B) {
 							}
 							speed = append(speed, bw.Seconds()/dw.Seconds())
 							cpu = append(cpu, dc.Seconds()/bc.Seconds())
+							dRate = append(dRate, roundCalls/dw.Seconds())
+							bRate = append(bRate, roundCalls/bw.Seconds())
+							dCPU = append(dCPU, float64(dc.Microseconds())/roundCalls)
+							bCPU = append(bCPU, float64(bc.Microseconds())/roundCalls)
 						}
 						report(b, "x-upsert", speed)
 						report(b, "cpu-x-upsert", cpu)
+						// The absolute figures docs/scaling.md's capacity
+						// model starts from: medians over the rounds.
+						b.ReportMetric(median(dRate), "decisions/s")
+						b.ReportMetric(median(bRate), "upserts/s")
+						b.ReportMetric(median(dCPU), "db-cpu-us/decision")
+						b.ReportMetric(median(bCPU), "db-cpu-us/upsert")
 					}
 				})
 			}
