@@ -37,7 +37,9 @@
 #               per decision, the cold cache, over-admission. Also
 #               docs/scaling.md's DynamoDB figures. About 2 minutes.
 #   rediscost   bench/redis BenchmarkServerCost: the server's CPU per decision
-#               on Redis and Valkey, for docs/scaling.md only. About 2 minutes.
+#               on Redis and Valkey, and BenchmarkClusterMigration: a hot key
+#               whose hash slot moves between masters, on a Redis Cluster of
+#               its own; for docs/scaling.md only. About 3 minutes.
 #
 # A new section is a function named section_NAME that prints its Markdown
 # for docs/benchmarks.md to stdout (nothing, if it has no table there) and
@@ -275,7 +277,11 @@ section_slidinglog() {
 
 section_rediscost() {
 	local raw=$OUT/rediscost.txt
-	with_own "REDIS_ADDR VALKEY_ADDR" bash -c 'cd bench && go test -run "^$" -bench ServerCost -benchtime 1x -benchmem -timeout 30m ./redis/' >"$raw" 2>&1 ||
+	# A Redis, a Valkey and a Redis Cluster of its own: the migration
+	# benchmark moves hash slots, which it must never do to a shared cluster.
+	with_own "REDIS_ADDR VALKEY_ADDR REDIS_CLUSTER_ADDRS" bash -c 'cd bench &&
+		go test -run "^$" -bench ServerCost -benchtime 1x -benchmem -timeout 30m ./redis/ &&
+		RATELIMIT_BENCH_MIGRATE=1 go test -run "^$" -bench ClusterMigration -benchtime 1x -benchmem -timeout 30m ./redis/' >"$raw" 2>&1 ||
 		{ cat "$raw" >&2; return 1; }
 	{
 		echo "Command: \`bash bench/run.sh rediscost\` (\`BenchmarkServerCost\` in \`bench/redis\`); $(machine)"
@@ -331,6 +337,19 @@ section_rediscost() {
 				best = nn / k + f / k + d; worst = nn + f / k + d
 				printf "| %s | %.1f | %.1f | %.1f | %d | %.1f–%.1f | %.0f–%.0f |\n", g, f, d, nn, k, best, worst, 1e6 / worst, 1e6 / best
 			}
+		}' "$raw"
+		echo
+		echo "Resharding under load (\`BenchmarkClusterMigration\`, the 3-master cluster of \`scripts/servers.sh\`): 32 callers send 40,000 requests at one hot key (GCRA, limit 20,000 per hour, the limiter's frozen clock: exactly 20,000 must be admitted), in 5 rounds during which the key's slot is moved to the next master every 20 ms (IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE, as a resharding does) and 5 interleaved rounds with no move. Medians over the rounds; MOVED, ASK and NOSCRIPT are the replies the cluster client's node connections received (go-redis follows the first two, the store answers the third by sending the script's source)."
+		echo
+		echo "| rounds | decisions/s | p99 | failed calls | over-admitted | under-admitted | slot moves | MOVED | ASK | NOSCRIPT |"
+		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		awk '/^BenchmarkClusterMigration/ {
+			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+			split("still moving", ks, " ")
+			for (j = 1; j <= 2; j++) { k = ks[j]
+				printf "| %s | %.0f | %.0f µs | %d | %d | %d | %d | %d | %d | %d |\n", (k == "still" ? "slot still" : "slot moving"), v[k ":dec/s"], v[k ":p99-us"], v[k ":failures"], v[k ":over-admitted"], v[k ":under-admitted"], v[k ":slot-moves"], v[k ":MOVED"], v[k ":ASK"], v[k ":NOSCRIPT"]
+			}
+			printf "\nThroughput while moving ÷ still, median of the paired rounds: %.2f (%.2f–%.2f). Over all 10 rounds: %d failed calls, at most %d over-admitted in a round.\n", v["moving:x-still"], v["moving:x-still-min"], v["moving:x-still-max"], v["failures-total"], v["max-over-admitted"]
 		}' "$raw"
 		echo
 		echo '```'
