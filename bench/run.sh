@@ -69,6 +69,12 @@ machine() {
 
 load() { uptime | sed 's/.*load average: */load average (1, 5, 15 min): /'; }
 
+# PARSE is an awk function shared by the sections' awk programs: on a
+# benchmark's result line, parse("BenchmarkX/") sets n to the benchmark's
+# name without that prefix and the -GOMAXPROCS suffix, and v[UNIT] to each
+# reported value.
+PARSE='function parse(prefix,   i) { delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i; n = $1; sub("^" prefix, "", n); sub(/-[0-9]+$/, "", n) }'
+
 # A note printed under every section's load lines.
 loadnote() {
 	echo
@@ -166,9 +172,8 @@ section_dynamo() {
 	echo
 	echo "| workload | decisions/s | bare ADDs/s | ratio (range), bar ≥ 0.5 | requests/decision, bar ≤ 2.0 hot key, ≤ 1.2 10,000 keys | write units/decision | read units/decision | errors | bars (issue 4) |"
 	echo "|---|---:|---:|---:|---:|---:|---:|---:|---|"
-	awk '/^BenchmarkStoreVsAdd\// {
-		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-		n = $1; sub(/^BenchmarkStoreVsAdd\//, "", n); sub(/-[0-9]+$/, "", n)
+	awk "$PARSE"'/^BenchmarkStoreVsAdd\// {
+		parse("BenchmarkStoreVsAdd/")
 		bar = (n == "hot-key" ? 2.0 : 1.2)
 		met = (v["ratio-median"] >= 0.5 && v["requests/decision"] <= bar && v["errors"] == 0) ? "met" : "**not met**"
 		printf "| %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.3f | %.3f | %.3f | %d | %s |\n", n, v["decisions/s"], v["adds/s"], v["ratio-median"], v["ratio-min"], v["ratio-max"], v["requests/decision"], v["WCU/decision"], v["RCU/decision"], v["errors"], met
@@ -176,9 +181,8 @@ section_dynamo() {
 	echo
 	echo "| benchmark | decisions/s | requests/decision | write units/decision | read units/decision | errors | over-admitted |"
 	echo "|---|---:|---:|---:|---:|---:|---:|"
-	awk '/^Benchmark(ColdCache|OverAdmission)/ {
-		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-		n = $1; sub(/^Benchmark/, "", n); sub(/-[0-9]+$/, "", n)
+	awk "$PARSE"'/^Benchmark(ColdCache|OverAdmission)/ {
+		parse("Benchmark")
 		printf "| %s | %s | %s | %s | %s | %s | %s |\n", n, v["decisions/s"], v["requests/decision"], v["WCU/decision"], v["RCU/decision"], v["errors"], v["over-admitted"]
 	}' "$raw"
 	echo
@@ -191,9 +195,8 @@ section_dynamo() {
 		echo
 		echo "| workload | write units/decision (measured) | write units/s for 1,000,000 decisions/s | partitions at 1,000 write units/s each | one key's ceiling: 1,000 ÷ write units/decision |"
 		echo "|---|---:|---:|---:|---:|"
-		awk '/^BenchmarkStoreVsAdd\// {
-			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-			n = $1; sub(/^BenchmarkStoreVsAdd\//, "", n); sub(/-[0-9]+$/, "", n)
+		awk "$PARSE"'/^BenchmarkStoreVsAdd\// {
+			parse("BenchmarkStoreVsAdd/")
 			w = v["WCU/decision"]
 			printf "| %s | %.3f | 1,000,000 × %.3f = %.0f | %.0f ÷ 1,000 = %.0f | %s |\n", n, w, w, 1e6 * w, 1e6 * w, 1e6 * w / 1000, (w > 0 ? sprintf("%.0f decisions/s", 1000 / w) : "n/a")
 		}' "$raw"
@@ -221,9 +224,8 @@ section_postgres() {
 	echo
 	echo "| \`synchronous_commit\` | workload | algorithm | decisions/s | upserts/s | × upsert (range), bar ≥ 0.9 | DB CPU µs/decision | µs/upsert | CPU × upsert (range), bar ≤ 1.3 | bars |"
 	echo "|---|---|---|---:|---:|---:|---:|---:|---:|---|"
-	awk '/^BenchmarkPostgresRounds\// {
-		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-		n = $1; sub(/^BenchmarkPostgresRounds\//, "", n); sub(/-[0-9]+$/, "", n)
+	awk "$PARSE"'/^BenchmarkPostgresRounds\// {
+		parse("BenchmarkPostgresRounds/")
 		split(n, p, "/"); sc = p[1]; sub(/^sync-/, "", sc)
 		met = (v["x-upsert-median"] >= 0.9 && v["cpu-x-upsert-median"] <= 1.3) ? "met" : "**not met**"
 		printf "| %s | %s | %s | %.0f | %.0f | %.2f (%.2f–%.2f) | %.1f | %.1f | %.2f (%.2f–%.2f) | %s |\n", sc, p[2], p[3], v["decisions/s"], v["upserts/s"], v["x-upsert-median"], v["x-upsert-min"], v["x-upsert-max"], v["db-cpu-us/decision"], v["db-cpu-us/upsert"], v["cpu-x-upsert-median"], v["cpu-x-upsert-min"], v["cpu-x-upsert-max"], met
@@ -233,9 +235,8 @@ section_postgres() {
 	echo
 	echo "| algorithm | admitted per key | over-admitted per key |"
 	echo "|---|---:|---:|"
-	awk '/^BenchmarkPostgresOverAdmission\// {
-		delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-		n = $1; sub(/^BenchmarkPostgresOverAdmission\//, "", n); sub(/-[0-9]+$/, "", n)
+	awk "$PARSE"'/^BenchmarkPostgresOverAdmission\// {
+		parse("BenchmarkPostgresOverAdmission/")
 		printf "| %s | %s | %s |\n", n, v["admitted/key"], v["over-admitted/key"]
 	}' "$raw"
 	echo
@@ -247,9 +248,8 @@ section_postgres() {
 		echo
 		echo "| \`synchronous_commit\` | workload | algorithm | DB CPU µs/decision (measured) | decisions/s per core: 1,000,000 ÷ µs | cores for 1,000,000 decisions/s: 1,000,000 × µs ÷ 1,000,000 | measured decisions/s at 16 callers |"
 		echo "|---|---|---|---:|---:|---:|---:|"
-		awk '/^BenchmarkPostgresRounds\// {
-			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
-			n = $1; sub(/^BenchmarkPostgresRounds\//, "", n); sub(/-[0-9]+$/, "", n)
+		awk "$PARSE"'/^BenchmarkPostgresRounds\// {
+			parse("BenchmarkPostgresRounds/")
 			split(n, p, "/"); sc = p[1]; sub(/^sync-/, "", sc)
 			u = v["db-cpu-us/decision"]
 			printf "| %s | %s | %s | %.1f | %.0f | %.0f | %.0f |\n", sc, p[2], p[3], u, 1e6 / u, u, v["decisions/s"]
@@ -345,8 +345,8 @@ section_rediscost() {
 		echo
 		echo "| rounds | decisions/s | p99 | failed calls | over-admitted | under-admitted | slot moves | MOVED | ASK | NOSCRIPT |"
 		echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-		awk '/^BenchmarkClusterMigration/ {
-			delete v; for (i = 3; i < NF; i += 2) v[$(i+1)] = $i
+		awk "$PARSE"'/^BenchmarkClusterMigration/ {
+			parse("BenchmarkClusterMigration")
 			split("still moving", ks, " ")
 			for (j = 1; j <= 2; j++) { k = ks[j]
 				printf "| %s | %.0f | %.0f µs | %d | %d | %d | %d | %d | %d | %d |\n", (k == "still" ? "slot still" : "slot moving"), v[k ":dec/s"], v[k ":p99-us"], v[k ":failures"], v[k ":over-admitted"], v[k ":under-admitted"], v[k ":slot-moves"], v[k ":MOVED"], v[k ":ASK"], v[k ":NOSCRIPT"]
