@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +145,7 @@ func TestShadow(t *testing.T) {
 		if wantShadowed && d.RetryAfter <= 0 {
 			t.Errorf("shadow lim.Allow #%d = %+v, want the denial's RetryAfter", i, d)
 		}
-		if e.Allowed == wantShadowed || e.Decision != d {
+		if e.Allowed == wantShadowed || !reflect.DeepEqual(e.Decision, d) {
 			t.Errorf("shadow lim.Allow #%d: observer saw allowed %v and %+v, want the limit's answer %v and the decision returned", i, e.Allowed, e.Decision, !wantShadowed)
 		}
 	}
@@ -192,7 +193,7 @@ func TestObserver(t *testing.T) {
 			t.Errorf("event %d: decision %+v, want allowed %v from the store", i, e.Decision, want[i].Allowed)
 		}
 		e.StoreLatency, e.Decision = 0, ratelimit.Decision{}
-		if e != want[i] {
+		if !reflect.DeepEqual(e, want[i]) {
 			t.Errorf("event %d = %+v, want %+v", i, e, want[i])
 		}
 	}

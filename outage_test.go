@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"reflect"
 	"sync"
 	"syscall"
 	"testing"
@@ -85,7 +86,7 @@ func (s step) check(t *testing.T, i int, d ratelimit.Decision, err error, e rate
 			t.Errorf("call %d (%s): lim.Allow error %v, want one wrapping %v", i, s.what, err, target)
 		}
 	}
-	if e.CalledStore != s.called || e.Decision != d || !errors.Is(e.Err, err) || (err == nil) != (e.Err == nil) {
+	if e.CalledStore != s.called || !reflect.DeepEqual(e.Decision, d) || !errors.Is(e.Err, err) || (err == nil) != (e.Err == nil) {
 		t.Errorf("call %d (%s): observer saw %+v, want called store %v and the decision and error returned", i, s.what, e, s.called)
 	}
 }

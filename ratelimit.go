@@ -84,6 +84,25 @@ type Decision struct {
 	// a request its limit denies: Allowed is true, and the other fields,
 	// RetryAfter included, are the denial's.
 	Shadowed bool
+	// Limits holds each limit's own figures when the limiter's algorithm is
+	// a composite (algorithms.All), in the order of its parts; the fields
+	// above are then the most restrictive view of them (algorithms.Combine).
+	// For a denied request or a peek they are what each limit would say
+	// without consuming, since none consumed. It is nil for a single
+	// algorithm and for decisions the store did not make.
+	Limits []LimitDecision
+}
+
+// LimitDecision is one limit's part of a composite's Decision: the
+// figures that limit alone reports, as Decision's fields of the same names
+// do for a single algorithm.
+type LimitDecision struct {
+	Allowed    bool
+	Limit      int
+	Remaining  int
+	RetryAfter time.Duration
+	ResetAfter time.Duration
+	Delay      time.Duration
 }
 
 // FailurePolicy says what a Limiter decides when its store fails. Either
@@ -438,6 +457,10 @@ func (d *Decision) set(a algorithms.Decision, err error) error {
 	d.ResetAfter = time.Duration(a.ResetAfter) * time.Microsecond
 	d.Delay = time.Duration(a.Delay) * time.Microsecond
 	d.Source = SourceStore
+	d.Limits = nil
+	if a.Parts != nil {
+		d.Limits = limitsOf(a.Parts)
+	}
 	return nil
 }
 

@@ -79,6 +79,11 @@ type Decision struct {
 	// proceeds. Only the leaky bucket, which shapes traffic into a steady
 	// rate, sets it; it is zero otherwise.
 	Delay int64
+	// Parts holds, for a composite (All), each part's own decision in the
+	// order of its parts: for an admitted request the figures after it
+	// consumed, for a denied request or a peek what each part would say
+	// without consuming. It is nil for a single algorithm.
+	Parts []Decision
 }
 
 // Step is the result of one transition.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -92,7 +93,7 @@ func TestTokenBucketIsGCRA(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a.Decision != b.Decision {
+			if !reflect.DeepEqual(a.Decision, b.Decision) {
 				t.Fatalf("trial %d step %d %v vs %v with %+v: token bucket %+v, GCRA %+v", trial, i, tb, g, req, a.Decision, b.Decision)
 			}
 			if a.Next != nil {
@@ -156,13 +157,13 @@ func checkInvariants(t testing.TB, alg algorithms.Algorithm, limit, period int64
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fresh.Decision != old.Decision {
+			if !reflect.DeepEqual(fresh.Decision, old.Decision) {
 				t.Fatalf("%v at %d, %d µs after its TTL: expired state decides %+v, no state %+v", alg, now, now-stored-ttl, old.Decision, fresh.Decision)
 			}
 		}
 		peek := step(t, alg, &state, algorithms.Request{Now: now, Cost: 1, Peek: true})
 		before := bytes.Clone(state)
-		if peek2 := step(t, alg, &state, algorithms.Request{Now: now, Cost: 1, Peek: true}); peek2 != peek || !bytes.Equal(before, state) {
+		if peek2 := step(t, alg, &state, algorithms.Request{Now: now, Cost: 1, Peek: true}); !reflect.DeepEqual(peek2, peek) || !bytes.Equal(before, state) {
 			t.Fatalf("%v: a second Peek at %d gave %+v after %+v", alg, now, peek2, peek)
 		}
 		st, err := alg.Decide(state, req)

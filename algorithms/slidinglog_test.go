@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -105,7 +106,7 @@ func TestSlidingLogModel(t *testing.T) {
 			if err != nil {
 				t.Fatalf("seed %d step %d: DecideInPlace(%+v): %v", seed, i, req, err)
 			}
-			if a.Decision != want || b.Decision != want {
+			if !reflect.DeepEqual(a.Decision, want) || !reflect.DeepEqual(b.Decision, want) {
 				t.Fatalf("seed %d step %d: %v.Decide(%+v) = %+v, in place %+v, want %+v", seed, i, alg, req, a.Decision, b.Decision, want)
 			}
 			if !bytes.Equal(a.Next, b.Next) || a.TTL != b.TTL {
@@ -147,7 +148,7 @@ func TestSlidingLogLegacy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Decide(log, %+v): %v", req, err)
 		}
-		if old.Decision != cur.Decision || !bytes.Equal(old.Next, cur.Next) || old.TTL != cur.TTL {
+		if !reflect.DeepEqual(old.Decision, cur.Decision) || !bytes.Equal(old.Next, cur.Next) || old.TTL != cur.TTL {
 			t.Errorf("Decide(%+v): legacy log gives %+v next %v, current layout %+v next %v", req, old.Decision, old.Next, cur.Decision, cur.Next)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -198,7 +199,7 @@ func TestMoveChain(t *testing.T) {
 					if gerr != nil || werr != nil {
 						t.Fatalf("on %s request %d for %q: errors %v, %v", names[hop], i, key, gerr, werr)
 					}
-					if got != want {
+					if !reflect.DeepEqual(got, want) {
 						t.Fatalf("on %s (after %d moves) request %d: AllowN(%q, %d) peek=%v = %+v, want %+v as on a store never moved",
 							names[hop], hop, i, key, cost, peek, got, want)
 					}
@@ -410,7 +411,7 @@ func TestMoveEveryStore(t *testing.T) {
 						key, cost := keys[rng.IntN(len(keys))], 1+rng.IntN(2)
 						got, err1 := on.AllowN(ctx, key, cost)
 						want, err2 := ref.AllowN(ctx, key, cost)
-						if err1 != nil || err2 != nil || got != want {
+						if err1 != nil || err2 != nil || !reflect.DeepEqual(got, want) {
 							t.Fatalf("%s on %s, request %d: AllowN(%q, %d) = %+v, %v; want %+v, %v as never moved",
 								alg.Name(), st.name, i, key, cost, got, err1, want, err2)
 						}

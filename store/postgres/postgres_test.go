@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -435,7 +436,7 @@ func TestExecModes(t *testing.T) {
 					Source: ratelimit.SourceStore},
 			}
 			for i, w := range want {
-				if d := allow(t, lim, key, 1); d != w {
+				if d := allow(t, lim, key, 1); !reflect.DeepEqual(d, w) {
 					t.Fatalf("request %d: got %+v, want %+v", i+1, d, w)
 				}
 			}

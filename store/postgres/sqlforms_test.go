@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -100,7 +101,7 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 					if werr != nil {
 						continue
 					}
-					if got.Decision != want.Decision || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
+					if !reflect.DeepEqual(got.Decision, want.Decision) || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
 						t.Fatalf("seed %d step %d: %v with state %v, %+v:\nSQL %+v next %v ttl %d\nGo  %+v next %v ttl %d",
 							seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, want.Decision, toVals(want.Next), want.TTL)
 					}
@@ -188,7 +189,7 @@ func TestSQLSlidingLogLegacy(t *testing.T) {
 			if err != nil {
 				t.Fatalf("SQL form on %v, %+v: %v", state, req, err)
 			}
-			if got.Decision != want.Decision || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
+			if !reflect.DeepEqual(got.Decision, want.Decision) || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
 				t.Errorf("on %v, %+v:\nSQL %+v next %v\nGo  %+v next %v", state, req, got.Decision, toVals(got.Next), want.Decision, toVals(want.Next))
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,7 +83,7 @@ func TestSlidingLogLuaEqualsGo(t *testing.T) {
 			if err != nil {
 				t.Fatalf("seed %d step %d: %v, %+v: Lua form: %v", seed, i, alg, req, err)
 			}
-			if got != want.Decision {
+			if !reflect.DeepEqual(got, want.Decision) {
 				t.Fatalf("seed %d step %d: %v, %+v: Lua %+v, Go %+v", seed, i, alg, req, got, want.Decision)
 			}
 			if want.Next != nil {
@@ -122,7 +123,7 @@ func TestSlidingLogLuaLegacy(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%+v on a legacy log: %v", req, err)
 		}
-		if got != want.Decision {
+		if !reflect.DeepEqual(got, want.Decision) {
 			t.Errorf("%+v on a legacy log: Lua %+v, Go %+v", req, got, want.Decision)
 		}
 		all, err := c.ZRange(ctx, key, 0, -1).Result()

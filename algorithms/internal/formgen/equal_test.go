@@ -9,6 +9,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestLuaEqualsGo(t *testing.T) {
 						Remaining: r[algorithms.LuaReplyRemaining], RetryAfter: r[algorithms.LuaReplyRetryAfter],
 						ResetAfter: r[algorithms.LuaReplyResetAfter], Delay: r[algorithms.LuaReplyDelay]}
 					where := fmt.Sprintf("seed %d step %d: %v with state %v, %+v", seed, i, alg, fields(state), req)
-					if got != want.Decision {
+					if !reflect.DeepEqual(got, want.Decision) {
 						t.Fatalf("%s:\nLua %+v\nGo  %+v", where, got, want.Decision)
 					}
 					after, err := c.Get(ctx, key).Bytes()
