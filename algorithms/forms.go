@@ -25,3 +25,12 @@ func form(path string) (string, bool) {
 	}
 	return string(b), true
 }
+
+// CompositeLua returns the composite Lua form (lua/all.lua): the script
+// that decides a composite (All) of algorithms whose Lua forms are
+// generated, in one call. lua.go documents its calling convention.
+func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
+
+// CompositeSQL returns the composite SQL form (sql/all.sql), which defines
+// ratelimit_all; sql.go documents its calling convention.
+func CompositeSQL() string { s, _ := form("sql/all.sql"); return s }

@@ -58,6 +58,7 @@ var cases = []testCase{
 	{"Context", testContext},
 	{"OwnAlgorithm", testOwnAlgorithm},
 	{"Tiers", testTiers},
+	{"Composite", testComposite},
 }
 
 // epoch is the fake clock's starting time: a multiple of every period the

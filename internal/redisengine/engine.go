@@ -66,6 +66,7 @@ type Engine struct {
 
 	paramCache sync.Map // *int64 → cachedParams
 	paramCount atomic.Int64
+	comps      composites
 }
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -171,12 +172,15 @@ func flag(b bool) any {
 }
 
 // Decide implements ratelimit.Decider with one EVALSHA of alg's Lua form,
-// atomic on the server, with no retries. For an algorithm without one (any
-// that is not a built-in, see algorithms.BuiltinOf) it returns an error
+// atomic on the server, with no retries; a composite (algorithms.All) runs
+// the composite Lua form the same way (see decideAll). For an algorithm
+// without one (any that is not a built-in, see algorithms.BuiltinOf, and a
+// composite with such a part or a sliding log) it returns an error
 // wrapping ratelimit.ErrUnsupported without sending anything.
 func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	s, sf := Form(alg)
-	if s == nil {
+	c, composite := alg.(algorithms.Composite)
+	if s == nil && !composite {
 		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.name, alg.Name(), ratelimit.ErrUnsupported)
 	}
 	if req.Cost < 1 || req.Cost > alg.MaxCost() {
@@ -187,6 +191,9 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
+	}
+	if composite {
+		return e.decideAll(ctx, key, c, req)
 	}
 	r, err := e.decide(ctx, s, StateKey(e.prefix, key), req, alg, sf.ServerArgs())
 	if err != nil {

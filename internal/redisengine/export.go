@@ -236,6 +236,9 @@ func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en rateli
 	k := StateKey(e.prefix, en.Key)
 	args := []any{now, flag(e.serverClock), en.Expires, e.slackArg}
 	s, _ := Form(alg)
+	if c, ok := alg.(algorithms.Composite); ok && e.compositeArgs(c) != nil {
+		s = allScript // the composite Lua form's state: doubles, as luaState writes
+	}
 	switch {
 	case s == nil:
 		val := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(en.State)), uint64(en.Expires))

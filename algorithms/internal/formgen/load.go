@@ -161,7 +161,11 @@ func snake(s string) string {
 
 // structFields returns the fields of a struct type, which must all be
 // int64 or bool.
-func (l *loader) structFields(n ast.Node, t types.Type) ([]field, error) {
+//
+// A Decision's slice fields (Parts, a composite's part decisions) are not
+// a form's: a single algorithm leaves them nil, so structFields skips them
+// when skipSlices is set.
+func (l *loader) structFields(n ast.Node, t types.Type, skipSlices bool) ([]field, error) {
 	st, ok := t.Underlying().(*types.Struct)
 	if !ok {
 		return nil, l.errorAt(n, "%v is not a struct", t)
@@ -169,6 +173,9 @@ func (l *loader) structFields(n ast.Node, t types.Type) ([]field, error) {
 	var fs []field
 	for i := range st.NumFields() {
 		v := st.Field(i)
+		if _, slice := v.Type().(*types.Slice); slice && skipSlices {
+			continue
+		}
 		ft, ok := basicType(v.Type())
 		if !ok {
 			return nil, l.errorAt(n, "field %s of %v is %v; the subset has int64 and bool", v.Name(), t, v.Type())
@@ -197,10 +204,10 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 		return nil, l.errorAt(fd, "%s.decide: the state must be passed by pointer", tn.Name())
 	}
 	var err error
-	if f.state, err = l.structFields(fd, ptr.Elem()); err != nil {
+	if f.state, err = l.structFields(fd, ptr.Elem(), false); err != nil {
 		return nil, err
 	}
-	if f.decision, err = l.structFields(fd, r.At(0).Type()); err != nil {
+	if f.decision, err = l.structFields(fd, r.At(0).Type(), true); err != nil {
 		return nil, err
 	}
 

@@ -14,6 +14,7 @@ type luaGen struct {
 	tmp      int
 	declared map[string]bool
 	alias    map[string]string // inlined helpers' parameters that stand for a name or number
+	fn       bool              // writing the form as a function of the composite form (see LuaAll)
 }
 
 // Lua operator precedences (higher binds tighter).
@@ -329,9 +330,29 @@ func assigns(b []stmt, name string) bool {
 }
 
 // reply writes decide's return: the write of the next state unless the TTL
-// is the constant 0, then the reply.
+// is the constant 0, then the reply. In a function (fn), it returns the
+// decision's fields, the TTL and the next state's fields as a table (nil
+// when the TTL is the constant 0) instead, and writes nothing.
 func (g *luaGen) reply(s sReturn) {
 	d := s.dec
+	if g.fn {
+		var vals []string
+		for _, f := range g.f.decision {
+			vals = append(vals, luaName(d+"_"+f.name))
+		}
+		if c, ok := s.val.(eConst); ok && c.v == 0 {
+			g.line("return %s, 0, nil", strings.Join(vals, ", "))
+			return
+		}
+		var pre, fields []string
+		ttl, _ := g.expr(s.val, &pre)
+		g.flush(pre)
+		for _, f := range g.f.state {
+			fields = append(fields, "s_"+f.name)
+		}
+		g.line("return %s, %s, {%s}", strings.Join(vals, ", "), ttl, strings.Join(fields, ", "))
+		return
+	}
 	var reply []string
 	for _, f := range g.f.decision {
 		v := luaName(d + "_" + f.name)

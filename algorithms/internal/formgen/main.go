@@ -137,5 +137,9 @@ func Generate(dir string) (map[string][]byte, error) {
 			out[filepath.Join("sql", f.name+".sql")] = []byte(sql)
 		}
 	}
+	out[filepath.Join("lua", "all.lua")] = []byte(LuaAll(forms))
+	if sql := SQLAll(forms); sql != "" {
+		out[filepath.Join("sql", "all.sql")] = []byte(sql)
+	}
 	return out, nil
 }

@@ -1,0 +1,315 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// The Composite group holds composites (algorithms.All) to their rule:
+// admitted only if every limit admits, and then every limit consumes;
+// otherwise none consumes, also under concurrency. It runs on both paths:
+// a store's Decider (the composite server forms, one round trip) and its
+// Update. A composite with a part that has no generated server form (the
+// sliding log) has no server path: the store answers ErrUnsupported and
+// the limiter uses Update, which the group checks too.
+
+// composites are the composites the group runs: two limits of different
+// kinds, every kind with a generated form at once, and one with a sliding
+// log (Update only on every store).
+func composites() []algorithms.Algorithm {
+	const s, m = time.Second, time.Minute
+	return []algorithms.Algorithm{
+		algorithms.All(algorithms.GCRA(10, s, 10), algorithms.FixedWindow(15, m)),
+		algorithms.All(algorithms.FixedWindow(12, s), algorithms.SlidingWindow(20, m), algorithms.TokenBucket(10, s, 10),
+			algorithms.LeakyBucket(10, s, 10), algorithms.GCRA(30, m, 10)),
+		algorithms.All(algorithms.SlidingLog(10, s), algorithms.FixedWindow(15, m)),
+	}
+}
+
+// compositeFamilies are Differential families of composites: each switches
+// its parts' numbers mid-sequence under one name, as the single
+// algorithms' families do.
+func compositeFamilies() []family {
+	const ms, s = time.Millisecond, time.Second
+	two := func(a, b numbers) algorithms.Algorithm {
+		return algorithms.All(algorithms.GCRA(a.limit, a.period, a.burst), algorithms.FixedWindow(b.limit, b.period))
+	}
+	five := func(n numbers) algorithms.Algorithm {
+		return algorithms.All(algorithms.FixedWindow(n.limit, n.period), algorithms.SlidingWindow(2*n.limit, 3*n.period),
+			algorithms.TokenBucket(n.limit, n.period, n.burst), algorithms.LeakyBucket(n.limit, 2*n.period, n.burst),
+			algorithms.GCRA(n.limit, n.period, n.burst))
+	}
+	log := func(n numbers) algorithms.Algorithm {
+		return algorithms.All(algorithms.SlidingLog(n.limit, n.period), algorithms.TokenBucket(n.limit, n.period, n.burst))
+	}
+	return []family{
+		{"gcra+fixed_window", []algorithms.Algorithm{two(numbers{7, s, 5}, numbers{11, 3 * s, 0}), two(numbers{3, 100 * ms, 7}, numbers{20, 3 * s, 0})}, s},
+		{"five", []algorithms.Algorithm{five(numbers{7, s, 5}), five(numbers{1000, 3 * s, 11})}, s},
+		{"sliding_log+token_bucket", []algorithms.Algorithm{log(numbers{7, s, 5}), log(numbers{3, 100 * ms, 4})}, s},
+	}
+}
+
+// compositePaths are the two paths for a composite: the server path skips
+// (without failing, whatever DecidesAllBuiltins says) when the store has
+// no composite form for the composite.
+var compositePaths = []path{
+	{"server", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
+		t.Helper()
+		dec, ok := s.(ratelimit.Decider)
+		if !ok {
+			t.Skip("store does not implement ratelimit.Decider")
+		}
+		key := ratelimit.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
+		_, err := dec.Decide(context.Background(), key, alg, algorithms.Request{Now: epoch.UnixMicro(), Cost: 1, Peek: true})
+		switch {
+		case errors.Is(err, ratelimit.ErrUnsupported) && h.DecidesAllBuiltins && composable(alg):
+			t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins and every part has a generated server form", alg, err)
+		case errors.Is(err, ratelimit.ErrUnsupported):
+			t.Skipf("store has no server form for %v: %v", alg, err)
+		case err != nil:
+			t.Fatalf("store.Decide(%v) peek on a fresh key: %v", alg, err)
+		}
+		return s
+	}},
+	paths[1],
+}
+
+// composable reports whether every part of alg has a generated server form.
+func composable(alg algorithms.Algorithm) bool {
+	c, ok := alg.(algorithms.Composite)
+	if !ok {
+		return false
+	}
+	_, _, ok = algorithms.CompositeForm(c)
+	return ok
+}
+
+func testComposite(t *testing.T, newHarness func(*testing.T) Harness) {
+	for _, p := range compositePaths {
+		t.Run(p.name, func(t *testing.T) {
+			t.Run("Boundaries", func(t *testing.T) {
+				h := newHarness(t)
+				testCompositeBoundaries(t, p.wrap(t, h, h.Store, composites()[0]))
+			})
+			for i, alg := range composites() {
+				t.Run(fmt.Sprintf("Concurrency-%d", i), func(t *testing.T) {
+					h := newHarness(t)
+					testCompositeConcurrency(t, p.wrap(t, h, h.Store, alg), alg)
+				})
+			}
+			for _, fam := range compositeFamilies() {
+				t.Run("Differential-"+fam.name, func(t *testing.T) {
+					h := newHarness(t)
+					s := p.wrap(t, h, h.Store, fam.algs[0])
+					for seed := uint64(1); seed <= 2; seed++ {
+						runSequence(t, h, s, fam, seed, 150)
+					}
+				})
+			}
+			t.Run("Expiry", func(t *testing.T) {
+				h := newHarness(t)
+				alg := algorithms.All(algorithms.FixedWindow(5, time.Second), algorithms.FixedWindow(50, time.Hour))
+				testCompositeExpiry(t, h, p.wrap(t, h, h.Store, alg), alg)
+			})
+			t.Run("Isolation", func(t *testing.T) {
+				h := newHarness(t)
+				alg := composites()[0]
+				testCompositeIsolation(t, p.wrap(t, h, h.Store, alg), alg)
+			})
+		})
+	}
+	t.Run("Invalid", func(t *testing.T) {
+		testCompositeInvalid(t, newHarness(t).Store)
+	})
+}
+
+// testCompositeBoundaries scripts GCRA(10/s, burst 10) and FixedWindow(15
+// per minute): the bucket's burst, its refill, then the window's limit,
+// each limit's figures reported, and a denial that consumes nothing.
+func testCompositeBoundaries(t *testing.T, s ratelimit.Store) {
+	f := newFixture(t, s, composites()[0])
+	const key = "composite-boundaries"
+	check := func(d ratelimit.Decision, allowed bool, remaining []int, retry time.Duration) {
+		t.Helper()
+		var got []int
+		for _, l := range d.Limits {
+			got = append(got, l.Remaining)
+		}
+		if d.Allowed != allowed || fmt.Sprint(got) != fmt.Sprint(remaining) || d.RetryAfter != retry {
+			t.Fatalf("composite at %s = %s, limits' remaining %v, retry after %v; want %s, %v, %v (rule: all limits admit and consume, or none consumes)",
+				f.at(), verdict(d.Allowed), got, d.RetryAfter, verdict(allowed), remaining, retry)
+		}
+		least := remaining[0]
+		for _, r := range remaining {
+			least = min(least, r)
+		}
+		if d.Remaining != least {
+			t.Fatalf("composite at %s: Remaining %d, want the least of the limits' %d", f.at(), d.Remaining, least)
+		}
+	}
+	for i := 1; i <= 10; i++ {
+		check(f.allow(key, 1), true, []int{10 - i, 15 - i}, 0)
+	}
+	// The bucket is empty: denied, and the window is not charged.
+	check(f.allow(key, 1), false, []int{0, 5}, 100*time.Millisecond)
+	check(f.allow(key, 1), false, []int{0, 5}, 100*time.Millisecond)
+	f.clock.Advance(time.Second) // the bucket refills
+	for i := 1; i <= 5; i++ {
+		check(f.allow(key, 1), true, []int{10 - i, 5 - i}, 0)
+	}
+	// The window is spent: denied until the minute ends, the bucket keeps
+	// its 5.
+	check(f.allow(key, 1), false, []int{5, 0}, 59*time.Second)
+	check(f.allow(key, 3), false, []int{5, 0}, 59*time.Second)
+	f.clock.Advance(59 * time.Second)
+	check(f.allow(key, 3), true, []int{7, 12}, 0)
+}
+
+// testCompositeConcurrency runs many goroutines on one key at a fixed time:
+// exactly the composite's limit is admitted, and afterwards each limit has
+// consumed exactly the admitted requests, none of the denied ones.
+func testCompositeConcurrency(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm) {
+	for _, existing := range []bool{false, true} {
+		name := "new-key"
+		if existing {
+			name = "existing-key"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, s, alg)
+			key := "composite-concurrent-" + name
+			ctx := context.Background()
+			fresh, err := f.lim.Peek(ctx, key)
+			if err != nil {
+				t.Fatalf("lim.Peek(%q): %v", key, err)
+			}
+			admitted := 0
+			if existing {
+				f.expect(key, 1, true)
+				admitted++
+			}
+			const workers, each = 16, 4
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			var errs []error
+			start := make(chan struct{})
+			for w := 0; w < workers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					for i := 0; i < each; i++ {
+						d, err := f.lim.Allow(ctx, key)
+						mu.Lock()
+						if err != nil {
+							errs = append(errs, err)
+						} else if d.Allowed {
+							admitted++
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			for _, err := range errs {
+				t.Errorf("lim.Allow(%q) from %d goroutines: %v", key, workers, err)
+			}
+			if admitted != fresh.Remaining {
+				t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the composite's decision is atomic)",
+					workers, each, key, admitted, fresh.Remaining)
+			}
+			after, err := f.lim.Peek(ctx, key)
+			if err != nil {
+				t.Fatalf("lim.Peek(%q): %v", key, err)
+			}
+			if len(after.Limits) != len(fresh.Limits) {
+				t.Fatalf("lim.Peek(%q) reports %d limits, want %d", key, len(after.Limits), len(fresh.Limits))
+			}
+			for i, l := range after.Limits {
+				if want := fresh.Limits[i].Remaining - admitted; l.Remaining != want {
+					t.Errorf("after %d admitted requests limit %d (%s) has %d remaining, want %d (rule: a denied request consumes from no limit)",
+						admitted, i+1, alg.(algorithms.Composite).Parts()[i].Name(), l.Remaining, want)
+				}
+			}
+		})
+	}
+}
+
+// testCompositeExpiry checks that the composite's keys carry an expiry, at
+// least the longest part's TTL.
+func testCompositeExpiry(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) {
+	if h.Expiries == nil {
+		t.Skip("harness has no Expiries: cannot list the backend's keys")
+	}
+	f := newFixture(t, s, alg)
+	f.expect("composite-expiry", 1, true)
+	list, err := h.Expiries(context.Background())
+	if err != nil {
+		t.Fatalf("Expiries: %v", err)
+	}
+	now := f.clock.Now()
+	if h.RealTimeExpiry {
+		now = time.Now()
+	}
+	found := false
+	for _, e := range list {
+		if !strings.Contains(e.Key, "composite-expiry") {
+			continue
+		}
+		found = true
+		switch {
+		case e.Never:
+			t.Errorf("backend key %q has no expiry (rule: every key written carries one)", e.Key)
+		case e.At.Sub(now) < 59*time.Minute:
+			t.Errorf("backend key %q expires in %v, before the hour-long limit's state (rule: the key lives as long as its longest part)", e.Key, e.At.Sub(now))
+		}
+	}
+	if !found {
+		t.Errorf("Expiries lists no key for composite-expiry after an admitted request")
+	}
+}
+
+// testCompositeIsolation checks that a composite never shares state with a
+// single algorithm of the same limiter name, nor with another composite.
+func testCompositeIsolation(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm) {
+	f := newFixture(t, s, alg, ratelimit.WithName("shared"))
+	single := f.sibling(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("shared"))
+	other := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
+	const key = "composite-isolation"
+	f.exhaust(key, 10)
+	if d := single.allow(key, 10); !d.Allowed {
+		t.Errorf("a GCRA limiter named like an exhausted composite of a GCRA denied its first request (rule: a composite's keys never collide with a single algorithm's)")
+	}
+	if d := other.allow(key, 10); !d.Allowed {
+		t.Errorf("a composite of other parts named like an exhausted composite denied its first request (rule: a composite's keys never collide with another composite's)")
+	}
+}
+
+// testCompositeInvalid checks that bad compositions and costs are errors.
+func testCompositeInvalid(t *testing.T, s ratelimit.Store) {
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.All(),
+		algorithms.All(algorithms.GCRA(10, time.Second, 10), nil),
+		algorithms.All(algorithms.All(algorithms.GCRA(10, time.Second, 10))),
+		algorithms.All(algorithms.FixedWindow(-1, time.Second)),
+	} {
+		if _, err := ratelimit.New(s, alg); !errors.Is(err, ratelimit.ErrInvalidParams) {
+			t.Errorf("ratelimit.New(%v) = %v, want an error wrapping ErrInvalidParams", alg, err)
+		}
+	}
+	lim, err := ratelimit.New(s, composites()[0])
+	if err != nil {
+		t.Fatalf("ratelimit.New(%v): %v", composites()[0], err)
+	}
+	if _, err := lim.AllowN(context.Background(), "composite-cost", 11); !errors.Is(err, ratelimit.ErrInvalidCost) {
+		t.Errorf("AllowN with cost 11 above the GCRA part's burst of 10 = %v, want ErrInvalidCost", err)
+	}
+}
