@@ -1,6 +1,7 @@
 -- The decide function of one table and one built-in algorithm, here
 -- {{.Name}}: the one statement of a decision (Store.Decide) is a call to
--- it. This file is a text/template that schema.go fills in with the
+-- it. The composite's ("all": algorithms.All) takes the parts' names too,
+-- calls ratelimit_all and returns every part's decision, six elements each. This file is a text/template that schema.go fills in with the
 -- function's quoted name (the table's name with "_decide_" and the
 -- algorithm's appended), the table's quoted name, the algorithm's SQL form
 -- (see algorithms/sql.go), the server's clock in microseconds as an
@@ -29,7 +30,7 @@
 -- then inserts nothing, and the loser goes round again, now locking the
 -- winner's row and deciding on its state.
 CREATE OR REPLACE FUNCTION {{.Func}}(
-    p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint)
+    p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint{{if .Composite}}, p_parts text[]{{end}})
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 DECLARE
     v_now  bigint;
@@ -38,7 +39,7 @@ DECLARE
     v_vals bigint[];
     v_st   bytea;
     v_exp  bigint;
-    d      ratelimit_step;
+    d      {{if .Composite}}ratelimit_all_step{{else}}ratelimit_step{{end}};
 BEGIN
     IF p_wait_ms IS NOT NULL THEN
         -- Wait for the row lock no longer than the caller's context allows,
@@ -59,7 +60,7 @@ BEGIN
         -- the state it reads.
         v_now := coalesce(p_now, {{.Now}});
         d := {{.Form}}(CASE WHEN v_exp > v_now THEN coalesce(v_vals, ratelimit_int8s(v_st)) END,
-            v_now, p_cost, p_peek, p_args);
+            v_now, p_cost, p_peek, p_args{{if .Composite}}, p_parts{{end}});
         EXIT WHEN d.next_state IS NULL; -- a peek or a denial: nothing to write
         IF v_row IS NOT NULL THEN
             UPDATE {{.Table}} SET vals = d.next_state, state = NULL, expires_at = v_now + d.ttl
@@ -75,6 +76,6 @@ BEGIN
     IF p_wait_ms IS NOT NULL THEN
         PERFORM set_config('lock_timeout', v_lock, true);
     END IF;
-    RETURN ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
+    RETURN {{if .Composite}}d.decisions{{else}}ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay]{{end}};
 END
 {{.Tag}};

@@ -68,4 +68,5 @@ func ExampleStore_SchemaSQL() {
 	// CREATE OR REPLACE FUNCTION "limits_decide_token_bucket"(
 	// CREATE OR REPLACE FUNCTION "limits_decide_gcra"(
 	// CREATE OR REPLACE FUNCTION "limits_decide_leaky_bucket"(
+	// CREATE OR REPLACE FUNCTION "limits_decide_all"(
 }

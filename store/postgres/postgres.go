@@ -145,6 +145,7 @@ type Store struct {
 
 	// SQL built once from the quoted identifiers.
 	decideSQL                                   map[*algorithms.Builtin]string
+	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
 }
@@ -167,6 +168,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	for _, b := range builtins {
 		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
+	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
@@ -258,6 +260,9 @@ func appendKey(b []byte, k ratelimit.Key) []byte {
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	// The form is bound to the algorithm's type (BuiltinOf), never to its
 	// name, so a user's algorithm is never run as a built-in.
+	if c, ok := alg.(algorithms.Composite); ok {
+		return s.decideAll(ctx, key, c, req)
+	}
 	sf, ok := alg.(algorithms.ServerForm)
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
@@ -290,6 +295,49 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	return algorithms.Decision{
 		Allowed: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4], Delay: v[5],
 	}, nil
+}
+
+// decideAll decides a composite (algorithms.All) with one statement, as
+// Decide decides a single algorithm: the table's composite decide function
+// locks the key's row, runs the composite SQL form (ratelimit_all, which
+// calls each part's SQL form as a peek and, when every part admits, for
+// real) and writes every part's next state only when all admit. For a
+// composite with a part that has no generated SQL form it returns an error
+// wrapping ratelimit.ErrUnsupported without contacting the server.
+func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
+	names, args, ok := algorithms.CompositeForm(c)
+	if !ok {
+		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a generated SQL form: %w", c, ratelimit.ErrUnsupported)
+	}
+	if err := ctx.Err(); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
+	}
+	var now any = req.Now
+	if !s.requestClock {
+		now = nil // the function reads the server's clock
+	}
+	var wait any
+	if deadline, ok := ctx.Deadline(); ok {
+		wait = lockWaitMillis(time.Until(deadline))
+	}
+	call := &decideCall{key: key}
+	err := s.db.QueryRow(ctx, s.decideAllSQL, call, now, req.Cost, req.Peek, s.args.text(args), wait, names).
+		Scan(&call.raw)
+	if err != nil {
+		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+	}
+	v := make([]int64, 6*len(names))
+	if err := decodeInts(call.raw, v); err != nil {
+		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
+	}
+	parts := make([]algorithms.Decision, len(names))
+	for i := range parts {
+		p := v[6*i:]
+		parts[i] = algorithms.Decision{
+			Allowed: p[0] == 1, Limit: p[1], Remaining: p[2], RetryAfter: p[3], ResetAfter: p[4], Delay: p[5],
+		}
+	}
+	return algorithms.Combine(parts), nil
 }
 
 // Update implements ratelimit.Store with one transaction: it locks the key's

@@ -53,7 +53,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrations with their own tools: the table, two small helper functions
 // (ratelimit_now, the server's clock in microseconds, and ratelimit_int8s,
 // which reads state written by Update), every built-in algorithm's SQL form,
-// and the table's decide functions. Run it in one transaction. Every
+// the composite SQL form (ratelimit_all, algorithms.CompositeSQL), and the
+// table's decide functions (one per algorithm, and one for composites). Run it in one transaction. Every
 // statement creates only what is missing or replaces a function, so it can
 // run again after an upgrade. Objects are created in the first schema of
 // the search_path.
@@ -69,10 +70,14 @@ func (s *Store) SchemaSQL() string {
 		b.WriteString(form)
 		b.WriteString("\n")
 	}
+	b.WriteString(algorithms.CompositeSQL())
+	b.WriteString("\n")
 	for _, alg := range builtins {
-		b.WriteString(s.decideFunctionSQL(alg))
+		b.WriteString(s.decideFunctionSQL(alg.Name, alg.SQLFunction(), false))
 		b.WriteString("\n")
 	}
+	b.WriteString(s.decideFunctionSQL(compositeName, "ratelimit_all", true))
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -103,9 +108,12 @@ func execute(b *strings.Builder, t *template.Template, data any) {
 // decideFunctionSQL returns the table's decide function for alg (see
 // decide.sql), quoted with a dollar tag that occurs nowhere else in it: the
 // function holds quoted identifiers made from the user's table name.
-func (s *Store) decideFunctionSQL(alg *algorithms.Builtin) string {
-	data := struct{ Name, Func, Table, Form, Now, Tag string }{
-		alg.Name, s.decideFunction(alg.Name), s.ident(s.table), alg.SQLFunction(), nowSQL, "",
+func (s *Store) decideFunctionSQL(name, form string, composite bool) string {
+	data := struct {
+		Name, Func, Table, Form, Now, Tag string
+		Composite                         bool
+	}{
+		name, s.decideFunction(name), s.ident(s.table), form, nowSQL, "", composite,
 	}
 	for i := 0; ; i++ {
 		data.Tag = fmt.Sprintf("$rl%d$", i)
@@ -116,6 +124,10 @@ func (s *Store) decideFunctionSQL(alg *algorithms.Builtin) string {
 		}
 	}
 }
+
+// compositeName names the composite's decide function: the table's name
+// with "_decide_all" appended. No built-in algorithm is named "all".
+const compositeName = "all"
 
 // decideFunction is the quoted name of the table's decide function for the
 // algorithm with the given name.

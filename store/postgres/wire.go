@@ -96,7 +96,11 @@ func equalArgs(a, b []int64) bool {
 // decodeDecision reads the decide function's result, a bigint[] of
 // len(v) elements, into v: in PostgreSQL's binary format (what pgx asks
 // for by default) or in its text format (the simple protocol).
-func decodeDecision(raw []byte, v *[6]int64) error {
+func decodeDecision(raw []byte, v *[6]int64) error { return decodeInts(raw, v[:]) }
+
+// decodeInts reads a bigint[] of exactly len(v) elements into v, as
+// decodeDecision does: a composite's decision is six elements per part.
+func decodeInts(raw []byte, v []int64) error {
 	if len(raw) > 0 && raw[0] == '{' {
 		return decodeDecisionText(raw, v)
 	}
@@ -117,7 +121,7 @@ func decodeDecision(raw []byte, v *[6]int64) error {
 	return nil
 }
 
-func decodeDecisionText(raw []byte, v *[6]int64) error {
+func decodeDecisionText(raw []byte, v []int64) error {
 	if raw[len(raw)-1] != '}' {
 		return fmt.Errorf("unexpected decision %q", raw)
 	}
