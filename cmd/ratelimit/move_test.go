@@ -135,18 +135,29 @@ func moveAll(t *testing.T, src, dst ratelimit.Store, alg algorithms.Algorithm, n
 }
 
 // TestMoveChain moves live state memory → Redis → PostgreSQL → DynamoDB →
-// memory, for every built-in algorithm, and requires that after each move
+// memory, for every built-in algorithm and a composite, and requires that after each move
 // the moved limiter decides exactly as a reference limiter that never
 // moved, on one fake clock (rule: a move resets no user's quota).
 func TestMoveChain(t *testing.T) {
 	s := startServers(t)
 	ctx := context.Background()
+	// An hour's period: the Redis-protocol servers expire keys by real
+	// time, so the state's TTL must outlast any stall of this machine
+	// while the fake clock stands still.
+	type chainCase struct {
+		name string
+		alg  algorithms.Algorithm
+	}
+	var cases []chainCase
 	for _, b := range algorithms.Builtins() {
-		t.Run(b.Name, func(t *testing.T) {
-			// An hour's period: the Redis-protocol servers expire keys by
-			// real time, so the state's TTL must outlast any stall of this
-			// machine while the fake clock stands still.
-			alg := b.New(5, time.Hour, 4)
+		cases = append(cases, chainCase{b.Name, b.New(5, time.Hour, 4)})
+	}
+	// A composite moves as one key holding every limit's state.
+	cases = append(cases, chainCase{"composite", algorithms.All(algorithms.GCRA(5, time.Hour, 4), algorithms.FixedWindow(7, time.Hour))})
+	for _, c := range cases {
+		b := struct{ Name string }{c.name}
+		t.Run(c.name, func(t *testing.T) {
+			alg := c.alg
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 			ref, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
 			if err != nil {
