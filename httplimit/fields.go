@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/dunglas/httpsfv"
+	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
@@ -62,4 +63,86 @@ func joinPolicies(outs []outcome) string {
 		b.WriteString(o.rule.policy)
 	}
 	return b.String()
+}
+
+// limitItem is one limit of a rule whose limiter's algorithm is a
+// composite (algorithms.All): the rule states one policy per limit, named
+// "<rule>-<algorithm>" (or "<rule>-<n>", counting from 1, when two limits
+// share an algorithm), and one RateLimit member per limit.
+type limitItem struct {
+	policy   string // `"name";q=…;w=…`, or "" when the part states no policy
+	item     string // `"name"`
+	quota    int64
+	hasQuota bool
+}
+
+// compositeItems returns the limit items of a rule named name whose
+// algorithm is alg, one per part in order, and nil when alg is not a
+// composite.
+func compositeItems(name string, alg algorithms.Algorithm) ([]limitItem, error) {
+	c, ok := alg.(algorithms.Composite)
+	if !ok {
+		return nil, nil
+	}
+	parts := c.Parts()
+	byIndex := false
+	seen := map[string]bool{}
+	for _, p := range parts {
+		byIndex = byIndex || seen[p.Name()]
+		seen[p.Name()] = true
+	}
+	items := make([]limitItem, len(parts))
+	for i, p := range parts {
+		n := name + "-" + p.Name()
+		if byIndex {
+			n = name + "-" + strconv.Itoa(i+1)
+		}
+		var err error
+		if items[i].item, err = policyItem(n, nil); err != nil {
+			return nil, err
+		}
+		if ps, ok := p.(algorithms.PolicyStater); ok {
+			pol := ps.Policy()
+			items[i].quota, items[i].hasQuota = pol.Quota, true
+			if items[i].policy, err = policyItem(n, &pol); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return items, nil
+}
+
+// compositePolicy is the RateLimit-Policy value of a composite rule's
+// limits: every limit's policy that states one.
+func compositePolicy(items []limitItem) string {
+	var ps []string
+	for _, it := range items {
+		if it.policy != "" {
+			ps = append(ps, it.policy)
+		}
+	}
+	return strings.Join(ps, ", ")
+}
+
+// compositeRateLimit is the RateLimit value of a composite rule's decision
+// d: one member per limit, with that limit's own remaining and reset; and
+// the quota of the limit with the least remaining (the one d's Remaining
+// is), for the legacy fields. ok is false when d carries no per-limit
+// figures (a decision the store did not make).
+func compositeRateLimit(items []limitItem, d ratelimit.Decision) (value string, quota int64, hasQuota, ok bool) {
+	if len(items) == 0 || len(d.Limits) != len(items) {
+		return "", 0, false, false
+	}
+	var b strings.Builder
+	least := 0
+	for i, l := range d.Limits {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(rateLimitItem(items[i].item, l.Remaining, ceilSeconds(l.ResetAfter)))
+		if l.Remaining < d.Limits[least].Remaining {
+			least = i
+		}
+	}
+	return b.String(), items[least].quota, items[least].hasQuota, true
 }

@@ -214,7 +214,8 @@ type rule struct {
 	item     string // `"name"`: the start of its RateLimit member
 	quota    int64  // q, or Decision.Limit's stand-in when there is no policy
 	hasQuota bool
-	tiers    *tierRules // the rule at its tiers' numbers (tiers.go)
+	tiers    *tierRules  // the rule at its tiers' numbers (tiers.go)
+	limits   []limitItem // one per limit of a composite (algorithms.All), else nil
 }
 
 // New returns a middleware that applies rules to every request they match.
@@ -255,6 +256,13 @@ func New(rules []Rule, opts ...Option) (*Middleware, error) {
 				return nil, err
 			}
 			all = append(all, ru.policy)
+		}
+		if ru.limits, err = compositeItems(r.Name, r.Limiter.Algorithm()); err != nil {
+			return nil, err
+		}
+		if p := compositePolicy(ru.limits); p != "" {
+			ru.policy = p
+			all = append(all, p)
 		}
 		m.rules = append(m.rules, ru)
 	}
@@ -431,11 +439,16 @@ func (m *Middleware) Check(r *http.Request, h http.Header) Verdict {
 		}
 	}
 	t := ceilSeconds(worst.d.ResetAfter)
-	h[hRateLimit] = []string{rateLimitItem(worst.rule.item, worst.d.Remaining, t)}
+	q, hasQuota := worst.rule.quota, worst.rule.hasQuota
+	if v, cq, cok, ok := compositeRateLimit(worst.rule.limits, worst.d); ok {
+		h[hRateLimit] = []string{v}
+		q, hasQuota = cq, cok
+	} else {
+		h[hRateLimit] = []string{rateLimitItem(worst.rule.item, worst.d.Remaining, t)}
+	}
 	if m.legacy {
-		q := int64(worst.d.Limit)
-		if worst.rule.hasQuota {
-			q = worst.rule.quota
+		if !hasQuota {
+			q = int64(worst.d.Limit)
 		}
 		h[hLimit] = []string{strconv.FormatInt(q, 10)}
 		h[hRemaining] = []string{strconv.Itoa(worst.d.Remaining)}

@@ -39,9 +39,15 @@ func (ru *rule) at(r *http.Request, t *ratelimit.Tier) (*rule, error) {
 	}
 	p, ok := t.Policy()
 	if !ok {
-		// No numbers to state: the rule's own answer without a policy.
+		// No numbers to state: the rule's own answer without a policy,
+		// or a composite's, one per limit at the tier's numbers.
 		tr := *ru
 		tr.policy, tr.quota, tr.hasQuota = "", 0, false
+		var err error
+		if tr.limits, err = compositeItems(ru.Name, t.Algorithm()); err != nil {
+			return nil, err
+		}
+		tr.policy = compositePolicy(tr.limits)
 		return &tr, nil
 	}
 	c := ru.tiers
