@@ -41,6 +41,12 @@
 #               whose hash slot moves between masters, on a Redis Cluster of
 #               its own; for docs/scaling.md only. About 3 minutes.
 #
+#   composite   bench/redis TestCompositeReport: a composite of two limits
+#               (algorithms.All, one round trip) against the same limits as
+#               two limiters called one after the other, in
+#               RATELIMIT_BENCH_ROUNDS rounds (default 9), on a Redis of its
+#               own. About 2 minutes.
+#
 # A new section is a function named section_NAME that prints its Markdown
 # for docs/benchmarks.md to stdout (nothing, if it has no table there) and
 # may write $OUT/NAME.scaling.md, plus the markers in the page(s).
@@ -143,6 +149,18 @@ section_redis() {
 		{ cat "$OUT/redis.txt" >&2; return 1; }
 	echo "Load after: $(load)."
 	cat "$tables"
+}
+
+section_composite() {
+	local raw=$OUT/composite.txt
+	echo "Command: \`bash bench/run.sh composite\`$([ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"); $(machine)"
+	echo
+	echo "Load before: $(load)."
+	with_own "REDIS_ADDR" bash -c 'cd bench && RATELIMIT_BENCH_COMPOSITE=1 go test -count=1 -run "^TestCompositeReport$" -v -timeout 30m ./redis/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
 }
 
 # splice replaces the text between NAME's markers in the page DOC with FILE.
@@ -365,7 +383,7 @@ section_rediscost() {
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost composite)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done
