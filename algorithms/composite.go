@@ -268,3 +268,18 @@ func CompositeForm(c Composite) (names []string, args []int64, ok bool) {
 	}
 	return names, args, true
 }
+
+// Divide implements Divisible: the composite of its parts each divided by
+// n (see the package function Divide). A part that cannot be divided makes
+// the result invalid, with that part's error from Validate.
+func (c *composite) Divide(n int64) Algorithm {
+	parts := make([]Algorithm, len(c.parts))
+	for i, p := range c.parts {
+		d, err := Divide(p, n)
+		if err != nil {
+			return &composite{parts: c.parts, name: "all-invalid", err: fmt.Errorf("All: limit %d (%s): %w", i+1, p.Name(), err)}
+		}
+		parts[i] = d
+	}
+	return All(parts...)
+}

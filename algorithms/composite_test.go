@@ -2,6 +2,7 @@ package algorithms_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -74,5 +75,18 @@ func TestAllCorruptState(t *testing.T) {
 		if _, err := a.Decide(st, algorithms.Request{Now: 1, Cost: 1}); !errors.Is(err, algorithms.ErrCorruptState) {
 			t.Errorf("Decide(%v) = %v, want ErrCorruptState", st, err)
 		}
+	}
+}
+
+// TestAllDivide: a composite divides part by part, keeping its name (so a
+// fallback's state is the composite's kind).
+func TestAllDivide(t *testing.T) {
+	a := algorithms.All(algorithms.GCRA(10, time.Second, 10), algorithms.FixedWindow(1000, time.Hour))
+	d, err := algorithms.Divide(a, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(d), fmt.Sprint(algorithms.All(algorithms.GCRA(2, time.Second, 2), algorithms.FixedWindow(250, time.Hour))); got != want || d.Name() != a.Name() {
+		t.Errorf("Divide(%v, 4) = %v (%s), want %v (%s)", a, got, d.Name(), want, a.Name())
 	}
 }

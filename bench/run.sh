@@ -160,6 +160,7 @@ section_composite() {
 		{ cat "$raw" >&2; return 1; }
 	echo "Load after: $(load)."
 	loadnote
+	echo
 	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
 }
 
