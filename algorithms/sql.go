@@ -52,6 +52,28 @@ package algorithms
 // its own. Every form but the sliding log's is generated from the Go form
 // by internal/formgen, which writes them in that shape.
 
+// The composite SQL form (sql/all.sql, read with CompositeSQL) decides a
+// composite (All) of algorithms whose SQL forms are generated:
+//
+//	ratelimit_all(
+//	    state  bigint[],  -- the key's live state, or NULL
+//	    now_us bigint, cost bigint, peek boolean,
+//	    args   bigint[],  -- every part's ServerArgs, in order
+//	    parts  text[])    -- the parts' algorithm names, in order
+//	RETURNS ratelimit_all_step
+//
+//	CREATE TYPE ratelimit_all_step AS (
+//	    next_state bigint[], ttl bigint, decisions bigint[])
+//
+// state is the composite's Go form state (see Composite) as int64 fields:
+// for each part its expiry, its length in bytes and its fields. decisions
+// holds six elements per part, [allowed (1 or 0), limit, remaining,
+// retry_after, reset_after, delay], which Combine turns into the
+// composite's decision. It calls each part's form through
+// ratelimit_all_part, a dispatch on the name, as a peek and then, when all
+// admit and the request is not a peek, for real; next_state is NULL unless
+// every part admits.
+
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.
 const SQLErrCorrupt = "RL001"

@@ -85,6 +85,12 @@
 // is usually a transaction of its own. Arithmetic is bigint, whose
 // division truncates as Go's does.
 //
+// It also writes the composite forms, lua/all.lua and sql/all.sql
+// (composite.go): every form's decide as a Lua function that returns the
+// next state instead of writing it, called by a driver in two phases (check
+// as a peek, then commit) for each part of a composite (algorithms.All),
+// and a PL/pgSQL driver that calls every form's SQL function the same way.
+//
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
 // cannot express, so lua/sliding_log.lua and sql/sliding_log.sql are
@@ -122,7 +128,7 @@ func main() {
 
 // Generate returns the files to write under dir, the algorithms package,
 // keyed by their path relative to it: lua/<name>.lua and sql/<name>.sql
-// for every form.
+// for every form, and the composite forms lua/all.lua and sql/all.sql.
 func Generate(dir string) (map[string][]byte, error) {
 	forms, err := load(dir)
 	if err != nil {
