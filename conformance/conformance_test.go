@@ -170,6 +170,28 @@ func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorit
 	if s.defect == "decider-form-missing" && algorithms.BuiltinOf(alg) == algorithms.Builtins()[0] {
 		return algorithms.Decision{}, fmt.Errorf("broken: no form for %s: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
+	if c, ok := alg.(algorithms.Composite); ok && s.defect == "decider-partial" {
+		// Each limit as a limiter of its own, called one after the other:
+		// a limit that admits consumes even when another denies.
+		var parts []algorithms.Decision
+		for i, p := range c.Parts() {
+			k := key
+			k.ID = fmt.Sprintf("%s#%d", key.ID, i)
+			var d algorithms.Decision
+			err := s.brokenStore.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
+				r := req
+				r.Now = now
+				step, err := p.Decide(cur, r)
+				d = step.Decision
+				return step.Next, step.TTL, err
+			})
+			if err != nil {
+				return algorithms.Decision{}, err
+			}
+			parts = append(parts, d)
+		}
+		return algorithms.Combine(parts), nil
+	}
 	var d algorithms.Decision
 	err := s.brokenStore.Update(ctx, key, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
 		r := req
@@ -246,6 +268,8 @@ var brokenCases = []struct {
 	{"decider-cost-ignored", "Differential/server/", "a server form charges the request's cost"},
 	{"decider-form-missing", "Concurrency/server/", "a store that says it decides every built-in has a form for each (a limiter would silently use Update)"},
 	{"decider-server-clock-ignored", "DifferentialServerClock/server/", "a store on its server's clock decides by it"},
+	{"decider-partial", "Composite/server/Concurrency-0/", "a composite's denied request consumes from no limit"},
+	{"decider-partial", "Composite/server/Boundaries", "a composite's denied request consumes from no limit"},
 }
 
 // TestBrokenStoreHelper runs the suite on the store named by
