@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -196,32 +195,7 @@ func testCompositeConcurrency(t *testing.T, s ratelimit.Store, alg algorithms.Al
 				admitted++
 			}
 			const workers, each = 16, 4
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			var errs []error
-			start := make(chan struct{})
-			for w := 0; w < workers; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					for i := 0; i < each; i++ {
-						d, err := f.lim.Allow(ctx, key)
-						mu.Lock()
-						if err != nil {
-							errs = append(errs, err)
-						} else if d.Allowed {
-							admitted++
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
-			for _, err := range errs {
-				t.Errorf("lim.Allow(%q) from %d goroutines: %v", key, workers, err)
-			}
+			admitted += admitConcurrently(t, workers, each, key, f.lim.Allow)
 			if admitted != fresh.Remaining {
 				t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the composite's decision is atomic)",
 					workers, each, key, admitted, fresh.Remaining)

@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -24,14 +23,7 @@ func TestBar(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_BAR") == "" {
 		t.Skip("set RATELIMIT_BENCH_BAR=1 (or run bench/redis/bar.sh) to measure the bars")
 	}
-	rounds := 9
-	if v := os.Getenv("RATELIMIT_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RATELIMIT_BENCH_ROUNDS=%q: want a positive integer", v)
-		}
-		rounds = n
-	}
+	rounds := benchRounds(t)
 	var cs []contender
 	for _, name := range []string{"sdk-gcra", "sdk-token_bucket", "redis_rate", "ulule"} {
 		i := slices.IndexFunc(redisContenders, func(c contender) bool { return c.name == name })

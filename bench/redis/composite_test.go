@@ -68,14 +68,7 @@ func TestCompositeReport(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_COMPOSITE") == "" {
 		t.Skip("set RATELIMIT_BENCH_COMPOSITE=1 (or run bash bench/run.sh composite) to measure the composite")
 	}
-	rounds := 9
-	if v := os.Getenv("RATELIMIT_BENCH_ROUNDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("RATELIMIT_BENCH_ROUNDS=%q: want a positive integer", v)
-		}
-		rounds = n
-	}
+	rounds := benchRounds(t)
 	const bar = 0.8
 	workloads := []struct {
 		name    string
@@ -125,4 +118,18 @@ func TestCompositeReport(t *testing.T) {
 			m, slices.Min(ratios), slices.Max(ratios), bar, met)
 	}
 	t.Log(out.String())
+}
+
+// benchRounds is RATELIMIT_BENCH_ROUNDS, the rounds of a report, or 9.
+func benchRounds(t *testing.T) int {
+	t.Helper()
+	v := os.Getenv("RATELIMIT_BENCH_ROUNDS")
+	if v == "" {
+		return 9
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("RATELIMIT_BENCH_ROUNDS=%q: want a positive integer", v)
+	}
+	return n
 }

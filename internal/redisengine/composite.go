@@ -84,15 +84,7 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	}
 	parts := make([]algorithms.Decision, a.parts)
 	for i := range parts {
-		v := f[algorithms.LuaReplyLen*i:]
-		parts[i] = algorithms.Decision{
-			Allowed:    v[algorithms.LuaReplyAllowed] == 1,
-			Limit:      v[algorithms.LuaReplyLimit],
-			Remaining:  v[algorithms.LuaReplyRemaining],
-			RetryAfter: v[algorithms.LuaReplyRetryAfter],
-			ResetAfter: v[algorithms.LuaReplyResetAfter],
-			Delay:      v[algorithms.LuaReplyDelay],
-		}
+		parts[i] = decision(f[algorithms.LuaReplyLen*i:])
 	}
 	return algorithms.Combine(parts), nil
 }

@@ -203,6 +203,12 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if err := Ints(r, f[:]); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
+	return decision(f[:]), nil
+}
+
+// decision reads a Lua form's reply fields (see algorithms.LuaReply...),
+// the first LuaReplyLen of f.
+func decision(f []int64) algorithms.Decision {
 	return algorithms.Decision{
 		Allowed:    f[algorithms.LuaReplyAllowed] == 1,
 		Limit:      f[algorithms.LuaReplyLimit],
@@ -210,7 +216,7 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 		RetryAfter: f[algorithms.LuaReplyRetryAfter],
 		ResetAfter: f[algorithms.LuaReplyResetAfter],
 		Delay:      f[algorithms.LuaReplyDelay],
-	}, nil
+	}
 }
 
 // decide runs s for one request on key: batched with concurrent decisions

@@ -95,6 +95,7 @@ func LuaAll(forms []*form) string {
 			f.name, f.name, len(f.state), len(f.args), luaValid(f))
 	}
 	b.WriteString("}\n\n")
+	b.WriteString(luaRequest)
 	b.WriteString(luaAllDriver)
 	return b.String()
 }
@@ -113,15 +114,7 @@ const luaAllDoc = `-- all: the Lua form of a composite (algorithms.All, composit
 
 `
 
-const luaAllDriver = `local now = tonumber(ARGV[1])
-if ARGV[4] == '1' then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local cost = tonumber(ARGV[2])
-local peek = ARGV[3] == '1'
-local slack = tonumber(ARGV[5])
-
+const luaAllDriver = `
 -- The parts and their parameters.
 local np = #ARGV - 6
 local parts = {}

@@ -67,6 +67,19 @@ func Lua(f *form) string {
 	return g.b.String()
 }
 
+// luaRequest reads the request's fixed arguments (the calling convention's
+// ARGV[1] to ARGV[5]) into now, cost, peek and slack: every Lua form's, the
+// composite's included, starts with it.
+const luaRequest = `local now = tonumber(ARGV[1])
+if ARGV[4] == '1' then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local cost = tonumber(ARGV[2])
+local peek = ARGV[3] == '1'
+local slack = tonumber(ARGV[5])
+`
+
 func (g *luaGen) prelude() {
 	f := g.f
 	var fields []string
@@ -87,14 +100,7 @@ func (g *luaGen) prelude() {
 	g.line("local MAX = 9007199254740992 -- algorithms.MaxExact")
 	g.line("local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber")
 	g.line("")
-	g.line("local now = tonumber(ARGV[1])")
-	g.line("if ARGV[4] == '1' then")
-	g.line("  local t = redis.call('TIME')")
-	g.line("  now = tonumber(t[1]) * 1000000 + tonumber(t[2])")
-	g.line("end")
-	g.line("local cost = tonumber(ARGV[2])")
-	g.line("local peek = ARGV[3] == '1'")
-	g.line("local slack = tonumber(ARGV[5])")
+	g.b.WriteString(luaRequest)
 	var args []string
 	for _, a := range f.args {
 		args = append(args, luaName(a))
