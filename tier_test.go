@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -359,7 +360,7 @@ func TestTierObserverAndShadow(t *testing.T) {
 	for i := range 4 {
 		d, err := pro.Allow(ctx, "k")
 		e := rec.last(t)
-		if err != nil || !d.Allowed || d.Shadowed != (i == 3) || d.Limit != 3 || e.Allowed != (i < 3) || e.Decision != d {
+		if err != nil || !d.Allowed || d.Shadowed != (i == 3) || d.Limit != 3 || e.Allowed != (i < 3) || !reflect.DeepEqual(e.Decision, d) {
 			t.Errorf("call %d: shadowed pro.Allow = %+v, %v, observer saw %+v; want allowed, limit 3, shadowed only the 4th", i, d, err, e)
 		}
 	}

@@ -26,11 +26,11 @@
 // in real time on that clock. Its Tiers group moves keys between tiers
 // (ratelimit.Limiter.Tier): each algorithm's state carries across as
 // docs/tiers.md says, a denial's RetryAfter under the new numbers holds,
-// and admission at a tier is exact under concurrency.
-// The Composite group holds composites
-// (algorithms.All) to the same standards on both paths (boundaries,
-// concurrency exactness with no partial consumption, differential against
-// the Go form, expiry, key isolation, bad compositions).
+// and admission at a tier is exact under concurrency. Its Composite group
+// holds composites (algorithms.All) to the same standards on both paths
+// (boundaries, concurrency exactness with no partial consumption,
+// differential against the Go form, expiry, key isolation, bad
+// compositions).
 package conformance
 
 import (

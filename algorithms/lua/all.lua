@@ -50,13 +50,16 @@ local function decide_gcra(now, cost, peek, live, sv_, av_)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
   local ahead = 0
+  local capped = false
   if live and s_tat >= now then
-    local us = min(s_tat - now, fill)
+    local us = max(min(s_tat - now, fill), 0)
     local frac = s_frac
     if s_drip ~= drip then
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    ahead = min(us * drip + frac, capacity)
+    local raw2 = us * drip + frac
+    ahead = min(raw2, capacity)
+    capped = s_tat - now > fill or raw2 > capacity
   end
   local need = cost * unit
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
@@ -78,9 +81,8 @@ local function decide_gcra(now, cost, peek, live, sv_, av_)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_retry_after = q5
-    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  if peek then
+  if peek or not d_allowed and not capped then
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
   local q6 = floor(ahead / drip)
