@@ -61,3 +61,22 @@ func TestCompositeSameAlgorithm(t *testing.T) {
 		t.Errorf("RateLimit-Policy %q, want %q", got, want)
 	}
 }
+
+// TestCompositeTier: a tier of a composite limiter states each limit at the
+// tier's numbers.
+func TestCompositeTier(t *testing.T) {
+	lim := newLimiter(t, algorithms.All(algorithms.GCRA(2, time.Second, 2), algorithms.FixedWindow(3, time.Minute)),
+		ratelimit.WithClock(clock.NewFake(epoch)))
+	pro, err := lim.Tier(algorithms.All(algorithms.GCRA(20, time.Second, 20), algorithms.FixedWindow(30, time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := serve(t, []httplimit.Rule{{Name: "api", Limiter: lim, Tier: func(*http.Request) *ratelimit.Tier { return pro }}}, ok)
+	r := get(t, srv.Client(), srv.URL)
+	if got, want := r.header.Get("RateLimit-Policy"), `"api-gcra";q=20;w=1, "api-fixed_window";q=30;w=60`; got != want {
+		t.Errorf("RateLimit-Policy %q, want %q", got, want)
+	}
+	if got, want := r.header.Get("RateLimit"), `"api-gcra";r=19;t=1, "api-fixed_window";r=29;t=60`; got != want {
+		t.Errorf("RateLimit %q, want %q", got, want)
+	}
+}
