@@ -32,5 +32,6 @@ func form(path string) (string, bool) {
 func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
 
 // CompositeSQL returns the composite SQL form (sql/all.sql), which defines
-// ratelimit_all; sql.go documents its calling convention.
+// ratelimit_all_<version> (CompositeSQLFunction); sql.go documents its
+// calling convention.
 func CompositeSQL() string { s, _ := form("sql/all.sql"); return s }

@@ -1,10 +1,12 @@
 package algorithms
 
+import "strings"
+
 // The SQL forms (sql/*.sql, read with SQL) are PL/pgSQL functions for
 // PostgreSQL that share one signature, so that a store calls any of them the
 // same way from a single statement:
 //
-//	ratelimit_<name>(
+//	ratelimit_<name>_<version>(
 //	    state  bigint[],  -- the key's live state, or NULL when it has none
 //	    now_us bigint,    -- microseconds since the Unix epoch
 //	    cost   bigint,    -- at least 1 and at most the algorithm's MaxCost
@@ -17,7 +19,8 @@ package algorithms
 //	    allowed boolean, lim bigint, remaining bigint,
 //	    retry_after bigint, reset_after bigint, delay bigint)
 //
-// where <name> is the algorithm's Name (SQLFunction returns it). The
+// where <name> is the algorithm's Name and <version> a hash of the form's
+// text (SQLFunction returns the name; see Versioned functions below). The
 // functions are pure (IMMUTABLE): they read no table and write nothing. A
 // store reads the row, calls the function and writes next_state with an
 // expiry of now_us + ttl, all inside one server-side statement; a NULL
@@ -40,12 +43,12 @@ package algorithms
 // weighted estimate and its retry search, the rate algorithms' rescale and
 // GCRA's fraction rescale), the same float8 operations in the same order
 // followed by floor. State a function cannot read raises an error with
-// SQLSTATE SQLErrCorrupt (through the helper ratelimit_corrupt).
+// SQLSTATE SQLErrCorrupt (through the helper ratelimit_corrupt_<version>).
 //
 // Each file first creates the shared type and helper if they are missing,
 // then may define helper functions before its main one (the sliding
-// window's retry search), all named ratelimit_<name> or
-// ratelimit_<name>_<helper>; executing a file creates or replaces them, so
+// window's retry search), all named ratelimit_<name>_<version> or
+// ratelimit_<name>_<helper>_<version>; executing a file creates or replaces them, so
 // it can run again at every migration. The forms are a few statements of
 // one expression each: PL/pgSQL prepares each expression the first time it
 // runs in a transaction, and a store's decision is usually a transaction of
@@ -55,7 +58,7 @@ package algorithms
 // The composite SQL form (sql/all.sql, read with CompositeSQL) decides a
 // composite (All) of algorithms whose SQL forms are generated:
 //
-//	ratelimit_all(
+//	ratelimit_all_<version>(
 //	    state  bigint[],  -- the key's live state, or NULL
 //	    now_us bigint, cost bigint, peek boolean,
 //	    args   bigint[],  -- every part's ServerArgs, in order
@@ -70,15 +73,58 @@ package algorithms
 // holds six elements per part, [allowed (1 or 0), limit, remaining,
 // retry_after, reset_after, delay], which Combine turns into the
 // composite's decision. It calls each part's form through
-// ratelimit_all_part, a dispatch on the name, as a peek and then, when all
+// ratelimit_all_part_<version>, a dispatch on the name, as a peek and then, when all
 // admit and the request is not a peek, for real; next_state is NULL unless
 // every part admits.
+
+// # Versioned functions
+//
+// Every function a SQL form defines carries a version in its name: the
+// first 8 hex digits of the SHA-256 of the form's text (internal/formgen
+// computes it), as in ratelimit_gcra_7552649b and ratelimit_corrupt_7552649b.
+// A form whose text changes gets a new name, so two releases of the SDK
+// that migrate one database (a rolling deploy, or tests of two branches on
+// one server) install their forms side by side instead of replacing each
+// other's, and each store's decide functions call the forms they were
+// migrated with. The composite form's version follows from its parts', as
+// it calls them by their versioned names. The result types
+// (ratelimit_step, ratelimit_all_step) are shared and never change.
+// SQLFunction and CompositeSQLFunction return the names.
 
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.
 const SQLErrCorrupt = "RL001"
 
 // SQLFunction returns the name of the SQL function of the built-in algorithm
-// with the given name, such as "ratelimit_gcra". It does not check that the
-// algorithm has a SQL form; SQL does.
-func SQLFunction(name string) string { return "ratelimit_" + name }
+// with the given name, as its SQL form defines it: ratelimit_<name>_<version>,
+// such as "ratelimit_gcra_7552649b", where the version is a hash of the
+// form's text (see Versioned functions above). It returns "" when the
+// algorithm has no SQL form.
+func SQLFunction(name string) string {
+	text, ok := SQL(name)
+	if !ok {
+		return ""
+	}
+	return definedFunction(text, "ratelimit_"+name)
+}
+
+// CompositeSQLFunction returns the name of the composite SQL form's
+// function, ratelimit_all_<version> (see CompositeSQL).
+func CompositeSQLFunction() string { return definedFunction(CompositeSQL(), "ratelimit_all") }
+
+// definedFunction returns the versioned name of the function text defines
+// as base_<version>, or "" when it defines none.
+func definedFunction(text, base string) string {
+	const def = "CREATE OR REPLACE FUNCTION "
+	for rest := text; ; {
+		i := strings.Index(rest, def+base+"_")
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i+len(def):]
+		name, _, ok := strings.Cut(rest, "(")
+		if v := strings.TrimPrefix(name, base+"_"); ok && len(v) == 8 && strings.Trim(v, "0123456789abcdef") == "" {
+			return name
+		}
+	}
+}

@@ -14,19 +14,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_e2ff4c64(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_e2ff4c64(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END END;
+        THEN ratelimit_corrupt_e2ff4c64(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END END;
     v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN now_us / args[2] * args[2] ELSE state[1] END;
 BEGIN
     IF NOT v_s_count + cost <= args[1] OR peek THEN

@@ -14,19 +14,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_7552649b(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_7552649b(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[3] > 0 AND state[2] < state[3]))
-        THEN ratelimit_corrupt(format('gcra state %s', state)) ELSE greatest(least(state[1] - now_us, args[4]), 0) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END END;
+        THEN ratelimit_corrupt_7552649b(format('gcra state %s', state)) ELSE greatest(least(state[1] - now_us, args[4]), 0) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END END;
     v_ahead bigint := CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END + cost * args[1];
     v_ahead2 bigint := CASE WHEN v_ahead <= args[3] AND NOT peek THEN v_ahead WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END;
 BEGIN

@@ -14,19 +14,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_bcbad49e(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_bcbad49e(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_level bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT state[3] > 0)
-        THEN ratelimit_corrupt(format('leaky_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
+        THEN ratelimit_corrupt_bcbad49e(format('leaky_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
     v_d_allowed boolean := v_level + cost * args[1] <= args[3];
     v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * args[1] ELSE v_level END ELSE v_level END;
 BEGIN

@@ -14,15 +14,15 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_ddcaae80(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_sliding_window_wait is the Go form's helper wait.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
+-- ratelimit_sliding_window_wait_ddcaae80 is the Go form's helper wait.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_ddcaae80(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     wait_e bigint;
@@ -44,12 +44,12 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_ddcaae80(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= state[1] + 2 * args[2] END;
+        THEN ratelimit_corrupt_ddcaae80(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= state[1] + 2 * args[2] END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN state[2] ELSE state[3] END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN now_us >= state[1] + args[2] THEN state[1] + args[2] ELSE state[1] END;
     v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - greatest(now_us - v_s_start, 0))::float8 / args[2]::float8), 9007199254740992)::bigint;
@@ -58,13 +58,13 @@ DECLARE
     v_e bigint;
 BEGIN
     IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait(v_s_prev, args[1] - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
+        v_e := ratelimit_sliding_window_wait_ddcaae80(v_s_prev, args[1] - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             args[1],
             greatest(args[1] - v_weighted - v_s_curr, 0),
-            CASE WHEN v_e < args[2] THEN v_e - greatest(now_us - v_s_start, 0) ELSE args[2] - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait(v_s_curr, args[1] - cost, 0, args) END,
+            CASE WHEN v_e < args[2] THEN v_e - greatest(now_us - v_s_start, 0) ELSE args[2] - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_ddcaae80(v_s_curr, args[1] - cost, 0, args) END,
             CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;

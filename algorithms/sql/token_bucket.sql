@@ -14,19 +14,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_37f148ec(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_37f148ec(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_deficit bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT state[3] > 0)
-        THEN ratelimit_corrupt(format('token_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
+        THEN ratelimit_corrupt_37f148ec(format('token_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
     v_d_allowed boolean := v_deficit + cost * args[1] <= args[3];
     v_deficit2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_deficit + cost * args[1] ELSE v_deficit END;
 BEGIN

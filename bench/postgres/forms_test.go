@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/bench/internal/handforms"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -95,7 +96,7 @@ func TestFormsReport(t *testing.T) {
 				// form on both sides: the ratios then show the
 				// measurement's own bias and spread.
 				if err == nil && (i == 1 || os.Getenv("RATELIMIT_BENCH_FORMS_CONTROL") != "") {
-					_, err = p.Exec(ctx, handforms.SQL(alg.Name()))
+					err = installForm(ctx, p, s, alg.Name(), handforms.SQL(alg.Name()))
 				}
 				if err != nil {
 					t.Fatal(err)
@@ -128,7 +129,7 @@ func TestFormsReport(t *testing.T) {
 					t.Fatal(err)
 				}
 				if i == 1 {
-					if _, err := p.Exec(ctx, handforms.SQL(alg.Name())); err != nil {
+					if err := installForm(ctx, p, s, alg.Name(), handforms.SQL(alg.Name())); err != nil {
 						t.Fatalf("installing the hand-written %s: %v", alg.Name(), err)
 					}
 				}
@@ -202,20 +203,26 @@ func formAlone(t *testing.T, pools []*pgxpool.Pool, out *strings.Builder) {
 			continue
 		}
 		proc := "rl_loop_" + alg.Name()
-		for _, p := range pools {
+		for i, p := range pools {
+			// The generated form under its versioned name; the
+			// hand-written one (frozen before versions) under its plain one.
+			fn := algorithms.SQLFunction(alg.Name())
+			if i == 1 || os.Getenv("RATELIMIT_BENCH_FORMS_CONTROL") != "" {
+				fn = "ratelimit_" + alg.Name()
+			}
 			if _, err := p.Exec(ctx, fmt.Sprintf(`CREATE OR REPLACE PROCEDURE %[1]s(n int, a bigint[]) LANGUAGE plpgsql AS $$
 DECLARE
     st bigint[];
     r  ratelimit_step;
 BEGIN
     FOR i IN 1 .. n LOOP
-        r := ratelimit_%[2]s(st, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 1, false, a);
+        r := %[2]s(st, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 1, false, a);
         IF r.next_state IS NOT NULL THEN
             st := r.next_state;
         END IF;
         COMMIT;
     END LOOP;
-END $$`, proc, alg.Name())); err != nil {
+END $$`, proc, fn)); err != nil {
 				t.Fatal(err)
 			}
 		}

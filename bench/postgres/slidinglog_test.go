@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,11 +28,10 @@ import (
 //   - admit: a period of 1,000 µs: every call admits, and one entry leaves;
 //   - deny: a period of an hour: every call is denied.
 //
-// The forms are functions shared by every table of the database, so run it
-// against a database no one else uses at the same time:
+// Each form's table calls its own form (the earlier one by the name its
+// file defines, versioned or not), so the two never replace each other:
 //
-//	RATELIMIT_POSTGRES_URL=postgres://…/scratch RATELIMIT_BENCH_SLIDING_LOG_BASE=old.sql \
-//	    go test -run TestSlidingLogForms -v ./postgres/
+//	RATELIMIT_BENCH_SLIDING_LOG_BASE=old.sql go test -run TestSlidingLogForms -v ./postgres/
 func TestSlidingLogForms(t *testing.T) {
 	url, basePath := os.Getenv("RATELIMIT_POSTGRES_URL"), os.Getenv("RATELIMIT_BENCH_SLIDING_LOG_BASE")
 	if url == "" || basePath == "" {
@@ -69,15 +69,15 @@ func TestSlidingLogForms(t *testing.T) {
 		}
 		cs := make([]contender, len(forms))
 		for i, f := range forms {
-			if _, err := p.Exec(ctx, f.sql); err != nil {
-				t.Fatalf("installing the %s form: %v", f.name, err)
-			}
 			s, err := postgres.New(p, postgres.WithTable(fmt.Sprintf("rl_bench_log_%d_%d", os.Getpid(), i)), postgres.WithRequestClock())
 			if err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Migrate(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if err := installForm(ctx, p, s, "sliding_log", f.sql); err != nil {
+				t.Fatalf("installing the %s form: %v", f.name, err)
 			}
 			t.Cleanup(func() { _, _ = p.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.Table()) })
 			fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -99,9 +99,6 @@ func TestSlidingLogForms(t *testing.T) {
 			perSec := make([]float64, len(forms))
 			for j := range forms {
 				i := (j + r) % len(forms)
-				if _, err := p.Exec(ctx, forms[i].sql); err != nil {
-					t.Fatal(err)
-				}
 				c := cs[i]
 				start := time.Now()
 				err := spreadCalls(n, func(int) error {
@@ -134,4 +131,19 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// installForm installs text, a SQL form of the algorithm named alg (of
+// this release or another), and makes s's decide functions call it: the
+// forms' function names carry their version (algorithms.SQLFunction), so
+// text's are installed beside the release's and s's table calls them by
+// the name text defines, versioned or not.
+func installForm(ctx context.Context, p *pgxpool.Pool, s *postgres.Store, alg, text string) error {
+	m := regexp.MustCompile(`CREATE OR REPLACE FUNCTION (ratelimit_` + alg + `(?:_[0-9a-f]{8})?)\(`).FindStringSubmatch(text)
+	if m == nil {
+		return fmt.Errorf("the form defines no function ratelimit_%s", alg)
+	}
+	schema := strings.ReplaceAll(s.SchemaSQL(), algorithms.SQLFunction(alg)+"(", m[1]+"(")
+	_, err := p.Exec(ctx, text+"\n"+schema)
+	return err
 }

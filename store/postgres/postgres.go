@@ -140,6 +140,10 @@ type Store struct {
 	unlogged     bool
 	requestClock bool
 
+	// forms are the SQL forms the store installs and calls (releaseForms
+	// but in tests).
+	forms formSet
+
 	// args holds the text forms of the algorithms' ServerArgs last used.
 	args argsCache
 
@@ -157,7 +161,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: postgres: nil DB", ratelimit.ErrInvalidParams)
 	}
-	s := &Store{db: db, table: DefaultTable}
+	s := &Store{db: db, table: DefaultTable, forms: releaseForms}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, err

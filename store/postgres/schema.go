@@ -22,6 +22,30 @@ var builtins = func() []*algorithms.Builtin {
 	return out
 }()
 
+// sqlForm is a SQL form as SchemaSQL installs it: its text and the name of
+// the function its decide function calls (versioned: see algorithms.SQLFunction).
+type sqlForm struct{ text, function string }
+
+// formSet is the SQL forms a store installs and calls: the built-in
+// algorithms' by name, and the composite's.
+type formSet struct {
+	alg       map[string]sqlForm
+	composite sqlForm
+}
+
+// releaseForms is the forms of this release of the package.
+var releaseForms = func() formSet {
+	fs := formSet{
+		alg:       make(map[string]sqlForm, len(builtins)),
+		composite: sqlForm{algorithms.CompositeSQL(), algorithms.CompositeSQLFunction()},
+	}
+	for _, b := range builtins {
+		text, _ := b.SQL()
+		fs.alg[b.Name] = sqlForm{text, b.SQLFunction()}
+	}
+	return fs
+}()
+
 // migrateLock is the key of the transaction-level advisory lock Migrate
 // holds, so that concurrent migrations (several application instances
 // starting at once) run one after the other instead of failing with
@@ -53,11 +77,20 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrations with their own tools: the table, two small helper functions
 // (ratelimit_now, the server's clock in microseconds, and ratelimit_int8s,
 // which reads state written by Update), every built-in algorithm's SQL form,
-// the composite SQL form (ratelimit_all, algorithms.CompositeSQL), and the
-// table's decide functions (one per algorithm, and one for composites). Run it in one transaction. Every
+// the composite SQL form (ratelimit_all_<version>, algorithms.CompositeSQL),
+// and the table's decide functions (one per algorithm, and one for
+// composites), which call the forms. Run it in one transaction. Every
 // statement creates only what is missing or replaces a function, so it can
 // run again after an upgrade. Objects are created in the first schema of
 // the search_path.
+//
+// The forms' function names carry a version, a hash of the form's text
+// (see algorithms.SQLFunction): a release whose forms differ installs them
+// beside the older release's instead of replacing them, so two releases can
+// share a database during a rolling deploy, each table's decide functions
+// calling the forms of the release that migrated it last. Functions of
+// versions that no decide function calls any longer can be dropped (see
+// docs/stores/postgres.md).
 func (s *Store) SchemaSQL() string {
 	var b strings.Builder
 	execute(&b, schemaTemplate, struct {
@@ -66,17 +99,16 @@ func (s *Store) SchemaSQL() string {
 	}{s.ident(s.table), algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
 	b.WriteString("\n")
 	for _, alg := range builtins {
-		form, _ := alg.SQL()
-		b.WriteString(form)
+		b.WriteString(s.forms.alg[alg.Name].text)
 		b.WriteString("\n")
 	}
-	b.WriteString(algorithms.CompositeSQL())
+	b.WriteString(s.forms.composite.text)
 	b.WriteString("\n")
 	for _, alg := range builtins {
-		b.WriteString(s.decideFunctionSQL(alg.Name, alg.SQLFunction(), false))
+		b.WriteString(s.decideFunctionSQL(alg.Name, s.forms.alg[alg.Name].function, false))
 		b.WriteString("\n")
 	}
-	b.WriteString(s.decideFunctionSQL(compositeName, "ratelimit_all", true))
+	b.WriteString(s.decideFunctionSQL(compositeName, s.forms.composite.function, true))
 	b.WriteString("\n")
 	return b.String()
 }

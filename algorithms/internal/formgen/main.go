@@ -147,5 +147,9 @@ func Generate(dir string) (map[string][]byte, error) {
 	if sql := SQLAll(forms); sql != "" {
 		out[filepath.Join("sql", "all.sql")] = []byte(sql)
 	}
+	if err := addHandWrittenSQL(dir, out); err != nil {
+		return nil, err
+	}
+	versionSQL(out)
 	return out, nil
 }
