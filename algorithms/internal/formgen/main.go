@@ -91,9 +91,15 @@
 // as a peek, then commit) for each part of a composite (algorithms.All),
 // and a PL/pgSQL driver that calls every form's SQL function the same way.
 //
+// Every function a SQL file defines gets a versioned name,
+// ratelimit_<x>_<version>, the version being the first 8 hex digits of the
+// SHA-256 of the file's text (versionSQL), so that releases sharing a
+// database install their forms side by side.
+//
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
-// cannot express, so lua/sliding_log.lua and sql/sliding_log.sql are
+// cannot express, so lua/sliding_log.lua and slidinglog.sql (which the
+// generator copies to sql/sliding_log.sql with versioned names) are
 // written by hand and held to the Go form by the conformance suite's
 // differential tests and store/postgres's TestSQLFormsEqualGoForms.
 package main

@@ -14,15 +14,15 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_861f70bf(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_counter_search is the Go form's helper search.
-CREATE OR REPLACE FUNCTION ratelimit_counter_search(search_from bigint, args bigint[])
+-- ratelimit_counter_search_861f70bf is the Go form's helper search.
+CREATE OR REPLACE FUNCTION ratelimit_counter_search_861f70bf(search_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     search_e bigint;
@@ -35,12 +35,12 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_counter(
+CREATE OR REPLACE FUNCTION ratelimit_counter_861f70bf(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[2] <= state[3] OR state[3] = 0))
-        THEN ratelimit_corrupt(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END END;
+        THEN ratelimit_corrupt_861f70bf(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END END;
     v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[2] WHEN (state IS NOT NULL) THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
     v_room bigint := CASE WHEN args[1] - v_used < 0 THEN 0 WHEN args[1] - v_used > args[1] THEN args[1] ELSE greatest(args[1] - v_used - (args[1] - v_used) / 2 % 3, 0) END;
 BEGIN
@@ -50,7 +50,7 @@ BEGIN
             cost <= v_room AND NOT (peek AND v_used > 0),
             args[1],
             0,
-            (ratelimit_counter_search(now_us - v_start, args) + 7 - 1) / 7,
+            (ratelimit_counter_search_861f70bf(now_us - v_start, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
