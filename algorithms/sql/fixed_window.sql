@@ -14,38 +14,42 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_e2ff4c64(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_1cbdc687(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_e2ff4c64(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_1cbdc687(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt_e2ff4c64(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN 0 ELSE state[2] END END;
-    v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= state[1] + args[2] THEN now_us / args[2] * args[2] ELSE state[1] END;
+    st_start bigint := state[1];
+    st_count bigint := state[2];
+    arg_limit bigint := args[1];
+    arg_period bigint := args[2];
+    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_count NOT BETWEEN 0 AND 9007199254740992)
+        THEN ratelimit_corrupt_1cbdc687(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
+    v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN now_us / arg_period * arg_period ELSE st_start END;
 BEGIN
-    IF NOT v_s_count + cost <= args[1] OR peek THEN
+    IF NOT v_s_count + cost <= arg_limit OR peek THEN
         RETURN ROW(NULL,
             NULL,
-            v_s_count + cost <= args[1],
-            args[1],
-            greatest(args[1] - v_s_count, 0),
-            CASE WHEN NOT v_s_count + cost <= args[1] THEN v_s_start + args[2] - now_us ELSE 0 END,
-            CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + args[2] - now_us END,
+            v_s_count + cost <= arg_limit,
+            arg_limit,
+            greatest(arg_limit - v_s_count, 0),
+            CASE WHEN NOT v_s_count + cost <= arg_limit THEN v_s_start + arg_period - now_us ELSE 0 END,
+            CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + arg_period - now_us END,
             0)::ratelimit_step;
     END IF;
     RETURN ROW(ARRAY[v_s_start, v_s_count + cost],
-        v_s_start + args[2] - now_us,
-        v_s_count + cost <= args[1],
-        args[1],
-        args[1] - (v_s_count + cost),
+        v_s_start + arg_period - now_us,
+        v_s_count + cost <= arg_limit,
+        arg_limit,
+        arg_limit - (v_s_count + cost),
         0,
-        v_s_start + args[2] - now_us,
+        v_s_start + arg_period - now_us,
         0)::ratelimit_step;
 END
 $$;

@@ -14,39 +14,47 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_7552649b(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_ab0d94a0(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra_7552649b(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_ab0d94a0(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[3] > 0 AND state[2] < state[3]))
-        THEN ratelimit_corrupt_7552649b(format('gcra state %s', state)) ELSE greatest(least(state[1] - now_us, args[4]), 0) * args[2] + CASE WHEN state[3] <> args[2] THEN least(floor(state[2]::float8 / state[3]::float8 * args[2]::float8), 9007199254740992)::bigint ELSE state[2] END END;
-    v_ahead bigint := CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END + cost * args[1];
-    v_ahead2 bigint := CASE WHEN v_ahead <= args[3] AND NOT peek THEN v_ahead WHEN (state IS NOT NULL) AND state[1] >= now_us THEN least(v_raw2, args[3]) ELSE 0 END;
+    st_tat bigint := state[1];
+    st_frac bigint := state[2];
+    st_drip bigint := state[3];
+    arg_unit bigint := args[1];
+    arg_drip bigint := args[2];
+    arg_capacity bigint := args[3];
+    arg_fill bigint := args[4];
+    arg_burst bigint := args[5];
+    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_tat NOT BETWEEN 0 AND 9007199254740992 OR st_frac NOT BETWEEN 0 AND 9007199254740992 OR st_drip NOT BETWEEN 0 AND 9007199254740992 OR NOT (st_drip > 0 AND st_frac < st_drip))
+        THEN ratelimit_corrupt_ab0d94a0(format('gcra state %s', state)) ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip + CASE WHEN st_drip <> arg_drip THEN least(floor(st_frac::float8 / st_drip::float8 * arg_drip::float8), 9007199254740992)::bigint ELSE st_frac END END;
+    v_ahead bigint := CASE WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw2, arg_capacity) ELSE 0 END + cost * arg_unit;
+    v_ahead2 bigint := CASE WHEN v_ahead <= arg_capacity AND NOT peek THEN v_ahead WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw2, arg_capacity) ELSE 0 END;
 BEGIN
-    IF (peek OR NOT v_ahead <= args[3] AND NOT CASE WHEN (state IS NOT NULL) AND state[1] >= now_us THEN state[1] - now_us > args[4] OR v_raw2 > args[3] ELSE false END) THEN
+    IF (peek OR NOT v_ahead <= arg_capacity AND NOT CASE WHEN (state IS NOT NULL) AND st_tat >= now_us THEN st_tat - now_us > arg_fill OR v_raw2 > arg_capacity ELSE false END) THEN
         RETURN ROW(NULL,
             NULL,
-            v_ahead <= args[3],
-            args[5],
-            greatest(args[3] - v_ahead2, 0) / args[1],
-            CASE WHEN NOT v_ahead <= args[3] THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
-            (v_ahead2 + args[2] - 1) / args[2],
+            v_ahead <= arg_capacity,
+            arg_burst,
+            greatest(arg_capacity - v_ahead2, 0) / arg_unit,
+            CASE WHEN NOT v_ahead <= arg_capacity THEN (v_ahead2 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip ELSE 0 END,
+            (v_ahead2 + arg_drip - 1) / arg_drip,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(ARRAY[now_us + v_ahead2 / args[2], v_ahead2 - v_ahead2 / args[2] * args[2], args[2]],
-        (v_ahead2 + args[2] - 1) / args[2],
-        v_ahead <= args[3],
-        args[5],
-        greatest(args[3] - v_ahead2, 0) / args[1],
-        CASE WHEN NOT v_ahead <= args[3] THEN (v_ahead2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
-        (v_ahead2 + args[2] - 1) / args[2],
+    RETURN ROW(ARRAY[now_us + v_ahead2 / arg_drip, v_ahead2 - v_ahead2 / arg_drip * arg_drip, arg_drip],
+        (v_ahead2 + arg_drip - 1) / arg_drip,
+        v_ahead <= arg_capacity,
+        arg_burst,
+        greatest(arg_capacity - v_ahead2, 0) / arg_unit,
+        CASE WHEN NOT v_ahead <= arg_capacity THEN (v_ahead2 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip ELSE 0 END,
+        (v_ahead2 + arg_drip - 1) / arg_drip,
         0)::ratelimit_step;
 END
 $$;

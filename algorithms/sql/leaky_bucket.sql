@@ -14,39 +14,47 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_bcbad49e(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_4e57e50b(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_bcbad49e(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_4e57e50b(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_level bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT state[3] > 0)
-        THEN ratelimit_corrupt_bcbad49e(format('leaky_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - state[2] <= 0 THEN CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END WHEN now_us - state[2] >= args[4] THEN 0 ELSE greatest(CASE WHEN state[3] = args[1] THEN least(state[1], args[3]) ELSE least(least(floor(state[1]::float8 / state[3]::float8 * args[1]::float8), 9007199254740992)::bigint, args[3]) END - (now_us - state[2]) * args[2], 0) END ELSE 0 END END;
-    v_d_allowed boolean := v_level + cost * args[1] <= args[3];
-    v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * args[1] ELSE v_level END ELSE v_level END;
+    st_level bigint := state[1];
+    st_last bigint := state[2];
+    st_unit bigint := state[3];
+    arg_unit bigint := args[1];
+    arg_drip bigint := args[2];
+    arg_capacity bigint := args[3];
+    arg_fill bigint := args[4];
+    arg_burst bigint := args[5];
+    v_level bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_level NOT BETWEEN 0 AND 9007199254740992 OR st_last NOT BETWEEN 0 AND 9007199254740992 OR st_unit NOT BETWEEN 0 AND 9007199254740992 OR NOT st_unit > 0)
+        THEN ratelimit_corrupt_4e57e50b(format('leaky_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - st_last <= 0 THEN CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END WHEN now_us - st_last >= arg_fill THEN 0 ELSE greatest(CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END - (now_us - st_last) * arg_drip, 0) END ELSE 0 END END;
+    v_d_allowed boolean := v_level + cost * arg_unit <= arg_capacity;
+    v_level2 bigint := CASE WHEN v_d_allowed THEN CASE WHEN NOT peek THEN v_level + cost * arg_unit ELSE v_level END ELSE v_level END;
 BEGIN
     IF NOT v_d_allowed OR peek THEN
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
-            args[5],
-            (args[3] - v_level2) / args[1],
-            CASE WHEN NOT v_d_allowed THEN (v_level2 + cost * args[1] - args[3] + args[2] - 1) / args[2] ELSE 0 END,
-            (v_level2 + args[2] - 1) / args[2],
-            CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
+            arg_burst,
+            (arg_capacity - v_level2) / arg_unit,
+            CASE WHEN NOT v_d_allowed THEN (v_level2 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip ELSE 0 END,
+            (v_level2 + arg_drip - 1) / arg_drip,
+            CASE WHEN v_d_allowed THEN (v_level + arg_drip - 1) / arg_drip ELSE 0 END)::ratelimit_step;
     END IF;
-    RETURN ROW(ARRAY[v_level2, CASE WHEN (state IS NOT NULL) THEN greatest(state[2], now_us) ELSE now_us END, args[1]],
-        (v_level2 + args[2] - 1) / args[2],
+    RETURN ROW(ARRAY[v_level2, CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END, arg_unit],
+        (v_level2 + arg_drip - 1) / arg_drip,
         v_d_allowed,
-        args[5],
-        (args[3] - v_level2) / args[1],
+        arg_burst,
+        (arg_capacity - v_level2) / arg_unit,
         0,
-        (v_level2 + args[2] - 1) / args[2],
-        CASE WHEN v_d_allowed THEN (v_level + args[2] - 1) / args[2] ELSE 0 END)::ratelimit_step;
+        (v_level2 + arg_drip - 1) / arg_drip,
+        CASE WHEN v_d_allowed THEN (v_level + arg_drip - 1) / arg_drip ELSE 0 END)::ratelimit_step;
 END
 $$;

@@ -14,15 +14,15 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_ddcaae80(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_1317d69f(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_sliding_window_wait_ddcaae80 is the Go form's helper wait.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_ddcaae80(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
+-- ratelimit_sliding_window_wait_1317d69f is the Go form's helper wait.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_1317d69f(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     wait_e bigint;
@@ -44,47 +44,52 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_ddcaae80(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_1317d69f(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt_ddcaae80(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= state[1] + 2 * args[2] END;
-    v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN state[2] ELSE state[3] END;
-    v_s_start bigint := CASE WHEN v_t THEN now_us / args[2] * args[2] WHEN now_us >= state[1] + args[2] THEN state[1] + args[2] ELSE state[1] END;
-    v_weighted bigint := least(floor(v_s_prev::float8 * (args[2] - greatest(now_us - v_s_start, 0))::float8 / args[2]::float8), 9007199254740992)::bigint;
-    v_d_allowed boolean := v_weighted + CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END + cost <= args[1];
-    v_s_curr bigint := CASE WHEN v_d_allowed AND NOT peek THEN CASE WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END + cost WHEN v_t THEN 0 WHEN now_us >= state[1] + args[2] THEN 0 ELSE state[2] END;
+    st_start bigint := state[1];
+    st_curr bigint := state[2];
+    st_prev bigint := state[3];
+    arg_limit bigint := args[1];
+    arg_period bigint := args[2];
+    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_curr NOT BETWEEN 0 AND 9007199254740992 OR st_prev NOT BETWEEN 0 AND 9007199254740992)
+        THEN ratelimit_corrupt_1317d69f(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+    v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN st_curr ELSE st_prev END;
+    v_s_start bigint := CASE WHEN v_t THEN now_us / arg_period * arg_period WHEN now_us >= st_start + arg_period THEN st_start + arg_period ELSE st_start END;
+    v_weighted bigint := least(floor(v_s_prev::float8 * (arg_period - greatest(now_us - v_s_start, 0))::float8 / arg_period::float8), 9007199254740992)::bigint;
+    v_d_allowed boolean := v_weighted + CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END + cost <= arg_limit;
+    v_s_curr bigint := CASE WHEN v_d_allowed AND NOT peek THEN CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END + cost WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END;
     v_e bigint;
 BEGIN
     IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait_ddcaae80(v_s_prev, args[1] - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
+        v_e := ratelimit_sliding_window_wait_1317d69f(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
-            args[1],
-            greatest(args[1] - v_weighted - v_s_curr, 0),
-            CASE WHEN v_e < args[2] THEN v_e - greatest(now_us - v_s_start, 0) ELSE args[2] - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_ddcaae80(v_s_curr, args[1] - cost, 0, args) END,
-            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
+            arg_limit,
+            greatest(arg_limit - v_weighted - v_s_curr, 0),
+            CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_1317d69f(v_s_curr, arg_limit - cost, 0, args) END,
+            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
     IF peek THEN
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
-            args[1],
-            greatest(args[1] - v_weighted - v_s_curr, 0),
+            arg_limit,
+            greatest(arg_limit - v_weighted - v_s_curr, 0),
             0,
-            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
+            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
     RETURN ROW(ARRAY[v_s_start, v_s_curr, v_s_prev],
-        v_s_start + 2 * args[2] - now_us,
+        v_s_start + 2 * arg_period - now_us,
         v_d_allowed,
-        args[1],
-        greatest(args[1] - v_weighted - v_s_curr, 0),
+        arg_limit,
+        greatest(arg_limit - v_weighted - v_s_curr, 0),
         0,
-        CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * args[2] - now_us WHEN v_s_prev > 0 THEN v_s_start + args[2] - now_us ELSE 0 END,
+        CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
         0)::ratelimit_step;
 END
 $$;

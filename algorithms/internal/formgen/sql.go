@@ -54,7 +54,13 @@ type outcome struct {
 }
 
 type sqlGen struct {
-	f      *form
+	f *form
+	// unpacked: the form's function reads each parameter from args, and
+	// each state field from state, once into a variable (arg_<name>,
+	// st_<name>), and its expressions read the variables. PostgreSQL sets
+	// up every array subscript of an expression again in each transaction
+	// (a decision is one), which costs far more than the variable.
+	unpacked bool
 	nodes  map[string]*snode
 	all    []*snode
 	funcs  []*helper
@@ -144,6 +150,9 @@ func (g *sqlGen) eval(e expr, env map[string]*snode) *snode {
 		}
 		return n
 	case eArg:
+		if g.unpacked {
+			return g.leaf("arg_"+snake(e.name), tInt)
+		}
 		return g.leaf(fmt.Sprintf("args[%d]", e.i+1), tInt)
 	case eIn:
 		switch e.name {
@@ -261,10 +270,10 @@ func (g *sqlGen) exec(b []stmt, env map[string]*snode, parent *outcome) (*outcom
 
 // SQL returns the PL/pgSQL form of f.
 func SQL(f *form) (string, error) {
-	g := &sqlGen{f: f, nodes: map[string]*snode{}, isFunc: map[*helper]bool{}}
+	g := &sqlGen{f: f, nodes: map[string]*snode{}, isFunc: map[*helper]bool{}, unpacked: true}
 	env := map[string]*snode{}
-	for i, s := range f.state {
-		env["s_"+s.name] = g.leaf(fmt.Sprintf("state[%d]", i+1), s.t)
+	for _, s := range f.state {
+		env["s_"+s.name] = g.leaf("st_"+snake(s.name), s.t)
 	}
 	root, _ := g.exec(nest(f.body), env, nil)
 	if root == nil {
@@ -296,6 +305,12 @@ func SQL(f *form) (string, error) {
 	w("    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])")
 	w("RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$")
 	w("DECLARE")
+	for i, s := range f.state {
+		w("    st_%s bigint := state[%d];", snake(s.name), i+1)
+	}
+	for i, a := range f.args {
+		w("    arg_%s bigint := args[%d];", snake(a), i+1)
+	}
 	// The stored state is checked in the first declaration, before
 	// anything else reads it: state a form cannot read raises SQLSTATE
 	// RL001 (through ratelimit_corrupt).
@@ -303,11 +318,11 @@ func SQL(f *form) (string, error) {
 	// Every field in 0..MaxExact, as the Go form's decodeFields and the
 	// Lua form require: a value the store never wrote is corrupt state,
 	// not an overflow or a silent answer.
-	for i := range f.state {
-		check += fmt.Sprintf(" OR state[%d] NOT BETWEEN 0 AND 9007199254740992", i+1)
+	for _, s := range f.state {
+		check += fmt.Sprintf(" OR st_%s NOT BETWEEN 0 AND 9007199254740992", snake(s.name))
 	}
 	if f.valid != nil {
-		vg := &sqlGen{f: f, nodes: map[string]*snode{}}
+		vg := &sqlGen{f: f, nodes: map[string]*snode{}, unpacked: true}
 		check += " OR NOT " + vg.render(vg.eval(f.valid, env), sqlNot+1)
 	}
 	check = fmt.Sprintf("state IS NOT NULL AND (%s)", check)
@@ -596,6 +611,8 @@ func (g *sqlGen) materialize(root *outcome, rows map[*outcome][]*snode) {
 		}
 	}
 	names := map[string]bool{"v_checked": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
+	// The unpacked parameters and fields (st_, arg_) cannot clash with
+	// the variables, which all start with v_.
 	for _, n := range g.all {
 		if !mat[n] {
 			continue

@@ -14,15 +14,15 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_861f70bf(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_6f7210c5(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_counter_search_861f70bf is the Go form's helper search.
-CREATE OR REPLACE FUNCTION ratelimit_counter_search_861f70bf(search_from bigint, args bigint[])
+-- ratelimit_counter_search_6f7210c5 is the Go form's helper search.
+CREATE OR REPLACE FUNCTION ratelimit_counter_search_6f7210c5(search_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     search_e bigint;
@@ -35,29 +35,34 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_counter_861f70bf(
+CREATE OR REPLACE FUNCTION ratelimit_counter_6f7210c5(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR state[1] NOT BETWEEN 0 AND 9007199254740992 OR state[2] NOT BETWEEN 0 AND 9007199254740992 OR state[3] NOT BETWEEN 0 AND 9007199254740992 OR NOT (state[2] <= state[3] OR state[3] = 0))
-        THEN ratelimit_corrupt_861f70bf(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[1] ELSE now_us - now_us % args[2] END END;
-    v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < state[1] + args[2] THEN state[2] WHEN (state IS NOT NULL) THEN least(floor(state[2]::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
-    v_room bigint := CASE WHEN args[1] - v_used < 0 THEN 0 WHEN args[1] - v_used > args[1] THEN args[1] ELSE greatest(args[1] - v_used - (args[1] - v_used) / 2 % 3, 0) END;
+    st_start bigint := state[1];
+    st_used bigint := state[2];
+    st_seen bigint := state[3];
+    arg_limit bigint := args[1];
+    arg_period bigint := args[2];
+    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_used NOT BETWEEN 0 AND 9007199254740992 OR st_seen NOT BETWEEN 0 AND 9007199254740992 OR NOT (st_used <= st_seen OR st_seen = 0))
+        THEN ratelimit_corrupt_6f7210c5(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start ELSE now_us - now_us % arg_period END END;
+    v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_used WHEN (state IS NOT NULL) THEN least(floor(st_used::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
+    v_room bigint := CASE WHEN arg_limit - v_used < 0 THEN 0 WHEN arg_limit - v_used > arg_limit THEN arg_limit ELSE greatest(arg_limit - v_used - (arg_limit - v_used) / 2 % 3, 0) END;
 BEGIN
     IF NOT (cost <= v_room AND NOT (peek AND v_used > 0)) THEN
         RETURN ROW(NULL,
             NULL,
             cost <= v_room AND NOT (peek AND v_used > 0),
-            args[1],
+            arg_limit,
             0,
-            (ratelimit_counter_search_861f70bf(now_us - v_start, args) + 7 - 1) / 7,
+            (ratelimit_counter_search_6f7210c5(now_us - v_start, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
-    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN (state IS NOT NULL) THEN state[3] ELSE 0 END + 1],
-        v_start + args[2] - now_us,
+    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN (state IS NOT NULL) THEN st_seen ELSE 0 END + 1],
+        v_start + arg_period - now_us,
         cost <= v_room AND NOT (peek AND v_used > 0),
-        args[1],
+        arg_limit,
         v_room - cost,
         0,
         0,
