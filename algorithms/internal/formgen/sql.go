@@ -61,10 +61,10 @@ type sqlGen struct {
 	// up every array subscript of an expression again in each transaction
 	// (a decision is one), which costs far more than the variable.
 	unpacked bool
-	nodes  map[string]*snode
-	all    []*snode
-	funcs  []*helper
-	isFunc map[*helper]bool
+	nodes    map[string]*snode
+	all      []*snode
+	funcs    []*helper
+	isFunc   map[*helper]bool
 }
 
 func (g *sqlGen) intern(n *snode) *snode {
