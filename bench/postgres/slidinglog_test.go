@@ -139,11 +139,18 @@ func median(v []float64) float64 {
 // text's are installed beside the release's and s's table calls them by
 // the name text defines, versioned or not.
 func installForm(ctx context.Context, p *pgxpool.Pool, s *postgres.Store, alg, text string) error {
-	m := regexp.MustCompile(`CREATE OR REPLACE FUNCTION (ratelimit_` + alg + `(?:_[0-9a-f]{8})?)\(`).FindStringSubmatch(text)
+	m := formName(alg).FindStringSubmatch(text)
 	if m == nil {
 		return fmt.Errorf("the form defines no function ratelimit_%s", alg)
 	}
 	schema := strings.ReplaceAll(s.SchemaSQL(), algorithms.SQLFunction(alg)+"(", m[1]+"(")
 	_, err := p.Exec(ctx, text+"\n"+schema)
 	return err
+}
+
+// formName finds the name of the function of the algorithm named alg in
+// its SQL form's text, with a version (ratelimit_<alg>_<version>) or,
+// before versions, without.
+func formName(alg string) *regexp.Regexp {
+	return regexp.MustCompile(`CREATE OR REPLACE FUNCTION (ratelimit_` + alg + `(?:_[0-9a-f]{8})?)\(`)
 }
