@@ -80,7 +80,10 @@
 // expression a path would compute again becomes a DECLARE variable when
 // that saves more than a few operations (a cost model of path-sensitive
 // use counts and operation sizes), computed once where the paths that need
-// it part. The result is a handful of single-assignment expressions:
+// it part. Each parameter and state field is read from its array once,
+// into a variable (PostgreSQL sets up every array subscript of an
+// expression again in each transaction). The result is a handful of
+// single-assignment expressions:
 // PL/pgSQL prepares each expression once per transaction, and a decision
 // is usually a transaction of its own. Arithmetic is bigint, whose
 // division truncates as Go's does.
