@@ -12,22 +12,7 @@
 -- one, and for a denial the oldest ones until its retry time is known; the
 -- next state is built with array slices, not element by element.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
-DO $$ BEGIN
-    CREATE TYPE ratelimit_step AS (
-        next_state bigint[], ttl bigint, allowed boolean, lim bigint,
-        remaining bigint, retry_after bigint, reset_after bigint, delay bigint);
-EXCEPTION WHEN duplicate_object THEN NULL;
-END $$;
-
-CREATE OR REPLACE FUNCTION ratelimit_corrupt(msg text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
-END
-$$;
+-- formgen: prelude
 
 -- Raises RL001 unless (t, c) is an entry the log could hold.
 CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry(t bigint, c bigint) RETURNS void
