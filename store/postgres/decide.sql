@@ -1,7 +1,7 @@
 -- The decide function of one table and one built-in algorithm, here
 -- {{.Name}}: the one statement of a decision (Store.Decide) is a call to
 -- it. The composite's ("all": algorithms.All) takes the parts' names too,
--- calls ratelimit_all and returns every part's decision, six elements each. This file is a text/template that schema.go fills in with the
+-- calls ratelimit_all_<version> and returns every part's decision, six elements each. This file is a text/template that schema.go fills in with the
 -- function's quoted name (the table's name with "_decide_" and the
 -- algorithm's appended), the table's quoted name, the algorithm's SQL form
 -- (see algorithms/sql.go), the server's clock in microseconds as an

@@ -1,12 +1,15 @@
 // Package postgres is the PostgreSQL store, on github.com/jackc/pgx/v5.
 //
 // State lives in one table with a row per key. Each built-in algorithm's SQL
-// form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function,
-// and a decision is one statement: a call to a function generated for the
-// table and algorithm, which runs one upsert (INSERT ... ON CONFLICT DO
-// UPDATE ... WHERE the algorithm admits the request) that locks the key's
-// row, runs the algorithm on it and writes the result. The row lock is taken
-// and released inside the server, never held across a round trip to the
+// form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function
+// whose name carries a version (a hash of its text), so that releases
+// sharing a database install their forms side by side, and a decision is
+// one statement: a call to a function generated for the table and
+// algorithm, which locks the key's row (SELECT ... FOR NO KEY UPDATE), reads
+// the clock, runs the algorithm's form once and writes the result only
+// when the request is admitted (an UPDATE of the locked row, or an INSERT
+// ... ON CONFLICT DO NOTHING for a new key). The row lock is taken and
+// released inside the server, never held across a round trip to the
 // client (unless the caller passes its own transaction), and concurrent
 // first requests for a new key neither fail nor over-admit. A user's own
 // algorithm runs through Update, a short transaction with SELECT ... FOR NO
@@ -303,7 +306,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 
 // decideAll decides a composite (algorithms.All) with one statement, as
 // Decide decides a single algorithm: the table's composite decide function
-// locks the key's row, runs the composite SQL form (ratelimit_all, which
+// locks the key's row, runs the composite SQL form (ratelimit_all_<version>, which
 // calls each part's SQL form as a peek and, when every part admits, for
 // real) and writes every part's next state only when all admit. For a
 // composite with a part that has no generated SQL form it returns an error
