@@ -75,7 +75,7 @@ func (b *Builtin) Lua() (string, bool) { return Lua(b.Name) }
 func (b *Builtin) SQL() (string, bool) { return SQL(b.Name) }
 
 // SQLFunction returns the name of the algorithm's SQL function, such as
-// "ratelimit_gcra_7552649b" (see SQLFunction), or "" when it has no SQL form.
+// "ratelimit_gcra_1a2b3c4d" (see SQLFunction), or "" when it has no SQL form.
 func (b *Builtin) SQLFunction() string { return SQLFunction(b.Name) }
 
 // Composable reports whether the algorithm can be a part of a composite

@@ -81,7 +81,7 @@ import "strings"
 //
 // Every function a SQL form defines carries a version in its name: the
 // first 8 hex digits of the SHA-256 of the form's text (internal/formgen
-// computes it), as in ratelimit_gcra_7552649b and ratelimit_corrupt_7552649b.
+// computes it), as in ratelimit_gcra_1a2b3c4d and ratelimit_corrupt_1a2b3c4d.
 // A form whose text changes gets a new name, so two releases of the SDK
 // that migrate one database (a rolling deploy, or tests of two branches on
 // one server) install their forms side by side instead of replacing each
@@ -97,8 +97,8 @@ const SQLErrCorrupt = "RL001"
 
 // SQLFunction returns the name of the SQL function of the built-in algorithm
 // with the given name, as its SQL form defines it: ratelimit_<name>_<version>,
-// such as "ratelimit_gcra_7552649b", where the version is a hash of the
-// form's text (see Versioned functions above). It returns "" when the
+// such as "ratelimit_gcra_1a2b3c4d", where the version is a hash of the
+// form's text (see Versioned functions above; 1a2b3c4d stands for one). It returns "" when the
 // algorithm has no SQL form.
 func SQLFunction(name string) string {
 	text, ok := SQL(name)
