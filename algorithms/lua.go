@@ -104,6 +104,25 @@ func PackLuaArgs(args []int64) string {
 // all admit and the request is not a peek, for real, writing the key only
 // when every part admits again.
 
+// The coalesced Lua forms (lua/many/<name>.lua, read with ManyLua), one
+// per generated form, decide several requests on one key, with one
+// algorithm and its numbers, in one EVALSHA: in order, each exactly as the
+// single form decides it run right after the one before (on the server's
+// clock, all at the one TIME the script reads):
+//
+//	KEYS[1]  the key, holding the single form's state
+//	ARGV[1]  server clock, as ARGV[4] above
+//	ARGV[2]  slack, as ARGV[5] above
+//	ARGV[3]  the algorithm's ServerArgs, packed as ARGV[6] above
+//	ARGV[4]  the requests, in order, packed into one string of three
+//	         little-endian doubles each: now, cost, and peek (1 or 0)
+//
+// The reply is LuaReplyLen integers per request, in order, as above. State
+// the script cannot read fails every request with the single form's
+// CORRUPT error, as it would fail each of them run one by one. The key is
+// written once, as the last request that stored anything left it, with
+// that request's expiry.
+
 // LuaErrCorrupt starts the message of the error a Lua form replies with when
 // the stored state cannot be read.
 const LuaErrCorrupt = "CORRUPT"

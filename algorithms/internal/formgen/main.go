@@ -99,6 +99,10 @@
 // SHA-256 of the file's text (versionSQL), so that releases sharing a
 // database install their forms side by side.
 //
+// It writes the coalesced forms too, lua/many/<name>.lua (many.go): the same
+// functions called once per request, in order, to decide several requests
+// on one key in one script run.
+//
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
 // cannot express, so lua/sliding_log.lua and slidinglog.sql (which the
@@ -128,6 +132,10 @@ func main() {
 		if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, b) {
 			continue
 		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 		if err := os.WriteFile(p, b, 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -146,6 +154,7 @@ func Generate(dir string) (map[string][]byte, error) {
 	out := map[string][]byte{}
 	for _, f := range forms {
 		out[filepath.Join("lua", f.name+".lua")] = []byte(Lua(f))
+		out[filepath.Join("lua", "many", f.name+".lua")] = []byte(LuaMany(f))
 		if sql, err := SQL(f); err != nil {
 			return nil, err
 		} else if sql != "" {
