@@ -2,6 +2,8 @@ package redisengine
 
 import (
 	"context"
+	"encoding/binary"
+	"math"
 	"sync"
 	"time"
 
@@ -82,9 +84,10 @@ type Pipeliner interface {
 // and hands on what queued, then ends: no goroutine outlives the batches in
 // flight, and the store needs no Close.
 //
-// A later multi-request script can plug in at send: a batch holds the
-// requests in arrival order, so the requests for one key can be decided in
-// one script run in that order.
+// A batch holds the requests in arrival order, so the decisions in it that
+// share a key, an algorithm and its numbers are decided in one run of the
+// algorithm's coalesced form (Script.Many), in that order (see coalesce):
+// a hot key costs the server one script run per batch, not per decision.
 type batcher struct {
 	p        Pipeliner
 	noScript func(error) bool
@@ -96,7 +99,8 @@ type batcher struct {
 // pending is one decision waiting in, or sent in, a batch.
 type pending struct {
 	Call
-	ctx  context.Context // its caller's, while queued
+	ctx  context.Context    // its caller's, while queued
+	req  algorithms.Request // a decision's request, for the coalesced form
 	key  [1]string
 	args [algorithms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
@@ -156,14 +160,14 @@ func (b *batcher) send(ctx context.Context, batch []*pending) error {
 		b.finish(batch)
 		return nil
 	}
-	calls := make([]*Call, len(batch))
-	for i, c := range batch {
-		calls[i] = &c.Call
-	}
+	calls, groups := coalesce(batch)
 	bctx, cancel := batchContext(ctx, batch)
 	sent := make(chan struct{})
 	go func() {
 		b.pipeline(bctx, calls)
+		for _, g := range groups {
+			g.spread()
+		}
 		cancel()
 		close(sent) // before finish, which may make this goroutine's batch wait
 		b.finish(batch)
@@ -238,4 +242,128 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 	if len(again) > 0 {
 		b.p.Pipeline(ctx, again)
 	}
+}
+
+// group is the decisions of a batch on one key, sent as one call of their
+// algorithm's coalesced form (algorithms.ManyLua): KEYS[1] the key; ARGV
+// the server clock flag, the slack, the packed parameters, and the packed
+// requests in arrival order.
+type group struct {
+	Call
+	members []*pending
+	bad     bool // the members cannot share one run: each sends its own call
+	key     [1]string
+	args    [4]any
+}
+
+// coalesce returns the calls that send batch: for each key that several of
+// its decisions share with one algorithm and the same numbers, one call of
+// the coalesced form in place of the first of them; every other call as
+// it is, in arrival order. It returns the groups too, whose outcomes
+// spread hands to their members once the calls are sent.
+func coalesce(batch []*pending) ([]*Call, []*group) {
+	first := make(map[string]int, len(batch)) // key → its first call's index
+	var of []*group                           // each call's group, once there is one
+	var groups []*group
+	for i, c := range batch {
+		j, seen := first[c.Keys[0]]
+		if !seen {
+			first[c.Keys[0]] = i
+			continue
+		}
+		if of == nil {
+			of = make([]*group, len(batch))
+		}
+		g := of[j]
+		if g == nil {
+			g = &group{members: []*pending{batch[j]}, bad: !coalescable(batch[j])}
+			of[j] = g
+			groups = append(groups, g)
+		}
+		g.bad = g.bad || !coalescable(c) || !sameNumbers(c, batch[j])
+		g.members = append(g.members, c)
+		of[i] = g
+	}
+	calls := make([]*Call, 0, len(batch))
+	if len(groups) == 0 {
+		for _, c := range batch {
+			calls = append(calls, &c.Call)
+		}
+		return calls, nil
+	}
+	for i, c := range batch {
+		switch g := of[i]; {
+		case g == nil || g.bad:
+			calls = append(calls, &c.Call)
+		case g.members[0] == c:
+			g.build()
+			calls = append(calls, &g.Call)
+		}
+	}
+	kept := groups[:0]
+	for _, g := range groups {
+		if !g.bad {
+			kept = append(kept, g)
+		}
+	}
+	return calls, kept
+}
+
+// coalescable reports whether c is a decision of an algorithm with a
+// coalesced form (Engine.decide's call: its Args are the calling
+// convention's six).
+func coalescable(c *pending) bool {
+	return c.Script.Many != nil && len(c.Args) == algorithms.LuaFixedArgs+1
+}
+
+// sameNumbers reports whether two coalescable decisions run one script
+// with the same clock, slack and parameters.
+func sameNumbers(a, b *pending) bool {
+	return a.Script == b.Script && a.Args[3] == b.Args[3] && a.Args[4] == b.Args[4] && a.Args[5] == b.Args[5]
+}
+
+// build sets the group's call from its members.
+func (g *group) build() {
+	m := g.members[0]
+	reqs := make([]byte, 0, 24*len(g.members))
+	for _, c := range g.members {
+		peek := 0.0
+		if c.req.Peek {
+			peek = 1
+		}
+		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Now)))
+		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Cost)))
+		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(peek))
+	}
+	g.key[0] = m.Keys[0]
+	g.args = [4]any{m.Args[3], m.Args[4], m.Args[5], string(reqs)}
+	g.Script, g.Keys, g.Args = m.Script.Many, g.key[:], g.args[:]
+}
+
+// spread hands the group's outcome to its members: each its own decision's
+// fields of the reply, or the call's error (state the script cannot read
+// fails every decision on the key, as it would fail each one alone). A
+// reply of the wrong shape goes to each whole, for Ints to reject.
+func (g *group) spread() {
+	arr, ok := g.Reply.([]any)
+	ok = ok && len(arr) == algorithms.LuaReplyLen*len(g.members)
+	for i, c := range g.members {
+		c.Reply, c.Err = g.Reply, g.Err
+		if g.Err == nil && ok {
+			c.Reply = arr[i*algorithms.LuaReplyLen : (i+1)*algorithms.LuaReplyLen : (i+1)*algorithms.LuaReplyLen]
+		}
+	}
+}
+
+// Queued returns how many decisions wait behind the batch in flight on e
+// (0 when its backend does not pipeline), so that a test can queue
+// decisions in a known order. It is not a method so that the stores, which
+// embed the Engine, do not offer it; their tests reach it.
+func Queued(e *Engine) int {
+	if e.batch == nil {
+		return 0
+	}
+	e.batch.mu.Lock()
+	defer e.batch.mu.Unlock()
+	return len(e.batch.queue)
 }

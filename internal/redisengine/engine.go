@@ -230,6 +230,7 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	c.args[3] = flag(e.serverClock)
 	c.args[5], c.args[4] = e.params(alg, params)
 	c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
+	c.req = req
 	if e.batch == nil {
 		return e.run(ctx, s, c.Keys, c.Args)
 	}

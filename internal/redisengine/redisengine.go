@@ -45,6 +45,9 @@ type Script struct {
 	SHA string
 	// Args is how many ServerArgs an algorithm's form takes.
 	Args int
+	// Many is the algorithm's coalesced form (algorithms.ManyLua), which
+	// decides several requests on one key in one run, or nil.
+	Many *Script
 
 	sha, src any // SHA and Src, boxed once for Call.Command
 }
@@ -62,7 +65,11 @@ var forms = map[*algorithms.Builtin]*Script{}
 func init() {
 	for _, b := range algorithms.Builtins() {
 		if src, ok := b.Lua(); ok {
-			forms[b] = NewScript(b.Name, src, b.Args)
+			s := NewScript(b.Name, src, b.Args)
+			if many, ok := algorithms.ManyLua(b.Name); ok {
+				s.Many = NewScript(b.Name+" (many)", many, b.Args)
+			}
+			forms[b] = s
 		}
 	}
 }

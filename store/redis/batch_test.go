@@ -248,7 +248,9 @@ func TestBatchSenderCancel(t *testing.T) {
 		}()
 	}
 	time.Sleep(100 * time.Millisecond)
-	g.holdPipe.Store(true)
+	// The three queued decisions on k go as one run of the coalesced
+	// form, a lone command.
+	g.hold.Store(true)
 	g.release <- struct{}{} // the first decision goes; the batch is held
 	if err := <-first; err != nil {
 		t.Fatal(err)
