@@ -98,13 +98,42 @@ func (s *Store) Client() vk.Client { return s.client }
 type backend struct{ c vk.Client }
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	cmd := b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
-	return b.c.Do(ctx, cmd).ToAny()
+	return b.c.Do(ctx, b.evalSha(sha, keys, args)).ToAny()
 }
 
 func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	cmd := b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
-	return b.c.Do(ctx, cmd).ToAny()
+	return b.c.Do(ctx, b.eval(src, keys, args)).ToAny()
+}
+
+func (b backend) evalSha(sha string, keys []string, args []any) vk.Completed {
+	return b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
+}
+
+func (b backend) eval(src string, keys []string, args []any) vk.Completed {
+	return b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
+}
+
+// Pipeline sends calls with one DoMulti, which a cluster client splits by
+// the node each call's key lives on; each command keeps its own reply and
+// error. Through it the engine batches concurrent decisions itself, so
+// that the decisions of a batch on one key run as one coalesced script
+// (valkey-go's own auto-pipelining cannot see which calls share a key).
+func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
+	cmds := make(vk.Commands, len(calls))
+	for i, c := range calls {
+		if c.ByText {
+			cmds[i] = b.eval(c.Script.Src, c.Keys, c.Args)
+		} else {
+			cmds[i] = b.evalSha(c.Script.SHA, c.Keys, c.Args)
+		}
+	}
+	if len(cmds) == 1 {
+		calls[0].Reply, calls[0].Err = b.c.Do(ctx, cmds[0]).ToAny()
+		return
+	}
+	for i, r := range b.c.DoMulti(ctx, cmds...) {
+		calls[i].Reply, calls[i].Err = r.ToAny()
+	}
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
