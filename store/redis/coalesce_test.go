@@ -34,12 +34,21 @@ func TestCoalescedEqualSequential(t *testing.T) {
 	for _, onCluster := range []bool{false, true} {
 		for _, alg := range algs {
 			name := map[bool]string{false: "standalone", true: "cluster"}[onCluster] + "/" + alg.Name()
-			t.Run(name, func(t *testing.T) { coalescedEqualSequential(t, onCluster, alg) })
+			t.Run(name, func(t *testing.T) { coalescedEqualSequential(t, onCluster, alg, nil) })
 		}
+		// One key decided with two sets of numbers: nothing coalesces, each
+		// decision is its own script run, in arrival order.
+		name := map[bool]string{false: "standalone", true: "cluster"}[onCluster] + "/mixed numbers"
+		t.Run(name, func(t *testing.T) {
+			coalescedEqualSequential(t, onCluster, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6))
+		})
 	}
 }
 
-func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algorithm) {
+// coalescedEqualSequential runs the test with alg, or, when other is not
+// nil, with alg and other in turn on one key and no corrupt key nor
+// cancelled decisions.
+func coalescedEqualSequential(t *testing.T, onCluster bool, alg, other algorithms.Algorithm) {
 	ctx := context.Background()
 	g := newGate()
 	c := hooked(t, g, onCluster)
@@ -64,6 +73,7 @@ func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algor
 		}
 	}
 	type call struct {
+		alg      algorithms.Algorithm
 		key      ratelimit.Key
 		req      algorithms.Request
 		cancel   bool // its context ends while it waits
@@ -74,9 +84,13 @@ func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algor
 	base := time.Now().UnixMicro()
 	var calls []*call
 	for i := range 30 {
-		cl := &call{key: hot, returned: make(chan struct{})}
+		cl := &call{alg: alg, key: hot, returned: make(chan struct{})}
 		cl.req = algorithms.Request{Now: base + int64(i/2)*70_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
 		switch {
+		case other != nil:
+			if i%2 == 1 {
+				cl.alg = other
+			}
 		case i%7 == 2:
 			cl.key = bad
 		case i == 10 || i == 21:
@@ -103,7 +117,7 @@ func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algor
 		defer cancel()
 		go func() {
 			defer close(cl.returned)
-			cl.d, cl.err = sa.Decide(cctx, cl.key, alg, cl.req)
+			cl.d, cl.err = sa.Decide(cctx, cl.key, cl.alg, cl.req)
 		}()
 		waitFor(t, func() bool { return redis.Queued(sa) == i+1 })
 		if cl.cancel {
@@ -122,9 +136,14 @@ func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algor
 	for _, cl := range calls {
 		<-cl.returned
 	}
-	// The hot key's decisions and the corrupt key's went as two runs.
-	if got := g.piped.Load() - piped; got != 2 {
-		t.Errorf("%d scripts sent in pipelines for the queued decisions, want 2 (one per key)", got)
+	// The hot key's decisions and the corrupt key's went as two runs, or,
+	// with two sets of numbers on one key, each as its own.
+	want := int64(2)
+	if other != nil {
+		want = int64(len(calls))
+	}
+	if got := g.piped.Load() - piped; got != want {
+		t.Errorf("%d scripts sent in pipelines for the queued decisions, want %d", got, want)
 	}
 
 	// The same requests but the cancelled ones, one after another.
@@ -132,7 +151,7 @@ func coalescedEqualSequential(t *testing.T, onCluster bool, alg algorithms.Algor
 		if cl.cancel {
 			continue
 		}
-		want, err := sb.Decide(ctx, cl.key, alg, cl.req)
+		want, err := sb.Decide(ctx, cl.key, cl.alg, cl.req)
 		if cl.key == bad {
 			if !errors.Is(err, ratelimit.ErrCorruptState) || !errors.Is(cl.err, ratelimit.ErrCorruptState) {
 				t.Errorf("call %d on corrupt state: coalesced %v, sequential %v; want ErrCorruptState from both", i, cl.err, err)
