@@ -355,15 +355,19 @@ func (g *group) spread() {
 	}
 }
 
-// Queued returns how many decisions wait behind the batch in flight on e
-// (0 when its backend does not pipeline), so that a test can queue
-// decisions in a known order. It is not a method so that the stores, which
-// embed the Engine, do not offer it; their tests reach it.
+// Queued returns how many decisions wait behind the batch in flight on e,
+// or -1 when no batch is in flight (always, when its backend does not
+// pipeline), so that a test can queue decisions in a known order. It is not
+// a method so that the stores, which embed the Engine, do not offer it;
+// their tests reach it.
 func Queued(e *Engine) int {
 	if e.batch == nil {
-		return 0
+		return -1
 	}
 	e.batch.mu.Lock()
 	defer e.batch.mu.Unlock()
+	if !e.batch.busy {
+		return -1
+	}
 	return len(e.batch.queue)
 }

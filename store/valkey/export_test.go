@@ -11,3 +11,6 @@ import (
 func State(s *Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
 	return redisengine.StateReader(s.engine)
 }
+
+// Queued returns how many decisions wait behind the batch in flight, or -1.
+func Queued(s *Store) int { return redisengine.Queued(s.engine) }
