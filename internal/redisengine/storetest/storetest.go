@@ -1,7 +1,8 @@
 // Package storetest holds the tests the Redis and Valkey stores share
 // beyond the conformance suite: keys without expiry after a concurrent load,
-// the server clock, scripts lost by SCRIPT FLUSH, and failure and recovery
-// against a private redis-server that the test stops and starts.
+// the server clock, scripts lost by SCRIPT FLUSH, coalesced decisions
+// against sequential ones, and failure and recovery against a private
+// redis-server that the test stops and starts.
 package storetest
 
 import (
