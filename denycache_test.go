@@ -49,7 +49,7 @@ const attackers = 32
 // TestDenyCacheHotKey attacks one key on Redis with 32 callers far over its
 // limit, with and without the deny cache, on a fake clock that stands still
 // within a round: the admissions must be the same, and the store, asked
-// through its own command statistics, must see at least 90% fewer calls.
+// through its own command statistics, must run at least 90% fewer scripts.
 func TestDenyCacheHotKey(t *testing.T) {
 	_, store, client := privateRedis(t, false)
 	const rounds, perCaller = 20, 50
@@ -90,8 +90,11 @@ func TestDenyCacheHotKey(t *testing.T) {
 	if want := int64(10 + rounds - 1); off.admitted != want || on.admitted != want {
 		t.Errorf("admitted %d without the deny cache and %d with it, want %d both (burst 10, then one per round)", off.admitted, on.admitted, want)
 	}
-	if off.calls != rounds*attackers*perCaller {
-		t.Errorf("without the deny cache the server ran %d scripts, want one per request, %d", off.calls, rounds*attackers*perCaller)
+	// Concurrent decisions on one key coalesce into one script run (see
+	// docs/stores/redis.md), so without the deny cache the server runs at
+	// most one script per request, and at least one per round.
+	if off.calls > rounds*attackers*perCaller || off.calls < rounds {
+		t.Errorf("without the deny cache the server ran %d scripts, want between %d and one per request, %d", off.calls, rounds, rounds*attackers*perCaller)
 	}
 	reduction := 1 - float64(on.calls)/float64(off.calls)
 	t.Logf("store calls: %d without the deny cache, %d with it: %.1f%% fewer", off.calls, on.calls, 100*reduction)
