@@ -179,6 +179,9 @@ func WithFailurePolicy(p FailurePolicy) Option {
 type Limiter struct {
 	store   Store
 	decider Decider // store as a Decider, or nil
+	// to is store as a toDecider (the memory store) when alg is an
+	// algorithms.ToDecider, or nil.
+	to toDecider
 	alg     algorithms.Algorithm
 	clock   clock.Clock
 	// systemClock is set when clock is clock.System, which the limiter
@@ -238,6 +241,9 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	l.ns = name + ":" + alg.Name()
 	l.own = Tier{l: l, alg: alg, maxCost: l.maxCost}
 	l.own.setNumbers()
+	if l.own.to != nil {
+		l.to, _ = store.(toDecider)
+	}
 	if l.guard != nil {
 		if err := l.guard.init(l, name); err != nil {
 			return nil, err
@@ -398,8 +404,16 @@ func (l *Limiter) fromStore(ctx context.Context, t *Tier, k Key, req algorithms.
 // when it returns an error.
 func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if l.decider != nil && !l.noServerForm.Load() {
-		err := d.set(l.decider.Decide(ctx, k, t.alg, req))
-		if err == nil {
+		var err error
+		if l.to != nil {
+			var allowed bool
+			var limit, remaining, retryAfter, resetAfter, delay int64
+			allowed, limit, remaining, retryAfter, resetAfter, delay, err = l.to.DecideTo(ctx, k, t.to, req)
+			if err == nil {
+				d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
+				return nil
+			}
+		} else if err = d.set(l.decider.Decide(ctx, k, t.alg, req)); err == nil {
 			return nil
 		}
 		if !errors.Is(err, ErrUnsupported) {
@@ -450,18 +464,24 @@ func (d *Decision) set(a algorithms.Decision, err error) error {
 	if err != nil {
 		return err
 	}
-	d.Allowed = a.Allowed
-	d.Limit = int(a.Limit)
-	d.Remaining = int(a.Remaining)
-	d.RetryAfter = time.Duration(a.RetryAfter) * time.Microsecond
-	d.ResetAfter = time.Duration(a.ResetAfter) * time.Microsecond
-	d.Delay = time.Duration(a.Delay) * time.Microsecond
-	d.Source = SourceStore
-	d.Limits = nil
+	d.setFields(a.Allowed, a.Limit, a.Remaining, a.RetryAfter, a.ResetAfter, a.Delay)
 	if a.Parts != nil {
 		d.Limits = limitsOf(a.Parts)
 	}
 	return nil
+}
+
+// setFields makes d the store's Decision for a single algorithm's decision
+// with these fields (durations in microseconds); its Limits is nil.
+func (d *Decision) setFields(allowed bool, limit, remaining, retryAfter, resetAfter, delay int64) {
+	d.Allowed = allowed
+	d.Limit = int(limit)
+	d.Remaining = int(remaining)
+	d.RetryAfter = time.Duration(retryAfter) * time.Microsecond
+	d.ResetAfter = time.Duration(resetAfter) * time.Microsecond
+	d.Delay = time.Duration(delay) * time.Microsecond
+	d.Source = SourceStore
+	d.Limits = nil
 }
 
 func checkKey(key string) error {

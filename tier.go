@@ -36,6 +36,8 @@ type Tier struct {
 	// Policy determines its decisions), for sameNumbers; builtin says so.
 	policy  algorithms.Policy
 	builtin bool
+	// to is alg as an algorithms.ToDecider, or nil (see toDecider).
+	to algorithms.ToDecider
 }
 
 // Tier returns a view of l that decides with alg's numbers instead of the
@@ -76,8 +78,9 @@ func (l *Limiter) Tier(alg algorithms.Algorithm) (*Tier, error) {
 	return t, nil
 }
 
-// setNumbers records what sameNumbers compares.
+// setNumbers records what sameNumbers compares, and alg as a ToDecider.
 func (t *Tier) setNumbers() {
+	t.to, _ = t.alg.(algorithms.ToDecider)
 	if ps, ok := t.alg.(algorithms.PolicyStater); ok && algorithms.BuiltinOf(t.alg) != nil {
 		t.policy, t.builtin = ps.Policy(), true
 	}

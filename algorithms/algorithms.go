@@ -150,6 +150,16 @@ type InPlaceDecider interface {
 	DecideInPlace(state []byte, req Request) (Step, error)
 }
 
+// ToDecider is implemented by the built-in algorithms whose state is a few
+// integers (all but the sliding log): Decide with the decision written to
+// d, and the Step's Next and TTL returned, so that a store deciding in
+// process (the memory store) copies no Step. The algorithm writes every
+// field of d, and sets Parts to nil.
+type ToDecider interface {
+	Algorithm
+	DecideTo(state []byte, req Request, d *Decision) (next []byte, ttl int64, err error)
+}
+
 // Params checks shared by the constructors.
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
@@ -202,14 +212,33 @@ func decodeFields(state []byte, dst []int64) error {
 	return nil
 }
 
-// step is the Step for a decide core's answer: the state's fields are
-// stored, with the given TTL, when ttl is positive, and nothing is stored
-// when it is zero.
-func step(buf []byte, d Decision, ttl int64, fields ...int64) Step {
-	if ttl <= 0 {
-		return Step{Decision: d}
+// decideBy is Decide for an algorithm whose DecideTo does the work: the
+// Step is DecideTo's decision, next state and TTL.
+func decideBy(a ToDecider, state []byte, req Request) (Step, error) {
+	var st Step
+	next, ttl, err := a.DecideTo(state, req, &st.Decision)
+	if err != nil {
+		return Step{}, err
 	}
-	return Step{Decision: d, Next: encodeFields(buf, fields...), TTL: ttl}
+	st.Next, st.TTL = next, ttl
+	return st, nil
+}
+
+// answer writes a decide core's answer r to d, field by field, and returns
+// the next state and its TTL: the state's fields encoded into buf's memory
+// when ttl is positive, and no state when it is zero.
+//
+// Field by field, because r was just written that way: a whole-struct copy
+// reads it back in wider moves, which stall waiting for the narrower
+// writes to land.
+func answer(d, r *Decision, buf []byte, ttl int64, fields ...int64) ([]byte, int64) {
+	d.Allowed, d.Limit, d.Remaining = r.Allowed, r.Limit, r.Remaining
+	d.RetryAfter, d.ResetAfter, d.Delay = r.RetryAfter, r.ResetAfter, r.Delay
+	d.Parts = nil
+	if ttl <= 0 {
+		return nil, 0
+	}
+	return encodeFields(buf, fields...), ttl
 }
 
 // encodeFields writes fields into buf when it has room (reusing the

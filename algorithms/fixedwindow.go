@@ -47,16 +47,22 @@ type fixedWindowState struct {
 
 // Decide implements Algorithm. State: [window start, count].
 func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements ToDecider.
+func (a *fixedWindow) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
 	var s fixedWindowState
 	if state != nil {
 		var f [2]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return Step{}, err
+			return nil, 0, err
 		}
 		s = fixedWindowState{start: f[0], count: f[1]}
 	}
-	d, ttl := a.decide(&s, state != nil, req)
-	return step(state, d, ttl, s.start, s.count), nil
+	r, ttl := a.decide(&s, state != nil, req)
+	next, ttl := answer(d, &r, state, ttl, s.start, s.count)
+	return next, ttl, nil
 }
 
 // decide is the fixed window's transition, in the subset the server-side

@@ -125,15 +125,21 @@ func (a *tokenBucket) String() string      { return "TokenBucket(" + a.rate.Stri
 // The bucket's deficit (capacity − tokens) is stored rather than its level,
 // so that an empty state and a full bucket coincide.
 func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements ToDecider.
+func (a *tokenBucket) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
 	var s bucketState
 	if state != nil {
 		var err error
 		if s, err = decodeBucket("token bucket", state); err != nil {
-			return Step{}, err
+			return nil, 0, err
 		}
 	}
-	d, ttl := a.decide(&s, state != nil, req)
-	return step(state, d, ttl, s.level, s.last, s.unit), nil
+	r, ttl := a.decide(&s, state != nil, req)
+	next, ttl := answer(d, &r, state, ttl, s.level, s.last, s.unit)
+	return next, ttl, nil
 }
 
 // decide is the token bucket's transition, in the subset the server-side
@@ -198,15 +204,21 @@ func (a *leakyBucket) String() string {
 // The queue drains drip units per microsecond; a request admitted behind
 // queued units waits until they have drained.
 func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements ToDecider.
+func (a *leakyBucket) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
 	var s bucketState
 	if state != nil {
 		var err error
 		if s, err = decodeBucket("leaky bucket", state); err != nil {
-			return Step{}, err
+			return nil, 0, err
 		}
 	}
-	d, ttl := a.decide(&s, state != nil, req)
-	return step(state, d, ttl, s.level, s.last, s.unit), nil
+	r, ttl := a.decide(&s, state != nil, req)
+	next, ttl := answer(d, &r, state, ttl, s.level, s.last, s.unit)
+	return next, ttl, nil
 }
 
 // decide is the leaky bucket's transition, in the subset the server-side
@@ -279,19 +291,25 @@ func (s *gcraState) valid() bool { return s.drip > 0 && s.frac < s.drip }
 // Decide implements Algorithm. State: [TAT microseconds, TAT fraction in
 // 1/drip of a microsecond, drip].
 func (a *gcra) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements ToDecider.
+func (a *gcra) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
 	var s gcraState
 	if state != nil {
 		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return Step{}, err
+			return nil, 0, err
 		}
 		s = gcraState{tat: f[0], frac: f[1], drip: f[2]}
 		if !s.valid() {
-			return Step{}, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
+			return nil, 0, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
 		}
 	}
-	d, ttl := a.decide(&s, state != nil, req)
-	return step(state, d, ttl, s.tat, s.frac, s.drip), nil
+	r, ttl := a.decide(&s, state != nil, req)
+	next, ttl := answer(d, &r, state, ttl, s.tat, s.frac, s.drip)
+	return next, ttl, nil
 }
 
 // decide is GCRA's transition, in the subset the server-side forms are

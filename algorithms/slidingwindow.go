@@ -83,16 +83,22 @@ func (a *slidingWindow) wait(prev, room, from int64) int64 {
 // Decide implements Algorithm. State: [current window start, current count,
 // previous count].
 func (a *slidingWindow) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements ToDecider.
+func (a *slidingWindow) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
 	var s slidingWindowState
 	if state != nil {
 		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return Step{}, err
+			return nil, 0, err
 		}
 		s = slidingWindowState{start: f[0], curr: f[1], prev: f[2]}
 	}
-	d, ttl := a.decide(&s, state != nil, req)
-	return step(state, d, ttl, s.start, s.curr, s.prev), nil
+	r, ttl := a.decide(&s, state != nil, req)
+	next, ttl := answer(d, &r, state, ttl, s.start, s.curr, s.prev)
+	return next, ttl, nil
 }
 
 // decide is the sliding window's transition, in the subset the server-side

@@ -12,7 +12,14 @@ import "math"
 // Go function here computes.
 
 // ceilDiv returns ⌈a / b⌉ for a ≥ 0 and b > 0.
-func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+func ceilDiv(a, b int64) int64 {
+	if b == 1 {
+		// The drip of most rates (a limit that divides its period):
+		// no division on the memory store's hot path.
+		return a
+	}
+	return (a + b - 1) / b
+}
 
 // mulDivFloor returns ⌊a × b ÷ c⌋ computed in doubles in that order (a
 // product, then a quotient, then the floor), capped at MaxExact. The Lua and

@@ -8,8 +8,8 @@ import (
 )
 
 func TestShardSize(t *testing.T) {
-	if size := unsafe.Sizeof(shard{}); size != 128 {
-		t.Errorf("shard is %d bytes, want 128: adjust its padding", size)
+	if size := unsafe.Sizeof(shard{}); size != 256 {
+		t.Errorf("shard is %d bytes, want 256: adjust its padding", size)
 	}
 }
 

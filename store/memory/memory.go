@@ -97,9 +97,9 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 96 bytes; the padding gives each shard 128, so no two shards'
-// fields share a cache line (or an adjacent-line prefetch pair) whatever
-// the Store's alignment.
+// fields take 176 bytes; the padding gives each shard 256, so no two
+// shards' fields share a cache line (or an adjacent-line prefetch pair)
+// whatever the Store's alignment.
 type shard struct {
 	mu sync.Mutex
 	// index holds the entries by the hash of their key. Keys whose hashes
@@ -121,7 +121,9 @@ type shard struct {
 	// it leaves the entry untouched until put.
 	buf     [inlineState]byte
 	scratch []byte
-	_       [32]byte
+	// decision receives an algorithms.ToDecider's decision (DecideTo).
+	decision algorithms.Decision
+	_        [80]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -199,6 +201,12 @@ func (s *Store) lock(k ratelimit.Key) (uint64, *shard) {
 // Decide implements ratelimit.Decider for every algorithm: it runs the Go
 // form under the key's shard lock.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	if td, ok := alg.(algorithms.ToDecider); ok {
+		var d algorithms.Decision
+		var err error
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.DecideTo(ctx, key, td, req)
+		return d, err
+	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, err
 	}
@@ -213,7 +221,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		ip   algorithms.InPlaceDecider
 	)
 	// Only a large state (a sliding log) is decided in place: an inline
-	// one, every other built-in's, is cheaper to copy than to ask alg.
+	// one is cheaper to copy than to ask alg.
 	inPlace := false
 	if e == nil || len(e.state) > inlineState {
 		ip, inPlace = alg.(algorithms.InPlaceDecider)
@@ -242,6 +250,35 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		}
 	}
 	return step.Decision, nil
+}
+
+// DecideTo is Decide for an algorithms.ToDecider (every built-in but the
+// sliding log), with the decision's fields as its results, which a Limiter
+// calls: they travel in registers, where Decide's Decision and the
+// algorithm's Step are copied through memory, a noticeable part of a
+// decision made in process. The Decision's Parts, which only a composite
+// sets, is always nil for a ToDecider.
+func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, 0, 0, 0, 0, 0, err
+	}
+	h, sh := s.lock(key)
+	defer sh.mu.Unlock()
+	sh.now = max(sh.now, req.Now)
+	e := sh.get(h, key)
+	// The decision is written to the shard (locked, and on the heap), not
+	// to this frame, which the interface call would move to the heap.
+	d := &sh.decision
+	next, ttl, err := alg.DecideTo(sh.copyState(e, req.Now), req, d)
+	if err != nil {
+		return false, 0, 0, 0, 0, 0, err
+	}
+	if next != nil && !req.Peek {
+		if err := s.put(sh, h, key, e, next, req.Now, ttl, false); err != nil {
+			return false, 0, 0, 0, 0, 0, err
+		}
+	}
+	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 }
 
 // Update implements ratelimit.Store.
