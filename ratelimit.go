@@ -181,9 +181,9 @@ type Limiter struct {
 	decider Decider // store as a Decider, or nil
 	// to is store as a toDecider (the memory store) when alg is an
 	// algorithms.ToDecider, or nil.
-	to toDecider
-	alg     algorithms.Algorithm
-	clock   clock.Clock
+	to    toDecider
+	alg   algorithms.Algorithm
+	clock clock.Clock
 	// systemClock is set when clock is clock.System, which the limiter
 	// then reads through clock.UnixMicro, at half the cost of time.Now.
 	systemClock bool
