@@ -155,6 +155,12 @@ type InPlaceDecider interface {
 // d, and the Step's Next and TTL returned, so that a store deciding in
 // process (the memory store) copies no Step. The algorithm writes every
 // field of d, and sets Parts to nil.
+//
+// DecideTo makes InPlaceDecider's promises: it writes into state's memory
+// only when it returns a nil error and a non-nil next (a denied request, a
+// peek or an error leaves state exactly as it was), and a non-nil state
+// has room for the next one, which DecideTo then writes there, so that a
+// store can decide on the state where it keeps it.
 type ToDecider interface {
 	Algorithm
 	DecideTo(state []byte, req Request, d *Decision) (next []byte, ttl int64, err error)
@@ -204,9 +210,11 @@ func decodeFields(state []byte, dst []int64) error {
 		return fmt.Errorf("%w: %d bytes, want %d", ErrCorruptState, len(state), 8*len(dst))
 	}
 	for i := range dst {
-		dst[i] = int64(binary.LittleEndian.Uint64(state[8*i:]))
-		if dst[i] < 0 || dst[i] > MaxExact {
-			return fmt.Errorf("%w: field %d is %d", ErrCorruptState, i, dst[i])
+		dst[i] = int64(binary.LittleEndian.Uint64(state[8*i : 8*i+8]))
+	}
+	for i, f := range dst {
+		if uint64(f) > MaxExact { // negative ones too
+			return fmt.Errorf("%w: field %d is %d", ErrCorruptState, i, f)
 		}
 	}
 	return nil

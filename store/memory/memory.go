@@ -97,7 +97,7 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 176 bytes; the padding gives each shard 256, so no two
+// fields take 168 bytes; the padding gives each shard 256, so no two
 // shards' fields share a cache line (or an adjacent-line prefetch pair)
 // whatever the Store's alignment.
 type shard struct {
@@ -123,7 +123,7 @@ type shard struct {
 	scratch []byte
 	// decision receives an algorithms.ToDecider's decision (DecideTo).
 	decision algorithms.Decision
-	_        [80]byte
+	_        [88]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -262,19 +262,33 @@ func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg algorithms.
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
-	h, sh := s.lock(key)
+	return s.decideTo(key, alg, req)
+}
+
+// decideTo is DecideTo once ctx is checked.
+func (s *Store) decideTo(key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+	h := s.hash(key)
+	sh := &s.shards[h>>(64-shardBits)]
+	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.now = max(sh.now, req.Now)
 	e := sh.get(h, key)
-	// The decision is written to the shard (locked, and on the heap), not
+	// The state is decided where it is stored, not copied first (a
+	// ToDecider writes into it only when it returns a next state), and
+	// the decision is written to the shard (locked, and on the heap), not
 	// to this frame, which the interface call would move to the heap.
+	var cur []byte
+	if e != nil && e.expires > req.Now {
+		cur = e.state
+	}
 	d := &sh.decision
-	next, ttl, err := alg.DecideTo(sh.copyState(e, req.Now), req, d)
+	next, ttl, err := alg.DecideTo(cur, req, d)
 	if err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
 	if next != nil && !req.Peek {
-		if err := s.put(sh, h, key, e, next, req.Now, ttl, false); err != nil {
+		// next is cur's memory, or new when cur is nil.
+		if err := s.put(sh, h, key, e, next, req.Now, ttl, cur != nil); err != nil {
 			return false, 0, 0, 0, 0, 0, err
 		}
 	}
