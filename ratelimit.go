@@ -377,6 +377,16 @@ func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek b
 		*d, err = l.guarded(ctx, t, k, req)
 		return err
 	}
+	if l.to != nil {
+		// The memory store's path, fromStoreInto's first case inlined.
+		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
+		if err == nil {
+			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
+			return nil
+		}
+		*d, err = l.failed(t, err)
+		return err
+	}
 	if err := l.fromStoreInto(ctx, t, k, req, d); err != nil {
 		*d, err = l.failed(t, err)
 		return err
@@ -403,17 +413,17 @@ func (l *Limiter) fromStore(ctx context.Context, t *Tier, k Key, req algorithms.
 // fromStoreInto is fromStore writing the decision to d; d is unchanged
 // when it returns an error.
 func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	if l.to != nil {
+		// The memory store, which never answers ErrUnsupported.
+		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
+		if err == nil {
+			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
+		}
+		return err
+	}
 	if l.decider != nil && !l.noServerForm.Load() {
-		var err error
-		if l.to != nil {
-			var allowed bool
-			var limit, remaining, retryAfter, resetAfter, delay int64
-			allowed, limit, remaining, retryAfter, resetAfter, delay, err = l.to.DecideTo(ctx, k, t.to, req)
-			if err == nil {
-				d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
-				return nil
-			}
-		} else if err = d.set(l.decider.Decide(ctx, k, t.alg, req)); err == nil {
+		err := d.set(l.decider.Decide(ctx, k, t.alg, req))
+		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, ErrUnsupported) {
@@ -484,7 +494,16 @@ func (d *Decision) setFields(allowed bool, limit, remaining, retryAfter, resetAf
 	d.Limits = nil
 }
 
+// checkKey reports an empty or oversized key. The check is inlined where
+// it is called; the error is built out of line.
 func checkKey(key string) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return keyError(key)
+	}
+	return nil
+}
+
+func keyError(key string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty key", ErrInvalidKey)
