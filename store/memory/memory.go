@@ -97,7 +97,7 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 168 bytes; the padding gives each shard 256, so no two
+// fields take 184 bytes; the padding gives each shard 256, so no two
 // shards' fields share a cache line (or an adjacent-line prefetch pair)
 // whatever the Store's alignment.
 type shard struct {
@@ -123,7 +123,11 @@ type shard struct {
 	scratch []byte
 	// decision receives an algorithms.ToDecider's decision (DecideTo).
 	decision algorithms.Decision
-	_        [88]byte
+	// last is the entry get found last, whose key hashes to lastHash, or
+	// nil: a hot key skips the map. Removing the entry clears it.
+	last     *entry
+	lastHash uint64
+	_        [72]byte
 }
 
 // An entry is one key's state. States of up to inlineState bytes live in
@@ -388,12 +392,24 @@ func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byt
 
 // get returns key's entry, or nil. The caller holds sh.mu.
 func (sh *shard) get(h uint64, key ratelimit.Key) *entry {
+	if e := sh.last; sh.lastHash == h && e != nil && e.key == key {
+		return e
+	}
 	for e := sh.index[h]; e != nil; e = e.next {
 		if e.key == key {
+			sh.last, sh.lastHash = e, h
 			return e
 		}
 	}
 	return nil
+}
+
+// forgetLast clears sh.last when it is e, which is being removed. The
+// caller holds sh.mu.
+func (sh *shard) forgetLast(e *entry) {
+	if sh.last == e {
+		sh.last = nil
+	}
 }
 
 // add inserts e, whose key hashes to h. The caller holds sh.mu.
@@ -431,6 +447,7 @@ func (sh *shard) remove(h uint64, e *entry) {
 	}
 	sh.n--
 	sh.forget(e)
+	sh.forgetLast(e)
 }
 
 // reclaim deletes the expired entries in the chain of hash h, whose first
@@ -442,6 +459,7 @@ func (sh *shard) reclaim(h uint64, head *entry) int {
 		if e.expires <= sh.now {
 			n++
 			sh.forget(e)
+			sh.forgetLast(e)
 		}
 	}
 	if n == 0 {
