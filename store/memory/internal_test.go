@@ -93,3 +93,43 @@ func TestEntryLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestLastEntryForgotten checks that the entry a shard remembers from its
+// last lookup (shard.last) is forgotten when the entry is removed, reclaimed
+// or evicted, so that a lookup never returns a removed entry.
+func TestLastEntryForgotten(t *testing.T) {
+	s := MustNew(WithMaxKeys(shardCount)) // one key per shard
+	sh := &s.shards[0]
+	k := ratelimit.Key{Namespace: "a:x", ID: "1"}
+	const h = 7
+	add := func(expires int64) *entry {
+		e := &entry{key: k, expires: expires}
+		sh.add(h, e)
+		if got := sh.get(h, k); got != e || sh.last != e {
+			t.Fatalf("get = %p, last = %p, want the entry %p", got, sh.last, e)
+		}
+		return e
+	}
+
+	e := add(100)
+	sh.remove(h, e)
+	if sh.last != nil || sh.get(h, k) != nil {
+		t.Errorf("after remove: last = %p, get = %p, want nil", sh.last, sh.get(h, k))
+	}
+
+	add(100)
+	sh.now = 100
+	if n := sh.reclaim(h, sh.index[h]); n != 1 {
+		t.Fatalf("reclaim = %d, want 1", n)
+	}
+	if sh.last != nil || sh.get(h, k) != nil {
+		t.Errorf("after reclaim: last = %p, get = %p, want nil", sh.last, sh.get(h, k))
+	}
+
+	sh.now = 0
+	add(1000)
+	s.makeRoom(sh, "b:x") // the shard is full: k's entry is evicted
+	if sh.n != 0 || sh.last != nil || sh.get(h, k) != nil {
+		t.Errorf("after eviction: n = %d, last = %p, get = %p, want 0, nil, nil", sh.n, sh.last, sh.get(h, k))
+	}
+}
