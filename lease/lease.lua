@@ -13,6 +13,7 @@
 --          fence, ttl (µs), owner (16 bytes)
 -- reply    when it wrote the record: {now, fence, found}; otherwise
 --          {code, now, fence, expires, owner ('' for the caller's), released, found}
+local MAX = 9007199254740992 -- algorithms.MaxExact: a fence stays below it, exact in a double
 local key = KEYS[1]
 local now, clk, op, slack, reqFence, ttl, owner = struct.unpack('<i8BBi8i8i8c16', ARGV[1])
 if clk == 1 then
@@ -37,7 +38,7 @@ if raw then
     if n ~= 42 or version ~= 1 or (flags ~= 0 and flags ~= 1) then
       return redis.error_reply('CORRUPT lease record of ' .. (n - 8) .. ' bytes')
     end
-    if f < 1 or e < 0 then
+    if f < 1 or f >= MAX or e < 0 then
       return redis.error_reply('CORRUPT lease record with fence ' .. f)
     end
     found, released, fence, expires, holder = true, flags == 1, f, e, h
@@ -57,6 +58,9 @@ if op == 1 then
     if live then
       wf = fence -- the same owner again: the same lease
     elseif found and fence >= now then
+      if fence + 1 >= MAX then
+        return redis.error_reply('CORRUPT lease fence ' .. fence .. ' would reach 2^53')
+      end
       wf = fence + 1
     end
     if wf < 1 then wf = 1 end

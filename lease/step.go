@@ -116,7 +116,7 @@ func decodeRecord(b []byte) (record, error) {
 		expires:  int64(binary.BigEndian.Uint64(b[10:18])),
 	}
 	copy(r.owner[:], b[18:34])
-	if r.fence < 1 || r.expires < 0 {
+	if r.fence < 1 || r.fence >= algorithms.MaxExact || r.expires < 0 {
 		return record{}, fmt.Errorf("%w: lease record with fence %d and expiry %d", ratelimit.ErrCorruptState, r.fence, r.expires)
 	}
 	return r, nil
@@ -214,8 +214,8 @@ func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Resul
 		if fence < 1 {
 			fence = 1
 		}
-		if fence > algorithms.MaxExact {
-			return nil, 0, Result{}, fmt.Errorf("%w: fence %d would pass 2^53", ratelimit.ErrCorruptState, fence)
+		if fence >= algorithms.MaxExact {
+			return nil, 0, Result{}, fmt.Errorf("%w: fence %d would reach 2^53", ratelimit.ErrCorruptState, fence)
 		}
 		w := record{fence: fence, expires: now + req.TTL, owner: req.Owner}
 		return w.encode(), keep(w, now, req.TTL), Result{Code: OK, Now: now, Fence: fence, Expires: w.expires, Owner: req.Owner, Found: cur != nil}, nil

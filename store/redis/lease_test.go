@@ -1,14 +1,19 @@
 package redis_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/store/redis"
@@ -118,3 +123,49 @@ func TestLeaseDoFrozenServer(t *testing.T) {
 
 // The store runs the lease's Lua form (the engine's RunLease).
 var _ lease.Runner = (*redis.Store)(nil)
+
+// TestLeaseFenceLimit checks that both paths, the Lua form and Update,
+// treat a record whose fence is 2^53 or more as corrupt and refuse to mint
+// a fence of 2^53 (the next after 2^53-1), as lease.Step does: an error
+// wrapping ErrCorruptState, and the record left as it was.
+func TestLeaseFenceLimit(t *testing.T) {
+	_, s := private(t)
+	ctx := context.Background()
+	if !strings.Contains(lease.Lua, "local MAX = "+strconv.FormatInt(algorithms.MaxExact, 10)+" ") {
+		t.Fatalf("lease.Lua's MAX is not algorithms.MaxExact (%d)", int64(algorithms.MaxExact))
+	}
+	for _, p := range []struct {
+		name  string
+		store ratelimit.Store
+	}{{"server", s}, {"update", updateOnly{s}}} {
+		for _, tc := range []struct {
+			name  string
+			fence int64
+		}{{"last", algorithms.MaxExact - 1}, {"at", algorithms.MaxExact}, {"past", algorithms.MaxExact + 1}} {
+			t.Run(p.name+"/"+tc.name, func(t *testing.T) {
+				locker, err := lease.New(p.store, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				id := "fence-limit-" + p.name + "-" + tc.name
+				name := redis.StateKey(redis.DefaultPrefix, ratelimit.Key{Namespace: locker.Namespace(), ID: id}) + ":u"
+				// A released record kept for an hour: the Update format's
+				// expiry, then version 1, the released flag, the fence, the
+				// lease's expiry and the owner.
+				value := make([]byte, 42)
+				binary.LittleEndian.PutUint64(value[0:8], uint64(time.Now().Add(time.Hour).UnixMicro()))
+				value[8], value[9] = 1, 1
+				binary.BigEndian.PutUint64(value[10:18], uint64(tc.fence))
+				if err := s.Client().Set(ctx, name, value, time.Hour).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if le, err := locker.TryAcquire(ctx, id); !errors.Is(err, ratelimit.ErrCorruptState) {
+					t.Fatalf("TryAcquire after fence %d = %v, %v; want ErrCorruptState", tc.fence, le, err)
+				}
+				if got, err := s.Client().Get(ctx, name).Bytes(); err != nil || !bytes.Equal(got, value) {
+					t.Errorf("record after the refused acquire = %x, %v; want it unchanged", got, err)
+				}
+			})
+		}
+	}
+}
