@@ -150,8 +150,13 @@ type Store struct {
 	// args holds the text forms of the algorithms' ServerArgs last used.
 	args argsCache
 
+	// inTx is set when db is a pgx.Tx: the one-statement path then leaves
+	// lock_timeout alone (see Decide).
+	inTx bool
+
 	// SQL built once from the quoted identifiers.
 	decideSQL                                   map[*algorithms.Builtin]string
+	rowSQL                                      map[*algorithms.Builtin]*[2]string
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
@@ -175,6 +180,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	for _, b := range builtins {
 		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
+	s.rowSQL = make(map[*algorithms.Builtin]*[2]string, len(builtins))
+	for _, b := range builtins {
+		f := s.forms.alg[b.Name].function
+		s.rowSQL[b] = &[2]string{s.rowDecideSQL(f, false), s.rowDecideSQL(f, true)}
+	}
+	_, s.inTx = db.(pgx.Tx)
 	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
@@ -229,6 +240,16 @@ func lockWaitMillis(d time.Duration) int64 {
 // overflow: the state is corrupt, and must not pass for a store failure
 // that a fail-open limiter would admit on.
 const numericOutOfRange = "22003"
+
+// undefinedFunction reports whether err is PostgreSQL's "function does not
+// exist": the form of this release that the one-statement path calls is
+// not installed (a newer release migrated the table and this release's
+// forms were dropped), and the table's decide function, which calls the
+// forms of the release that migrated it, decides instead.
+func undefinedFunction(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42883"
+}
 
 // lockNotAvailable is the SQLSTATE of a lock wait that outlasted
 // lock_timeout.
@@ -290,10 +311,31 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		wait = lockWaitMillis(time.Until(deadline))
 	}
 	c := &decideCall{key: key}
-	err := s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).
-		Scan(&c.raw)
+	args := s.args.text(sf.ServerArgs())
+	err := pgx.ErrNoRows
+	if !req.Peek && (!s.inTx || wait == nil) {
+		// The common case, a key that has a row: one UPDATE that locks
+		// and rewrites it (see rowDecideSQL). A key without a row goes to
+		// the decide function, which inserts it.
+		rs := s.rowSQL[algorithms.BuiltinOf(alg)]
+		if wait != nil {
+			err = s.db.QueryRow(ctx, rs[1], c, now, req.Cost, args, wait).Scan(&c.raw)
+		} else {
+			err = s.db.QueryRow(ctx, rs[0], c, now, req.Cost, args).Scan(&c.raw)
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && (s.inTx || !undefinedFunction(err)) {
+			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		}
+		if err != nil && wait != nil {
+			deadline, _ := ctx.Deadline()
+			wait = lockWaitMillis(time.Until(deadline))
+		}
+	}
 	if err != nil {
-		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		err = s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, args, wait).Scan(&c.raw)
+		if err != nil {
+			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		}
 	}
 	var v [6]int64
 	if err := decodeDecision(c.raw, &v); err != nil {
