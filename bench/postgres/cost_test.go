@@ -22,8 +22,11 @@ import (
 //
 //   - a bare SELECT (the floor: a round trip and an executor run),
 //   - the bare upsert of BenchmarkPostgresRounds,
-//   - the store's decide statement for GCRA and the token bucket (every
-//     call admits and writes),
+//   - the store's decide function for GCRA and the token bucket (every
+//     call admits and writes): the path of a key's first request,
+//   - the store's statement for a key that has a row (one UPDATE whose SET
+//     list runs the form), the same with a form that computes nothing, and
+//     with no form at all (a constant step): the statement's own cost,
 //   - the same decide function with a form that computes nothing (a
 //     PL/pgSQL function returning a constant step): the decide function's
 //     own cost,
@@ -83,7 +86,6 @@ func TestServerCost(t *testing.T) {
 	})
 	setup := []string{
 		"CREATE TABLE " + up + " (k bytea PRIMARY KEY, n bigint NOT NULL) WITH (fillfactor = 70)",
-		"ALTER TABLE " + s.Table() + " ADD COLUMN IF NOT EXISTS dec bigint[]",
 		// A form that computes nothing: the step of an admitted request.
 		`CREATE OR REPLACE FUNCTION pg_temp.rl_cost_nothing(state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE AS $$
@@ -137,14 +139,11 @@ END $$`,
 		vs = append(vs,
 			variant{n + ": decide", "SELECT " + decide + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
 			variant{n + ": decide, a form that computes nothing", "SELECT " + decideWith(n, "pg_temp.rl_cost_nothing", "_nothing") + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
-			variant{n + ": one UPDATE, lateral", oneUpdate(s.Table(), algorithms.SQLFunction(n), 1), []any{key, args}},
-			variant{n + ": one UPDATE, constant", oneUpdate(s.Table(), "", 3), []any{key, args}},
-			variant{n + ": one UPDATE, nothing", oneUpdate(s.Table(), "pg_temp.rl_cost_nothing", 1), []any{key, args}},
+			variant{n + ": row UPDATE", rowUpdate(s.Table(), algorithms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE, a form that computes nothing", rowUpdate(s.Table(), "pg_temp.rl_cost_nothing", false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE, no form (a constant step)", rowUpdate(s.Table(), "", true), []any{key, nil, int64(1), args}},
 			variant{n + ": the form alone", "SELECT allowed FROM " + algorithms.SQLFunction(n) + "($1, $2, 1, false, $3)", []any{state, now, args}},
 		)
-		if n == "gcra" {
-			vs = append(vs, variant{n + ": one UPDATE, inline lateral", oneUpdate(s.Table(), "", 4), []any{key, args}})
-		}
 		if base := os.Getenv("RATELIMIT_BENCH_PG_FORM_BASE"); base != "" && n == "gcra" {
 			text, err := os.ReadFile(base)
 			if err != nil {
@@ -192,29 +191,21 @@ END $$`,
 	t.Log(out.String())
 }
 
-func oneUpdate(table, form string, style int) string {
+// rowUpdate is the store's statement for a decision on a key that has a row
+// (store/postgres rowDecideSQL, server clock, no deadline), on table with
+// the SQL form form; constant makes it write a constant step without
+// calling any form: the statement's own cost.
+func rowUpdate(table, form string, constant bool) string {
 	const now = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
-	if style == 3 {
-		return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT ARRAY[n.now, 0, 1], NULL::bytea, n.now + 1000000, ARRAY[1, 1, 1, 0, 0, 0]::bigint[] FROM (SELECT " + now + " AS now) n) WHERE r.key = $1 AND $2::bigint[] IS NOT NULL RETURNING r.dec"
+	if constant {
+		return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT ARRAY[n.now, 0, 1], NULL::bytea, n.now + 1000000, ARRAY[1, 1, 1, 0, 0, 0]::bigint[] " +
+			"FROM (SELECT coalesce($2::bigint, " + now + ") AS now OFFSET 0) n) WHERE r.key = $1 AND $3::bigint IS NOT NULL AND $4::bigint[] IS NOT NULL RETURNING r.dec"
 	}
-	if style == 4 {
-		return "UPDATE " + table + ` r SET (vals, state, expires_at, dec) = (SELECT
-  CASE WHEN NOT wr THEN r.vals ELSE ARRAY[now + ahead2 / drip, ahead2 - ahead2 / drip * drip, drip] END,
-  CASE WHEN NOT wr THEN r.state END,
-  CASE WHEN NOT wr THEN r.expires_at ELSE now + (ahead2 + drip - 1) / drip END,
-  ARRAY[(ahead <= cap)::int::bigint, burst, greatest(cap - ahead2, 0) / unit, CASE WHEN NOT ahead <= cap THEN (ahead2 + 1 * unit - cap + drip - 1) / drip ELSE 0 END, (ahead2 + drip - 1) / drip, 0]
-FROM (SELECT now, CASE WHEN r.expires_at > now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END AS st, $2::bigint[] AS a FROM (SELECT ` + now + ` AS now) n OFFSET 0) s0,
-LATERAL (SELECT st[1] AS tat, st[2] AS frac, st[3] AS sdrip, a[1] AS unit, a[2] AS drip, a[3] AS cap, a[4] AS fill, a[5] AS burst OFFSET 0) s1,
-LATERAL (SELECT CASE WHEN st IS NOT NULL AND (cardinality(st) <> 3 OR tat NOT BETWEEN 0 AND 9007199254740992 OR frac NOT BETWEEN 0 AND 9007199254740992 OR sdrip NOT BETWEEN 0 AND 9007199254740992 OR NOT (sdrip > 0 AND frac < sdrip))
-        THEN ratelimit_corrupt_ab0d94a0(format('gcra state %s', st)) ELSE greatest(least(tat - now, fill), 0) * drip + CASE WHEN sdrip <> drip THEN least(floor(frac::float8 / sdrip::float8 * drip::float8), 9007199254740992)::bigint ELSE frac END END AS raw2,
-  st IS NOT NULL AND tat >= now AS live OFFSET 0) s2,
-LATERAL (SELECT CASE WHEN live THEN least(raw2, cap) ELSE 0 END + 1 * unit AS ahead OFFSET 0) s3,
-LATERAL (SELECT CASE WHEN ahead <= cap THEN ahead WHEN live THEN least(raw2, cap) ELSE 0 END AS ahead2,
-  NOT (NOT ahead <= cap AND NOT CASE WHEN live THEN tat - now > fill OR raw2 > cap ELSE false END) AS wr OFFSET 0) s4
-) WHERE r.key = $1 RETURNING r.dec`
-	}
-	if style == 1 {
-		return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT coalesce(d.next_state, r.vals), CASE WHEN d.next_state IS NULL THEN r.state END, CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] FROM (SELECT " + now + " AS now) n, LATERAL " + form + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END, n.now, 1, false, $2) d) WHERE r.key = $1 RETURNING r.dec"
-	}
-	return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT coalesce((d).next_state, r.vals), CASE WHEN (d).next_state IS NULL THEN r.state END, CASE WHEN (d).next_state IS NULL THEN r.expires_at ELSE now + (d).ttl END, ARRAY[(d).allowed::int::bigint, (d).lim, (d).remaining, (d).retry_after, (d).reset_after, (d).delay] FROM (SELECT now, " + form + "(CASE WHEN r.expires_at > now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END, now, 1, false, $2) AS d FROM (SELECT " + now + " AS now) n OFFSET 0) x) WHERE r.key = $1 RETURNING r.dec"
+	return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT coalesce(d.next_state, r.vals), " +
+		"CASE WHEN d.next_state IS NULL THEN r.state END, " +
+		"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
+		"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
+		"FROM (SELECT coalesce($2::bigint, " + now + ") AS now OFFSET 0) n, " +
+		"LATERAL " + form + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END, n.now, $3, false, $4) d) " +
+		"WHERE r.key = $1 RETURNING r.dec"
 }

@@ -4,16 +4,22 @@
 // form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function
 // whose name carries a version (a hash of its text), so that releases
 // sharing a database install their forms side by side, and a decision is
-// one statement: a call to a function generated for the table and
-// algorithm, which locks the key's row (SELECT ... FOR NO KEY UPDATE), reads
-// the clock, runs the algorithm's form once and writes the result only
-// when the request is admitted (an UPDATE of the locked row, or an INSERT
-// ... ON CONFLICT DO NOTHING for a new key). The row lock is taken and
-// released inside the server, never held across a round trip to the
-// client (unless the caller passes its own transaction), and concurrent
-// first requests for a new key neither fail nor over-admit. A user's own
-// algorithm runs through Update, a short transaction with SELECT ... FOR NO
-// KEY UPDATE.
+// one statement. For a key that has a row it is one UPDATE of the row,
+// whose SET list reads the clock and runs the algorithm's form once on the
+// row's live state, and which returns the decision through the row's dec
+// column: the executor finds, locks and writes the row as it does for a
+// bare upsert, and evaluates the SET list again (the clock included) on
+// the newest version of a row a concurrent decision updated meanwhile. A
+// key's first request (the UPDATE finds no row), a peek and a composite
+// call a function generated for the table and algorithm instead, which
+// locks the key's row if any (SELECT ... FOR NO KEY UPDATE), reads the
+// clock, runs the form once and writes the result only when the request
+// is admitted (an UPDATE of the locked row, or an INSERT ... ON CONFLICT
+// DO NOTHING for a new key). The row lock is taken and released inside
+// the server, never held across a round trip to the client (unless the
+// caller passes its own transaction), and concurrent first requests for a
+// new key neither fail nor over-admit. A user's own algorithm runs through
+// Update, a short transaction with SELECT ... FOR NO KEY UPDATE.
 //
 // The table and functions are created in the first schema of the
 // connection's search_path; set search_path in the connection string to
@@ -272,12 +278,14 @@ func appendKey(b []byte, k ratelimit.Key) []byte {
 }
 
 // Decide implements ratelimit.Decider for the built-in algorithms: one
-// statement that calls the table's decide function for alg. For a request
-// that may consume, the function's upsert locks the key's row, treats an
-// expired row as absent, runs the algorithm's SQL form on it and writes the
-// next state with its expiry only when the request is admitted. A denied
-// request or a peek is decided on the latest committed state and writes
-// nothing. When ctx has a deadline, the server waits for the row lock no
+// statement. For a request that may consume on a key that has a row, it is
+// an UPDATE that locks the row, treats it as absent when it has expired,
+// runs the algorithm's SQL form on its state and writes the next state
+// with its expiry (a denial writes the row's state back unchanged). When
+// the key has no row, or for a peek, it calls the table's decide function
+// for alg instead, which writes only when the request is admitted (a peek
+// writes nothing). Every decision is made on the latest committed state.
+// When ctx has a deadline, the server waits for the row lock no
 // longer than it (lock_timeout), so a decision the caller has given up on is
 // not applied afterwards; such an error wraps context.DeadlineExceeded.
 // PostgreSQL takes lock_timeout values up to 2^31-1 ms (about 24.8 days), so

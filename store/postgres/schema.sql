@@ -1,8 +1,9 @@
 -- The store's schema: its table and two helper functions. This file is a
 -- text/template that schema.go fills in with the table's quoted name; the
 -- migration runs it, then every built-in algorithm's SQL form
--- (algorithms/sql), then decide.sql once per algorithm. Every statement creates only what is missing or
--- replaces a function, so it runs again at every migration.
+-- (algorithms/sql), then decide.sql once per algorithm. Every statement
+-- creates only what is missing or replaces a function, so it runs again at
+-- every migration.
 
 -- Rate-limit state: one row per key. key is the limiter's namespace, ':'
 -- and the caller's key, as bytes. The built-in algorithms keep their state
