@@ -318,7 +318,8 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = lockWaitMillis(time.Until(deadline))
 	}
-	c := &decideCall{key: key}
+	c := newDecideCall(key)
+	defer c.release()
 	args := s.args.text(sf.ServerArgs())
 	err := pgx.ErrNoRows
 	if !req.Peek && (!s.inTx || wait == nil) {
@@ -377,7 +378,8 @@ func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.C
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = lockWaitMillis(time.Until(deadline))
 	}
-	call := &decideCall{key: key}
+	call := newDecideCall(key)
+	defer call.release()
 	err := s.db.QueryRow(ctx, s.decideAllSQL, call, now, req.Cost, req.Peek, s.args.text(args), wait, names).
 		Scan(&call.raw)
 	if err != nil {
