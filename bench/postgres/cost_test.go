@@ -22,8 +22,11 @@ import (
 //
 //   - a bare SELECT (the floor: a round trip and an executor run),
 //   - the bare upsert of BenchmarkPostgresRounds,
-//   - the store's decide statement for GCRA and the token bucket (every
-//     call admits and writes),
+//   - the store's decide function for GCRA and the token bucket (every
+//     call admits and writes): the path of a key's first request,
+//   - the store's statement for a key that has a row (one UPDATE whose SET
+//     list runs the form), the same with a form that computes nothing, and
+//     with no form at all (a constant step): the statement's own cost,
 //   - the same decide function with a form that computes nothing (a
 //     PL/pgSQL function returning a constant step): the decide function's
 //     own cost,
@@ -136,6 +139,9 @@ END $$`,
 		vs = append(vs,
 			variant{n + ": decide", "SELECT " + decide + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
 			variant{n + ": decide, a form that computes nothing", "SELECT " + decideWith(n, "pg_temp.rl_cost_nothing", "_nothing") + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
+			variant{n + ": row UPDATE", rowUpdate(s.Table(), algorithms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE, a form that computes nothing", rowUpdate(s.Table(), "pg_temp.rl_cost_nothing", false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE, no form (a constant step)", rowUpdate(s.Table(), "", true), []any{key, nil, int64(1), args}},
 			variant{n + ": the form alone", "SELECT allowed FROM " + algorithms.SQLFunction(n) + "($1, $2, 1, false, $3)", []any{state, now, args}},
 		)
 		if base := os.Getenv("RATELIMIT_BENCH_PG_FORM_BASE"); base != "" && n == "gcra" {
@@ -183,4 +189,23 @@ END $$`,
 		fmt.Fprintf(&out, "| %s | %.1f | %.1f–%.1f |\n", v.name, median(c), c[0], c[len(c)-1])
 	}
 	t.Log(out.String())
+}
+
+// rowUpdate is the store's statement for a decision on a key that has a row
+// (store/postgres rowDecideSQL, server clock, no deadline), on table with
+// the SQL form form; constant makes it write a constant step without
+// calling any form: the statement's own cost.
+func rowUpdate(table, form string, constant bool) string {
+	const now = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
+	if constant {
+		return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT ARRAY[n.now, 0, 1], NULL::bytea, n.now + 1000000, ARRAY[1, 1, 1, 0, 0, 0]::bigint[] " +
+			"FROM (SELECT coalesce($2::bigint, " + now + ") AS now OFFSET 0) n) WHERE r.key = $1 AND $3::bigint IS NOT NULL AND $4::bigint[] IS NOT NULL RETURNING r.dec"
+	}
+	return "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT coalesce(d.next_state, r.vals), " +
+		"CASE WHEN d.next_state IS NULL THEN r.state END, " +
+		"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
+		"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
+		"FROM (SELECT coalesce($2::bigint, " + now + ") AS now OFFSET 0) n, " +
+		"LATERAL " + form + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, ratelimit_int8s(r.state)) END, n.now, $3, false, $4) d) " +
+		"WHERE r.key = $1 RETURNING r.dec"
 }

@@ -1,6 +1,8 @@
 -- The decide function of one table and one built-in algorithm, here
--- {{.Name}}: the one statement of a decision (Store.Decide) is a call to
--- it. The composite's ("all": algorithms.All) takes the parts' names too,
+-- {{.Name}}. Store.Decide calls it, in a statement of its own, for a peek,
+-- for a key that has no row (its one-statement UPDATE, rowDecideSQL in
+-- schema.go, found none) and for a decision with a deadline in a caller's
+-- transaction; every other decision is that UPDATE. The composite's ("all": algorithms.All) takes the parts' names too,
 -- calls ratelimit_all_<version> and returns every part's decision, six elements each. This file is a text/template that schema.go fills in with the
 -- function's quoted name (the table's name with "_decide_" and the
 -- algorithm's appended), the table's quoted name, the algorithm's SQL form

@@ -4,16 +4,22 @@
 // form (package algorithms, sql/*.sql) is installed as a PL/pgSQL function
 // whose name carries a version (a hash of its text), so that releases
 // sharing a database install their forms side by side, and a decision is
-// one statement: a call to a function generated for the table and
-// algorithm, which locks the key's row (SELECT ... FOR NO KEY UPDATE), reads
-// the clock, runs the algorithm's form once and writes the result only
-// when the request is admitted (an UPDATE of the locked row, or an INSERT
-// ... ON CONFLICT DO NOTHING for a new key). The row lock is taken and
-// released inside the server, never held across a round trip to the
-// client (unless the caller passes its own transaction), and concurrent
-// first requests for a new key neither fail nor over-admit. A user's own
-// algorithm runs through Update, a short transaction with SELECT ... FOR NO
-// KEY UPDATE.
+// one statement. For a key that has a row it is one UPDATE of the row,
+// whose SET list reads the clock and runs the algorithm's form once on the
+// row's live state, and which returns the decision through the row's dec
+// column: the executor finds, locks and writes the row as it does for a
+// bare upsert, and evaluates the SET list again (the clock included) on
+// the newest version of a row a concurrent decision updated meanwhile. A
+// key's first request (the UPDATE finds no row), a peek and a composite
+// call a function generated for the table and algorithm instead, which
+// locks the key's row if any (SELECT ... FOR NO KEY UPDATE), reads the
+// clock, runs the form once and writes the result only when the request
+// is admitted (an UPDATE of the locked row, or an INSERT ... ON CONFLICT
+// DO NOTHING for a new key). The row lock is taken and released inside
+// the server, never held across a round trip to the client (unless the
+// caller passes its own transaction), and concurrent first requests for a
+// new key neither fail nor over-admit. A user's own algorithm runs through
+// Update, a short transaction with SELECT ... FOR NO KEY UPDATE.
 //
 // The table and functions are created in the first schema of the
 // connection's search_path; set search_path in the connection string to
@@ -150,8 +156,13 @@ type Store struct {
 	// args holds the text forms of the algorithms' ServerArgs last used.
 	args argsCache
 
+	// inTx is set when db is a pgx.Tx: the one-statement path then leaves
+	// lock_timeout alone (see Decide).
+	inTx bool
+
 	// SQL built once from the quoted identifiers.
 	decideSQL                                   map[*algorithms.Builtin]string
+	rowSQL                                      map[*algorithms.Builtin]*[2]string
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
@@ -175,6 +186,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	for _, b := range builtins {
 		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
+	s.rowSQL = make(map[*algorithms.Builtin]*[2]string, len(builtins))
+	for _, b := range builtins {
+		f := s.forms.alg[b.Name].function
+		s.rowSQL[b] = &[2]string{s.rowDecideSQL(f, false), s.rowDecideSQL(f, true)}
+	}
+	_, s.inTx = db.(pgx.Tx)
 	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
@@ -230,6 +247,16 @@ func lockWaitMillis(d time.Duration) int64 {
 // that a fail-open limiter would admit on.
 const numericOutOfRange = "22003"
 
+// undefinedFunction reports whether err is PostgreSQL's "function does not
+// exist": the form of this release that the one-statement path calls is
+// not installed (a newer release migrated the table and this release's
+// forms were dropped), and the table's decide function, which calls the
+// forms of the release that migrated it, decides instead.
+func undefinedFunction(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42883"
+}
+
 // lockNotAvailable is the SQLSTATE of a lock wait that outlasted
 // lock_timeout.
 const lockNotAvailable = "55P03"
@@ -251,12 +278,14 @@ func appendKey(b []byte, k ratelimit.Key) []byte {
 }
 
 // Decide implements ratelimit.Decider for the built-in algorithms: one
-// statement that calls the table's decide function for alg. For a request
-// that may consume, the function's upsert locks the key's row, treats an
-// expired row as absent, runs the algorithm's SQL form on it and writes the
-// next state with its expiry only when the request is admitted. A denied
-// request or a peek is decided on the latest committed state and writes
-// nothing. When ctx has a deadline, the server waits for the row lock no
+// statement. For a request that may consume on a key that has a row, it is
+// an UPDATE that locks the row, treats it as absent when it has expired,
+// runs the algorithm's SQL form on its state and writes the next state
+// with its expiry (a denial writes the row's state back unchanged). When
+// the key has no row, or for a peek, it calls the table's decide function
+// for alg instead, which writes only when the request is admitted (a peek
+// writes nothing). Every decision is made on the latest committed state.
+// When ctx has a deadline, the server waits for the row lock no
 // longer than it (lock_timeout), so a decision the caller has given up on is
 // not applied afterwards; such an error wraps context.DeadlineExceeded.
 // PostgreSQL takes lock_timeout values up to 2^31-1 ms (about 24.8 days), so
@@ -289,11 +318,33 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = lockWaitMillis(time.Until(deadline))
 	}
-	c := &decideCall{key: key}
-	err := s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, s.args.text(sf.ServerArgs()), wait).
-		Scan(&c.raw)
+	c := newDecideCall(key)
+	defer c.release()
+	args := s.args.text(sf.ServerArgs())
+	err := pgx.ErrNoRows
+	if !req.Peek && (!s.inTx || wait == nil) {
+		// The common case, a key that has a row: one UPDATE that locks
+		// and rewrites it (see rowDecideSQL). A key without a row goes to
+		// the decide function, which inserts it.
+		rs := s.rowSQL[algorithms.BuiltinOf(alg)]
+		if wait != nil {
+			err = s.db.QueryRow(ctx, rs[1], c, now, req.Cost, args, wait).Scan(&c.raw)
+		} else {
+			err = s.db.QueryRow(ctx, rs[0], c, now, req.Cost, args).Scan(&c.raw)
+		}
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) && (s.inTx || !undefinedFunction(err)) {
+			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		}
+		if err != nil && wait != nil {
+			deadline, _ := ctx.Deadline()
+			wait = lockWaitMillis(time.Until(deadline))
+		}
+	}
 	if err != nil {
-		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		err = s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, args, wait).Scan(&c.raw)
+		if err != nil {
+			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
+		}
 	}
 	var v [6]int64
 	if err := decodeDecision(c.raw, &v); err != nil {
@@ -327,7 +378,8 @@ func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.C
 	if deadline, ok := ctx.Deadline(); ok {
 		wait = lockWaitMillis(time.Until(deadline))
 	}
-	call := &decideCall{key: key}
+	call := newDecideCall(key)
+	defer call.release()
 	err := s.db.QueryRow(ctx, s.decideAllSQL, call, now, req.Cost, req.Peek, s.args.text(args), wait, names).
 		Scan(&call.raw)
 	if err != nil {

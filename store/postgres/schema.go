@@ -93,10 +93,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 // docs/stores/postgres.md).
 func (s *Store) SchemaSQL() string {
 	var b strings.Builder
+	table := s.ident(s.table)
+	tag := "$rl$"
+	for i := 0; strings.Contains(table, tag); i++ {
+		tag = fmt.Sprintf("$rl%d$", i)
+	}
 	execute(&b, schemaTemplate, struct {
-		Table, Corrupt, Now string
-		Unlogged            bool
-	}{s.ident(s.table), algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
+		Table, TableLit, Tag, Corrupt, Now string
+		Unlogged                           bool
+	}{table, "'" + strings.ReplaceAll(table, "'", "''") + "'", tag, algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
 	b.WriteString("\n")
 	for _, alg := range builtins {
 		b.WriteString(s.forms.alg[alg.Name].text)
@@ -165,4 +170,53 @@ const compositeName = "all"
 // algorithm with the given name.
 func (s *Store) decideFunction(alg string) string {
 	return s.ident(s.table + "_decide_" + alg)
+}
+
+// rowDecideSQL returns the statement that decides a request that may
+// consume (not a peek) for a key that has a row, with the SQL form named
+// form: one UPDATE, so that the executor finds the row by its key, locks
+// it and writes it, as a bare upsert does, and the form runs once inside
+// it. Its parameters are the row key, the request's time (NULL: the
+// server's clock), the cost, the algorithm's arguments and, when wait is
+// set, the milliseconds the row lock may be waited for.
+//
+// The SET list is a subquery over the row being updated: it reads the
+// clock, runs the form on the row's live state (an expired row counts as
+// no state; state written by Update is read through ratelimit_int8s), and
+// yields the next state and expiry, or the row's own values when the
+// form writes nothing (a denial rewrites the row unchanged), and the
+// decision, kept in the row's dec column so that RETURNING can hand it
+// back. When a concurrent decision has updated the row meanwhile, the
+// executor waits for it to commit and evaluates the SET list again on the
+// new version (EvalPlanQual), reading the clock again: the clock is read
+// in the subquery, not once per statement, so no decision is made at a
+// time before the state it reads. The subquery of the clock is fenced by
+// OFFSET 0 so that the planner neither pulls it up nor reads the clock
+// at each use.
+//
+// With wait, the WHERE clause sets lock_timeout for the statement's
+// transaction (set_config(..., true)) when it meets the row, before the
+// executor waits for its lock, so that the wait is bounded by the
+// caller's deadline. The setting lasts until the transaction ends: the
+// statement's own, unless the store's DB is a transaction (pgx.Tx),
+// where Decide uses the decide function, which restores it, instead.
+//
+// No row: the statement updates nothing and returns no row, and Decide
+// calls the decide function, which inserts the row (and handles a
+// concurrent first insert).
+func (s *Store) rowDecideSQL(form string, wait bool) string {
+	var b strings.Builder
+	b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
+		"coalesce(d.next_state, r.vals), " +
+		"CASE WHEN d.next_state IS NULL THEN r.state END, " +
+		"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
+		"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
+		"FROM (SELECT coalesce($2::bigint, " + nowSQL + ") AS now OFFSET 0) n, " +
+		"LATERAL " + form + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, " + s.ident("ratelimit_int8s") + "(r.state)) END, " +
+		"n.now, $3, false, $4) d) WHERE r.key = $1")
+	if wait {
+		b.WriteString(" AND set_config('lock_timeout', $5::bigint || 'ms', true) IS NOT NULL")
+	}
+	b.WriteString(" RETURNING r.dec")
+	return b.String()
 }

@@ -1,8 +1,9 @@
 -- The store's schema: its table and two helper functions. This file is a
 -- text/template that schema.go fills in with the table's quoted name; the
 -- migration runs it, then every built-in algorithm's SQL form
--- (algorithms/sql), then decide.sql once per algorithm. Every statement creates only what is missing or
--- replaces a function, so it runs again at every migration.
+-- (algorithms/sql), then decide.sql once per algorithm. Every statement
+-- creates only what is missing or replaces a function, so it runs again at
+-- every migration.
 
 -- Rate-limit state: one row per key. key is the limiter's namespace, ':'
 -- and the caller's key, as bytes. The built-in algorithms keep their state
@@ -12,14 +13,28 @@
 -- row whose expires_at is not after now is treated as absent, whether or
 -- not DeleteExpired has removed it yet. fillfactor leaves room on each page
 -- so that decisions update rows in place (HOT updates, no index churn).
--- (Tables created by earlier versions have a column dec, which nothing reads
--- or writes any longer.)
+-- dec is the decision of the request that wrote the row last through the
+-- store's one-statement decision (an UPDATE of the row: see rowDecideSQL in
+-- schema.go), which hands it back with RETURNING; nothing else reads it.
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Table}} (
     key        bytea    PRIMARY KEY,
     vals       bigint[],
     state      bytea,
-    expires_at bigint   NOT NULL
+    expires_at bigint   NOT NULL,
+    dec        bigint[]
 ) WITH (fillfactor = 70);
+
+-- A table created by a release whose table had no dec column gets it. The
+-- catalog is read first so that a migration of a table that has it takes
+-- no lock on the table (ALTER TABLE would, even with IF NOT EXISTS).
+DO {{.Tag}}
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_attribute
+                   WHERE attrelid = {{.TableLit}}::regclass AND attname = 'dec' AND NOT attisdropped) THEN
+        ALTER TABLE {{.Table}} ADD COLUMN dec bigint[];
+    END IF;
+END
+{{.Tag}};
 
 -- The server's clock in microseconds since the Unix epoch: the time a
 -- decision uses unless the store was built WithRequestClock. (The decide

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -13,19 +14,38 @@ import (
 )
 
 // The client's side of a decision, written for few allocations: the row key
-// and the result share one allocation (decideCall), an algorithm's
+// and the result share one object (decideCall), reused from a sync.Pool, an
+// algorithm's
 // arguments go to the server as the text form of a bigint[] (pgx sends a
 // string as text without encoding it), built once per distinct argument
 // list and kept in a small cache, and the decision comes back as the
 // bigint[]'s bytes, decoded here instead of by reflection.
 
-// decideCall is what one decision gives pgx and gets back, in one
-// allocation: the row key, encoded into buf when pgx asks for it, and the
-// result's bytes.
+// decideCall is what one decision gives pgx and gets back, in one object:
+// the row key, encoded into buf when pgx asks for it, and the result's
+// bytes. Decide takes one from callPool and puts it back once it has
+// decoded the result (pgx holds on to neither the arguments nor the
+// result's bytes after Scan returns).
 type decideCall struct {
 	key ratelimit.Key
 	buf [64]byte
 	raw pgtype.UndecodedBytes
+}
+
+var callPool = sync.Pool{New: func() any { return new(decideCall) }}
+
+// newDecideCall returns a decideCall for key, from callPool.
+func newDecideCall(key ratelimit.Key) *decideCall {
+	c := callPool.Get().(*decideCall)
+	c.key = key
+	return c
+}
+
+// release puts c back into callPool, keeping no reference to the key or
+// the result.
+func (c *decideCall) release() {
+	c.key, c.raw = ratelimit.Key{}, nil
+	callPool.Put(c)
 }
 
 // BytesValue implements pgtype.BytesValuer: the row key (see keyBytes).

@@ -1,0 +1,107 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
+)
+
+// TestRowDecideLockTimeout checks that the one-statement decision's
+// set_config in its WHERE clause bounds the wait for the row lock on the
+// server, with no help from the client (the context has no deadline): the
+// statement fails with lock_not_available after about the given wait, and
+// writes nothing.
+func TestRowDecideLockTimeout(t *testing.T) {
+	ctx := context.Background()
+	url := testserver.PostgresURL(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	holder, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(ctx)
+	name := fmt.Sprintf("rl_rowlock_%d", time.Now().UnixNano()%1e9)
+	s, err := New(conn, WithTable(name), WithServerClock(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.Table())
+		for _, b := range algorithms.Builtins() {
+			_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(b.Name))
+		}
+		_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(compositeName))
+	})
+	alg := algorithms.FixedWindow(5, time.Hour)
+	b := algorithms.BuiltinOf(alg)
+	args := s.args.text(alg.(algorithms.ServerForm).ServerArgs())
+	key := []byte("lt:k")
+	now := time.Now().UnixMicro()
+	decide := func(wait int64) ([]byte, error) {
+		var raw pgtype.UndecodedBytes
+		var err error
+		if wait == 0 {
+			err = conn.QueryRow(ctx, s.rowSQL[b][0], key, now, int64(1), args).Scan(&raw)
+		} else {
+			err = conn.QueryRow(ctx, s.rowSQL[b][1], key, now, int64(1), args, wait).Scan(&raw)
+		}
+		return raw, err
+	}
+	if _, err := decide(0); !errors.Is(err, pgx.ErrNoRows) {
+		t.Fatalf("the row statement on a key without a row: %v, want no row", err)
+	}
+	var v [6]int64
+	var first pgtype.UndecodedBytes
+	if err := conn.QueryRow(ctx, s.decideSQL[b], key, now, int64(1), false, args, nil).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := decide(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeDecision(raw, &v); err != nil || v[0] != 1 || v[2] != 3 {
+		t.Fatalf("second decision = %v (%v), want admitted with 3 remaining", v, err)
+	}
+
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+s.Table()+" WHERE key = $1 FOR UPDATE", key); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = decide(200)
+	elapsed := time.Since(start)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != lockNotAvailable {
+		t.Errorf("the row statement waiting for a locked row with a wait of 200 ms: %v, want SQLSTATE %s", err, lockNotAvailable)
+	}
+	if elapsed < 190*time.Millisecond || elapsed > 3*time.Second {
+		t.Errorf("the row statement gave up after %v, want about 200 ms", elapsed)
+	}
+	_ = tx.Rollback(ctx)
+	raw, err = decide(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := decodeDecision(raw, &v); err != nil || v[0] != 1 || v[2] != 2 {
+		t.Errorf("the decision after the one that timed out = %v (%v), want admitted with 2 remaining (the timed-out one wrote nothing)", v, err)
+	}
+}
