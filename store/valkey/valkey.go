@@ -137,6 +137,18 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 }
 
+// Slot lets any keys share a script run on a standalone (or sentinel)
+// client's one primary, and only the keys of one hash slot on a cluster.
+func (b backend) Slot(key string) int {
+	switch b.c.Mode() {
+	case vk.ClientModeStandalone, vk.ClientModeSentinel:
+		return 0
+	case vk.ClientModeCluster:
+		return redisengine.ClusterSlot(key)
+	}
+	return -1
+}
+
 func (b backend) Del(ctx context.Context, keys ...string) error {
 	return b.c.Do(ctx, b.c.B().Del().Key(keys...).Build()).Error()
 }
