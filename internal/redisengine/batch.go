@@ -382,17 +382,12 @@ func (r *run) build(s *Script) {
 	r.Script, r.Keys, r.Args = s, keys, args
 }
 
-// scriptError is a key's error in a coalesced form's reply: the message
-// the single form's error reply would carry, such as its CORRUPT one.
-type scriptError string
-
-func (e scriptError) Error() string { return string(e) }
-
 // spread hands the run's outcome to its members: each its own decision's
-// fields of its key's item of the reply; the item's message as an error
-// when the item is one (state the script cannot read fails every decision
-// on that key, as it would fail each one alone, and no other key's); or
-// the call's error. An item of the wrong shape goes to each whole, for
+// fields of its key's item of the reply; the item when it is an error
+// reply, which the clients hand over as an error in the array, the same
+// error the single form's reply gives (state the script cannot read fails
+// every decision on that key, as it would fail each one alone, and no
+// other key's); or the call's error. An item of the wrong shape goes to each whole, for
 // Ints to reject.
 func (r *run) spread() {
 	arr, ok := r.Reply.([]any)
@@ -404,13 +399,13 @@ func (r *run) spread() {
 		}
 		vals, fits := item.([]any)
 		fits = fits && len(vals) == algorithms.LuaReplyLen*len(e.members)
-		msg, failed := item.(string)
+		ierr, failed := item.(error)
 		for i, c := range e.members {
 			switch {
 			case r.Err != nil:
 				c.Reply, c.Err = nil, r.Err
 			case failed && ok:
-				c.Reply, c.Err = nil, scriptError(msg)
+				c.Reply, c.Err = nil, ierr
 			case fits:
 				c.Reply, c.Err = vals[i*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen], nil
 			default:

@@ -16,8 +16,8 @@ import (
 // request, keeping the state in Lua between requests, and writes the key
 // once, as the last request that stored anything left it. State the
 // script cannot read fails that key's requests only: its reply item is
-// the single form's CORRUPT message (or the server's WRONGTYPE, for a key
-// of another type) instead of the decisions.
+// the single form's CORRUPT error reply (or the server's WRONGTYPE, for a
+// key of another type) instead of the decisions.
 
 // LuaMany returns the coalesced Lua form of f.
 func LuaMany(f *form) string {
@@ -55,7 +55,7 @@ func LuaMany(f *form) string {
 	b.WriteString("--            packed(now, cost, peek of each of its requests, in order)\n")
 	b.WriteString("--   reply    for each key: {allowed, limit, remaining, retry_after,\n")
 	b.WriteString("--            reset_after, delay} of each of its requests, or the CORRUPT\n")
-	b.WriteString("--            message (a string) when its state cannot be read\n\n")
+	b.WriteString("--            error reply when its state cannot be read\n\n")
 	b.WriteString("local MAX = 9007199254740992 -- algorithms.MaxExact\n")
 	b.WriteString("local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber\n\n")
 	luaFunction(&b, f)
@@ -79,24 +79,24 @@ func LuaMany(f *form) string {
 const luaManyDriver = `local zero = {ZEROS}
 
 -- One key's requests, in order, on the state the one before left: their
--- decisions, or the message of the state it cannot read.
+-- decisions, or the error reply of the state it cannot read.
 local function one(key, slack, args, reqs, clock, now)
   -- The stored state, checked as NAME.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
   local s, expires, have = zero, 0, false
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
-    return tostring(raw.err)
+    return raw
   end
   if raw then
     if #raw ~= NBYTES then
-      return 'CORRUPT NAME state of ' .. #raw .. ' bytes'
+      return {err = 'CORRUPT NAME state of ' .. #raw .. ' bytes'}
     end
     s = {struct.unpack('<NSTATE', raw)}
     s[#s] = nil
     expires = table.remove(s, 1)
     if not (expires >= 0 and expires <= MAX and valid(s)) then
-      return 'CORRUPT NAME state'
+      return {err = 'CORRUPT NAME state'}
     end
     have = true
   end

@@ -11,7 +11,7 @@
 --            packed(now, cost, peek of each of its requests, in order)
 --   reply    for each key: {allowed, limit, remaining, retry_after,
 --            reset_after, delay} of each of its requests, or the CORRUPT
---            message (a string) when its state cannot be read
+--            error reply when its state cannot be read
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -82,24 +82,24 @@ local valid = function(sv_)
 local zero = {0, 0, 0}
 
 -- One key's requests, in order, on the state the one before left: their
--- decisions, or the message of the state it cannot read.
+-- decisions, or the error reply of the state it cannot read.
 local function one(key, slack, args, reqs, clock, now)
   -- The stored state, checked as token_bucket.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
   local s, expires, have = zero, 0, false
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
-    return tostring(raw.err)
+    return raw
   end
   if raw then
     if #raw ~= 32 then
-      return 'CORRUPT token_bucket state of ' .. #raw .. ' bytes'
+      return {err = 'CORRUPT token_bucket state of ' .. #raw .. ' bytes'}
     end
     s = {struct.unpack('<dddd', raw)}
     s[#s] = nil
     expires = table.remove(s, 1)
     if not (expires >= 0 and expires <= MAX and valid(s)) then
-      return 'CORRUPT token_bucket state'
+      return {err = 'CORRUPT token_bucket state'}
     end
     have = true
   end
