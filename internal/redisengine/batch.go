@@ -114,6 +114,9 @@ type pending struct {
 	one  [1]*Call      // a batch of one call, without allocating
 	self [1]*pending   // likewise
 	done chan struct{} // one send: the outcome is in, or lead is set
+	// Set by coalesce, in the batch's goroutine.
+	leads *run // the run this decision's call sends
+	inRun bool // decided in a run: sends no call of its own
 	// Guarded by batcher.mu.
 	gone bool       // its caller returned early; skip it
 	lead []*pending // a batch this caller must send
@@ -256,18 +259,24 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 // coalesced form (algorithms.ManyLua) decides: the keys of one algorithm
 // that may share a script run (Pipeliner.Slot), each with its decisions in
 // arrival order. KEYS are the keys in order of their first decision; ARGV
-// the server clock flag, then for each key its slack, its packed
-// parameters and its packed requests.
+// the server clock flag, every request packed (by key, each key's in
+// order), then for each key its slack, its packed parameters and its
+// number of requests.
 type run struct {
 	Call
 	keys []*entry
 }
 
+// maxRunKeys bounds the keys of one run, so that a batch of thousands of
+// keys does not hold the server in one script for long: past it, the
+// next keys start another run (in the same pipeline).
+const maxRunKeys = 128
+
 // entry is the decisions of a batch on one key.
 type entry struct {
-	first   int // the index of its first decision in the batch
 	members []*pending
-	bad     bool // they cannot share a run: each sends its own call
+	one     [1]*pending // members' array while there is one
+	bad     bool        // they cannot share a run: each sends its own call
 }
 
 // coalesce returns the calls that send batch, in the order of their first
@@ -285,56 +294,62 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		slot int
 	}
 	byKey := make(map[string]*entry, len(batch))
-	byRun := make(map[runKey]*run)
-	of := make([]*run, len(batch)) // the run a decision leads
-	var entries []*entry           // in order of their first decision
-	var runs []*run
-	for i, c := range batch {
+	entries := make([]entry, 0, len(batch)) // never grows: pointers stay
+	for _, c := range batch {
+		c.leads, c.inRun = nil, false
 		e := byKey[c.Keys[0]]
 		if e == nil {
-			e = &entry{first: i, bad: !coalescable(c)}
+			entries = append(entries, entry{bad: !coalescable(c)})
+			e = &entries[len(entries)-1]
+			e.one[0] = c
+			e.members = e.one[:1:1]
 			byKey[c.Keys[0]] = e
-			entries = append(entries, e)
-		} else {
-			e.bad = e.bad || !coalescable(c) || !sameNumbers(c, e.members[0])
+			continue
 		}
+		e.bad = e.bad || !coalescable(c) || !sameNumbers(c, e.members[0])
 		e.members = append(e.members, c)
 	}
-	for _, e := range entries {
+	var byRun map[runKey]*run
+	var runs []*run
+	for i := range entries {
+		e := &entries[i]
 		if e.bad {
 			continue
 		}
 		m := e.members[0]
 		k := runKey{m.Script.Many, slot(m.Keys[0])}
 		r := byRun[k]
-		if r == nil || k.slot < 0 {
+		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
+			if byRun == nil {
+				byRun = make(map[runKey]*run)
+			}
 			r = &run{}
 			byRun[k] = r
 			runs = append(runs, r)
-			of[e.first] = r
+			m.leads = r
 		}
 		r.keys = append(r.keys, e)
 	}
-	calls := make([]*Call, 0, len(batch))
 	kept := runs[:0]
-	inRun := make(map[*pending]bool, len(batch))
 	for _, r := range runs {
 		if len(r.keys) == 1 && len(r.keys[0].members) == 1 {
-			continue // alone: its own call of the single form
+			r.keys[0].members[0].leads = nil // alone: its own call of the single form
+			continue
 		}
 		for _, e := range r.keys {
 			for _, c := range e.members {
-				inRun[c] = true
+				c.inRun = true
 			}
 		}
+		kept = append(kept, r)
 	}
-	for i, c := range batch {
-		switch r := of[i]; {
-		case r != nil && (len(r.keys) > 1 || len(r.keys[0].members) > 1):
-			r.build(c.Script.Many)
-			calls = append(calls, &r.Call)
-			kept = append(kept, r)
-		case !inRun[c]:
+	calls := make([]*Call, 0, len(batch))
+	for _, c := range batch {
+		switch {
+		case c.leads != nil:
+			c.leads.build(c.Script.Many)
+			calls = append(calls, &c.leads.Call)
+		case !c.inRun:
 			calls = append(calls, &c.Call)
 		}
 	}
@@ -362,10 +377,9 @@ func (r *run) build(s *Script) {
 	}
 	reqs := make([]byte, 0, 24*n)
 	keys := make([]string, 0, len(r.keys))
-	args := make([]any, 1, 1+3*len(r.keys))
+	args := make([]any, 2, 2+3*len(r.keys))
 	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
 	for _, e := range r.keys {
-		start := len(reqs)
 		for _, c := range e.members {
 			peek := 0.0
 			if c.req.Peek {
@@ -377,39 +391,51 @@ func (r *run) build(s *Script) {
 		}
 		m := e.members[0]
 		keys = append(keys, m.Keys[0])
-		args = append(args, m.Args[4], m.Args[5], string(reqs[start:]))
+		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
+	args[1] = string(reqs)
 	r.Script, r.Keys, r.Args = s, keys, args
 }
 
-// spread hands the run's outcome to its members: each its own decision's
-// fields of its key's item of the reply; the item when it is an error
-// reply, which the clients hand over as an error in the array, the same
-// error the single form's reply gives (state the script cannot read fails
-// every decision on that key, as it would fail each one alone, and no
-// other key's); or the call's error. An item of the wrong shape goes to each whole, for
-// Ints to reject.
+// spread hands the run's outcome to its members. The reply is flat: for
+// each key in order, LuaReplyLen fields per decision, or one item, an
+// error reply, which the clients hand over as an error in the array, the
+// same error the single form's reply gives (state the script cannot read
+// fails every decision on that key, as it would fail each one alone, and
+// no other key's). The call's error goes to every member; a reply of the
+// wrong shape goes to each whole, for Ints to reject.
 func (r *run) spread() {
-	arr, ok := r.Reply.([]any)
-	ok = ok && len(arr) == len(r.keys)
-	for k, e := range r.keys {
-		var item any = r.Reply
-		if ok {
-			item = arr[k]
+	arr, _ := r.Reply.([]any)
+	at := 0
+	for _, e := range r.keys {
+		var ierr error
+		if at < len(arr) {
+			ierr, _ = arr[at].(error)
 		}
-		vals, fits := item.([]any)
-		fits = fits && len(vals) == algorithms.LuaReplyLen*len(e.members)
-		ierr, failed := item.(error)
+		n := algorithms.LuaReplyLen * len(e.members)
+		if ierr != nil {
+			n = 1
+		}
+		fits := r.Err == nil && arr != nil && at+n <= len(arr)
 		for i, c := range e.members {
 			switch {
 			case r.Err != nil:
 				c.Reply, c.Err = nil, r.Err
-			case failed && ok:
+			case !fits:
+				c.Reply, c.Err = r.Reply, nil
+			case ierr != nil:
 				c.Reply, c.Err = nil, ierr
-			case fits:
-				c.Reply, c.Err = vals[i*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen:(i+1)*algorithms.LuaReplyLen], nil
 			default:
-				c.Reply, c.Err = item, nil
+				f := at + i*algorithms.LuaReplyLen
+				c.Reply, c.Err = arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen], nil
+			}
+		}
+		at += n
+	}
+	if r.Err == nil && at != len(arr) {
+		for _, e := range r.keys {
+			for _, c := range e.members {
+				c.Reply, c.Err = r.Reply, nil // the wrong shape: Ints rejects it
 			}
 		}
 	}

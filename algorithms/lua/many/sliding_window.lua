@@ -6,12 +6,12 @@
 --   KEYS     the keys, each holding state as sliding_window.lua keeps it: 4
 --            little-endian doubles, when the state's TTL passes, then
 --            start, curr, prev
---   ARGV     server_clock, then for each key: slack,
---            packed(limit, period),
---            packed(now, cost, peek of each of its requests, in order)
---   reply    for each key: {allowed, limit, remaining, retry_after,
---            reset_after, delay} of each of its requests, or the CORRUPT
---            error reply when its state cannot be read
+--   ARGV     server_clock, packed(now, cost, peek of each request, by key
+--            in KEYS order, each key's in order), then for each key:
+--            slack, packed(limit, period), its number of requests
+--   reply    flat, for each key in order: allowed, limit, remaining,
+--            retry_after, reset_after, delay of each of its requests, or
+--            one item, the CORRUPT error reply, when its state cannot be read
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -101,9 +101,10 @@ local valid = function(sv_)
 
 local zero = {0, 0, 0}
 
--- One key's requests, in order, on the state the one before left: their
--- decisions, or the error reply of the state it cannot read.
-local function one(key, slack, args, reqs, clock, now)
+-- One key's n requests, from the request at index first of reqs, in order,
+-- on the state the one before left: their decisions, appended to res, or
+-- the error reply of the state it cannot read.
+local function one(key, slack, args, reqs, first, n, clock, now, res)
   -- The stored state, checked as sliding_window.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
   local s, expires, have = zero, 0, false
@@ -123,17 +124,18 @@ local function one(key, slack, args, reqs, clock, now)
     end
     have = true
   end
-  local out = {}
+  local out = res
   local ttl = nil
-  for i = 0, #reqs / 24 - 1 do
+  local j = #res
+  for i = first, first + n - 1 do
     local t, cost, peek = struct.unpack('<ddd', reqs, 24 * i + 1)
     if not clock then now = t end
     local live = have and now < expires
     local state = zero
     if live then state = s end
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_sliding_window(now, cost, peek == 1, live, state, args)
-    local j = 6 * i
     out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
     end
@@ -144,17 +146,20 @@ local function one(key, slack, args, reqs, clock, now)
     if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
     redis.call('SET', key, struct.pack('<dddd', expires, s[1], s[2], s[3]), 'PX', max(q, 1) + slack)
   end
-  return out
+  return nil
 end
 
-if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 1 then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys and ' .. #ARGV .. ' arguments')
-end
+local reqs = ARGV[2]
+local total = 0
 for k = 1, #KEYS do
-  local reqs = ARGV[3 * k + 1]
-  if #reqs == 0 or #reqs % 24 ~= 0 then
-    return redis.error_reply('ratelimit: coalesced requests of ' .. #reqs .. ' bytes')
+  local n = tonumber(ARGV[3 * k + 2])
+  if not n or n < 1 then
+    return redis.error_reply('ratelimit: coalesced call with ' .. tostring(ARGV[3 * k + 2]) .. ' requests on a key')
   end
+  total = total + n
+end
+if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0
@@ -164,12 +169,18 @@ if clock then
 end
 local res = {}
 local packed, args = nil, nil
+local first = 0
 for k = 1, #KEYS do
-  local a = 3 * k - 1
+  local a = 3 * k
   if ARGV[a + 1] ~= packed then
     packed = ARGV[a + 1]
     args = {struct.unpack('<dd', packed)}
   end
-  res[k] = one(KEYS[k], tonumber(ARGV[a]), args, ARGV[a + 2], clock, now)
+  local n = tonumber(ARGV[a + 2])
+  local err = one(KEYS[k], tonumber(ARGV[a]), args, reqs, first, n, clock, now, res)
+  if err then
+    res[#res + 1] = err
+  end
+  first = first + n
 end
 return res
