@@ -105,23 +105,25 @@ func PackLuaArgs(args []int64) string {
 // when every part admits again.
 
 // The coalesced Lua forms (lua/many/<name>.lua, read with ManyLua), one
-// per generated form, decide several requests on one key, with one
-// algorithm and its numbers, in one EVALSHA: in order, each exactly as the
-// single form decides it run right after the one before (on the server's
-// clock, all at the one TIME the script reads):
+// per generated form, decide the requests of several keys, with one
+// algorithm, in one EVALSHA: each key's in order, each exactly as the
+// single form decides it run right after the one before on that key (on
+// the server's clock, all at the one TIME the script reads):
 //
-//	KEYS[1]  the key, holding the single form's state
-//	ARGV[1]  server clock, as ARGV[4] above
-//	ARGV[2]  slack, as ARGV[5] above
-//	ARGV[3]  the algorithm's ServerArgs, packed as ARGV[6] above
-//	ARGV[4]  the requests, in order, packed into one string of three
-//	         little-endian doubles each: now, cost, and peek (1 or 0)
+//	KEYS       the keys, each holding the single form's state
+//	ARGV[1]    server clock, as ARGV[4] above
+//	then for each key k, ARGV[3k-1 .. 3k+1]:
+//	  slack    as ARGV[5] above
+//	  params   the algorithm's ServerArgs, packed as ARGV[6] above
+//	  requests its requests, in order, packed into one string of three
+//	           little-endian doubles each: now, cost, and peek (1 or 0)
 //
-// The reply is LuaReplyLen integers per request, in order, as above. State
-// the script cannot read fails every request with the single form's
-// CORRUPT error, as it would fail each of them run one by one. The key is
-// written once, as the last request that stored anything left it, with
-// that request's expiry.
+// The reply has one item per key, in order: LuaReplyLen integers per
+// request, in order, as above, or, when the key's state cannot be read, the
+// single form's CORRUPT error reply (or the server's WRONGTYPE), which
+// clients read as an error in the array and which fails that key's requests as it would fail each of them run one by
+// one, and no other key's. Each key is written once, as the last request
+// that stored anything left it, with that request's expiry.
 
 // LuaErrCorrupt starts the message of the error a Lua form replies with when
 // the stored state cannot be read.

@@ -66,6 +66,12 @@ type Pipeliner interface {
 	// sets each call's Reply and Err. It returns when every call has its
 	// outcome.
 	Pipeline(ctx context.Context, calls []*Call)
+	// Slot says which keys one script run may touch: keys of equal Slot
+	// may share one (any keys on a standalone server, the keys of one
+	// hash slot on a cluster, ClusterSlot); a key whose Slot is negative
+	// shares a run with no other key (a ring's, whose shard the client
+	// picks).
+	Slot(key string) int
 }
 
 // The batcher shares round trips among concurrent decisions without a
@@ -85,9 +91,11 @@ type Pipeliner interface {
 // flight, and the store needs no Close.
 //
 // A batch holds the requests in arrival order, so the decisions in it that
-// share a key, an algorithm and its numbers are decided in one run of the
-// algorithm's coalesced form (Script.Many), in that order (see coalesce):
-// a hot key costs the server one script run per batch, not per decision.
+// use one algorithm, on keys that may share a script run, are decided in
+// one run of the algorithm's coalesced form (Script.Many), each key's in
+// that order (see coalesce): a hot key costs the server one script run per
+// batch, not per decision, and so do many keys on a standalone server,
+// which pays the script's dispatch and TIME once per batch.
 type batcher struct {
 	p        Pipeliner
 	noScript func(error) bool
@@ -106,6 +114,9 @@ type pending struct {
 	one  [1]*Call      // a batch of one call, without allocating
 	self [1]*pending   // likewise
 	done chan struct{} // one send: the outcome is in, or lead is set
+	// Set by coalesce, in the batch's goroutine.
+	leads *run // the run this decision's call sends
+	inRun bool // decided in a run: sends no call of its own
 	// Guarded by batcher.mu.
 	gone bool       // its caller returned early; skip it
 	lead []*pending // a batch this caller must send
@@ -160,13 +171,13 @@ func (b *batcher) send(ctx context.Context, batch []*pending) error {
 		b.finish(batch)
 		return nil
 	}
-	calls, groups := coalesce(batch)
+	calls, runs := coalesce(batch, b.p.Slot)
 	bctx, cancel := batchContext(ctx, batch)
 	sent := make(chan struct{})
 	go func() {
 		b.pipeline(bctx, calls)
-		for _, g := range groups {
-			g.spread()
+		for _, r := range runs {
+			r.spread()
 		}
 		cancel()
 		close(sent) // before finish, which may make this goroutine's batch wait
@@ -244,66 +255,102 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 	}
 }
 
-// group is the decisions of a batch on one key, sent as one call of their
-// algorithm's coalesced form (algorithms.ManyLua): KEYS[1] the key; ARGV
-// the server clock flag, the slack, the packed parameters, and the packed
-// requests in arrival order.
-type group struct {
+// A run is the decisions of a batch that one call of their algorithm's
+// coalesced form (algorithms.ManyLua) decides: the keys of one algorithm
+// that may share a script run (Pipeliner.Slot), each with its decisions in
+// arrival order. KEYS are the keys in order of their first decision; ARGV
+// the server clock flag, every request packed (by key, each key's in
+// order), then for each key its slack, its packed parameters and its
+// number of requests.
+type run struct {
 	Call
-	members []*pending
-	bad     bool // the members cannot share one run: each sends its own call
-	key     [1]string
-	args    [4]any
+	keys []*entry
 }
 
-// coalesce returns the calls that send batch: for each key that several of
-// its decisions share with one algorithm and the same numbers, one call of
-// the coalesced form in place of the first of them; every other call as
-// it is, in arrival order. It returns the groups too, whose outcomes
-// spread hands to their members once the calls are sent.
-func coalesce(batch []*pending) ([]*Call, []*group) {
-	first := make(map[string]int, len(batch)) // key → its first call's index
-	var of []*group                           // each call's group, once there is one
-	var groups []*group
-	for i, c := range batch {
-		j, seen := first[c.Keys[0]]
-		if !seen {
-			first[c.Keys[0]] = i
+// maxRunKeys bounds the keys of one run, so that a batch of thousands of
+// keys does not hold the server in one script for long: past it, the
+// next keys start another run (in the same pipeline).
+const maxRunKeys = 128
+
+// entry is the decisions of a batch on one key.
+type entry struct {
+	members []*pending
+	one     [1]*pending // members' array while there is one
+	bad     bool        // they cannot share a run: each sends its own call
+}
+
+// coalesce returns the calls that send batch, in the order of their first
+// decisions: for each set of keys that use one algorithm and may share a
+// script run (Pipeliner.Slot: any keys on a standalone server, one hash
+// slot's on a cluster), one call of the coalesced form deciding all their
+// decisions; a decision alone in its run as its own call of the single
+// form; and every decision on a key whose decisions cannot share a run
+// (two algorithms, or two sets of numbers, on one key) as its own call, in
+// arrival order. It returns the runs too, whose outcomes spread hands to
+// their members once the calls are sent.
+func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
+	type runKey struct {
+		s    *Script
+		slot int
+	}
+	byKey := make(map[string]*entry, len(batch))
+	entries := make([]entry, 0, len(batch)) // never grows: pointers stay
+	for _, c := range batch {
+		c.leads, c.inRun = nil, false
+		e := byKey[c.Keys[0]]
+		if e == nil {
+			entries = append(entries, entry{bad: !coalescable(c)})
+			e = &entries[len(entries)-1]
+			e.one[0] = c
+			e.members = e.one[:1:1]
+			byKey[c.Keys[0]] = e
 			continue
 		}
-		if of == nil {
-			of = make([]*group, len(batch))
+		e.bad = e.bad || !coalescable(c) || !sameNumbers(c, e.members[0])
+		e.members = append(e.members, c)
+	}
+	var byRun map[runKey]*run
+	var runs []*run
+	for i := range entries {
+		e := &entries[i]
+		if e.bad {
+			continue
 		}
-		g := of[j]
-		if g == nil {
-			g = &group{members: []*pending{batch[j]}, bad: !coalescable(batch[j])}
-			of[j] = g
-			groups = append(groups, g)
+		m := e.members[0]
+		k := runKey{m.Script.Many, slot(m.Keys[0])}
+		r := byRun[k]
+		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
+			if byRun == nil {
+				byRun = make(map[runKey]*run)
+			}
+			r = &run{}
+			byRun[k] = r
+			runs = append(runs, r)
+			m.leads = r
 		}
-		g.bad = g.bad || !coalescable(c) || !sameNumbers(c, batch[j])
-		g.members = append(g.members, c)
-		of[i] = g
+		r.keys = append(r.keys, e)
+	}
+	kept := runs[:0]
+	for _, r := range runs {
+		if len(r.keys) == 1 && len(r.keys[0].members) == 1 {
+			r.keys[0].members[0].leads = nil // alone: its own call of the single form
+			continue
+		}
+		for _, e := range r.keys {
+			for _, c := range e.members {
+				c.inRun = true
+			}
+		}
+		kept = append(kept, r)
 	}
 	calls := make([]*Call, 0, len(batch))
-	if len(groups) == 0 {
-		for _, c := range batch {
+	for _, c := range batch {
+		switch {
+		case c.leads != nil:
+			c.leads.build(c.Script.Many)
+			calls = append(calls, &c.leads.Call)
+		case !c.inRun:
 			calls = append(calls, &c.Call)
-		}
-		return calls, nil
-	}
-	for i, c := range batch {
-		switch g := of[i]; {
-		case g == nil || g.bad:
-			calls = append(calls, &c.Call)
-		case g.members[0] == c:
-			g.build()
-			calls = append(calls, &g.Call)
-		}
-	}
-	kept := groups[:0]
-	for _, g := range groups {
-		if !g.bad {
-			kept = append(kept, g)
 		}
 	}
 	return calls, kept
@@ -322,35 +369,74 @@ func sameNumbers(a, b *pending) bool {
 	return a.Script == b.Script && a.Args[3] == b.Args[3] && a.Args[4] == b.Args[4] && a.Args[5] == b.Args[5]
 }
 
-// build sets the group's call from its members.
-func (g *group) build() {
-	m := g.members[0]
-	reqs := make([]byte, 0, 24*len(g.members))
-	for _, c := range g.members {
-		peek := 0.0
-		if c.req.Peek {
-			peek = 1
-		}
-		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Now)))
-		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Cost)))
-		reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(peek))
+// build sets the run's call of s, the coalesced form, from its keys.
+func (r *run) build(s *Script) {
+	n := 0
+	for _, e := range r.keys {
+		n += len(e.members)
 	}
-	g.key[0] = m.Keys[0]
-	g.args = [4]any{m.Args[3], m.Args[4], m.Args[5], string(reqs)}
-	g.Script, g.Keys, g.Args = m.Script.Many, g.key[:], g.args[:]
+	reqs := make([]byte, 0, 24*n)
+	keys := make([]string, 0, len(r.keys))
+	args := make([]any, 2, 2+3*len(r.keys))
+	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
+	for _, e := range r.keys {
+		for _, c := range e.members {
+			peek := 0.0
+			if c.req.Peek {
+				peek = 1
+			}
+			reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Now)))
+			reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(float64(c.req.Cost)))
+			reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(peek))
+		}
+		m := e.members[0]
+		keys = append(keys, m.Keys[0])
+		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
+	}
+	args[1] = string(reqs)
+	r.Script, r.Keys, r.Args = s, keys, args
 }
 
-// spread hands the group's outcome to its members: each its own decision's
-// fields of the reply, or the call's error (state the script cannot read
-// fails every decision on the key, as it would fail each one alone). A
-// reply of the wrong shape goes to each whole, for Ints to reject.
-func (g *group) spread() {
-	arr, ok := g.Reply.([]any)
-	ok = ok && len(arr) == algorithms.LuaReplyLen*len(g.members)
-	for i, c := range g.members {
-		c.Reply, c.Err = g.Reply, g.Err
-		if g.Err == nil && ok {
-			c.Reply = arr[i*algorithms.LuaReplyLen : (i+1)*algorithms.LuaReplyLen : (i+1)*algorithms.LuaReplyLen]
+// spread hands the run's outcome to its members. The reply is flat: for
+// each key in order, LuaReplyLen fields per decision, or one item, an
+// error reply, which the clients hand over as an error in the array, the
+// same error the single form's reply gives (state the script cannot read
+// fails every decision on that key, as it would fail each one alone, and
+// no other key's). The call's error goes to every member; a reply of the
+// wrong shape goes to each whole, for Ints to reject.
+func (r *run) spread() {
+	arr, _ := r.Reply.([]any)
+	at := 0
+	for _, e := range r.keys {
+		var ierr error
+		if at < len(arr) {
+			ierr, _ = arr[at].(error)
+		}
+		n := algorithms.LuaReplyLen * len(e.members)
+		if ierr != nil {
+			n = 1
+		}
+		fits := r.Err == nil && arr != nil && at+n <= len(arr)
+		for i, c := range e.members {
+			switch {
+			case r.Err != nil:
+				c.Reply, c.Err = nil, r.Err
+			case !fits:
+				c.Reply, c.Err = r.Reply, nil
+			case ierr != nil:
+				c.Reply, c.Err = nil, ierr
+			default:
+				f := at + i*algorithms.LuaReplyLen
+				c.Reply, c.Err = arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen], nil
+			}
+		}
+		at += n
+	}
+	if r.Err == nil && at != len(arr) {
+		for _, e := range r.keys {
+			for _, c := range e.members {
+				c.Reply, c.Err = r.Reply, nil // the wrong shape: Ints rejects it
+			}
 		}
 	}
 }

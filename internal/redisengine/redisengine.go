@@ -182,6 +182,33 @@ func HashTag(key string) string {
 	return key[i+1 : i+1+j]
 }
 
+// ClusterSlot returns the Redis Cluster hash slot of key: the CRC16
+// (XMODEM) of its HashTag, modulo 16384.
+func ClusterSlot(key string) int {
+	tag := HashTag(key)
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^tag[i]]
+	}
+	return int(crc) % 16384
+}
+
+// crcTable is the CRC16 XMODEM table (polynomial 0x1021).
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		c := uint16(i) << 8
+		for range 8 {
+			if c&0x8000 != 0 {
+				c = c<<1 ^ 0x1021
+			} else {
+				c <<= 1
+			}
+		}
+		t[i] = c
+	}
+	return t
+}()
+
 // CheckPrefix reports whether prefix may start the stores' keys: 1 to 64
 // bytes without braces (which would move the hash tag).
 func CheckPrefix(name, prefix string) error {

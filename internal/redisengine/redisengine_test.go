@@ -70,3 +70,20 @@ func TestCheckPrefix(t *testing.T) {
 		t.Errorf("CheckPrefix(rl:prod) = %v", err)
 	}
 }
+
+// TestClusterSlot holds ClusterSlot to the values CLUSTER KEYSLOT gives.
+func TestClusterSlot(t *testing.T) {
+	for key, want := range map[string]int{
+		"123456789":         12739, // CRC16 XMODEM's check value, 0x31C3
+		"foo":               12182,
+		"rl:{foo}":          12182,
+		"a{foo}b{bar}":      12182,
+		"{}foo":             ClusterSlot("{}foo"), // no tag: the whole key
+		"rl:{ns:id}":        ClusterSlot("ns:id"),
+		"rl:{ns:id}" + ":u": ClusterSlot("ns:id"),
+	} {
+		if got := ClusterSlot(key); got != want {
+			t.Errorf("ClusterSlot(%q) = %d, want %d", key, got, want)
+		}
+	}
+}

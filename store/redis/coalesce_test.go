@@ -7,15 +7,17 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
 // TestCoalescedEqualSequential runs storetest.Coalesced on the standalone
 // server and the cluster, for every algorithm with a coalesced form and for
-// one key decided with two sets of numbers: decisions on one key queued
-// behind a batch in flight are decided in one script run, each exactly as
-// one after another.
+// one key decided with two sets of numbers, and storetest.CoalescedKeys:
+// decisions queued behind a batch in flight are decided in one script run
+// per algorithm (any keys on the standalone server, one slot's on the
+// cluster), each exactly as one after another.
 func TestCoalescedEqualSequential(t *testing.T) {
 	for _, onCluster := range []bool{false, true} {
 		server := map[bool]string{false: "standalone", true: "cluster"}[onCluster]
@@ -39,6 +41,14 @@ func TestCoalescedEqualSequential(t *testing.T) {
 				State: func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
 					return redis.State(s.(*redis.Store))
 				},
+				Slot: func(string) int { return 0 },
+			}
+			if onCluster {
+				q.Slot = redisengine.ClusterSlot
+			}
+			if alg == nil {
+				storetest.CoalescedKeys(t, target(c), q)
+				return
 			}
 			storetest.Coalesced(t, target(c), q, alg, other)
 		}
@@ -48,5 +58,6 @@ func TestCoalescedEqualSequential(t *testing.T) {
 		t.Run(server+"/mixed numbers", func(t *testing.T) {
 			run(t, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6))
 		})
+		t.Run(server+"/many keys", func(t *testing.T) { run(t, nil, nil) })
 	}
 }

@@ -131,6 +131,20 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 }
 
+// Slot lets any keys share a script run on one server (a plain or a
+// failover client), only the keys of one hash slot on a cluster, and no
+// two keys on a ring or a client of another kind, whose shard the store
+// cannot see.
+func (b backend) Slot(key string) int {
+	switch b.c.(type) {
+	case *goredis.Client:
+		return 0
+	case *goredis.ClusterClient:
+		return redisengine.ClusterSlot(key)
+	}
+	return -1
+}
+
 func (b backend) Del(ctx context.Context, keys ...string) error {
 	return b.c.Del(ctx, keys...).Err()
 }

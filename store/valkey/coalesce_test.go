@@ -16,7 +16,7 @@ import (
 // TestCoalescedEqualSequential runs storetest.Coalesced on a private
 // server, which the test freezes to hold a decision in flight, for every
 // algorithm with a coalesced form and for one key decided with two sets of
-// numbers. The server's own count of EVALSHA calls says how many script
+// numbers, and storetest.CoalescedKeys. The server's own count of EVALSHA calls says how many script
 // runs the decisions cost.
 func TestCoalescedEqualSequential(t *testing.T) {
 	srv := storetest.StartServer(t)
@@ -50,6 +50,7 @@ func TestCoalescedEqualSequential(t *testing.T) {
 		State: func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
 			return valkey.State(s.(*valkey.Store))
 		},
+		Slot: func(string) int { return 0 },
 	}
 	for _, alg := range storetest.CoalescedAlgorithms() {
 		t.Run(alg.Name(), func(t *testing.T) { storetest.Coalesced(t, target(c), q, alg, nil) })
@@ -57,4 +58,5 @@ func TestCoalescedEqualSequential(t *testing.T) {
 	t.Run("mixed numbers", func(t *testing.T) {
 		storetest.Coalesced(t, target(c), q, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6))
 	})
+	t.Run("many keys", func(t *testing.T) { storetest.CoalescedKeys(t, target(c), q) })
 }

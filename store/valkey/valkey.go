@@ -6,8 +6,9 @@
 // Lua form (algorithms/lua), atomic on the server, with no retries: the
 // store implements ratelimit.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
-// batch, in one DoMulti, and the decisions in it on one key with one
-// algorithm run as one script (docs/stores/redis.md). Scripts are run by their SHA1; when the
+// batch, in one DoMulti, and the decisions in it of one algorithm run as one
+// script (any keys on a standalone server, one hash slot's on a cluster;
+// docs/stores/redis.md). Scripts are run by their SHA1; when the
 // server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it. A user's own algorithm
 // runs through Update, an optimistic compare-and-set that retries a bounded
@@ -135,6 +136,18 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	for i, r := range b.c.DoMulti(ctx, cmds...) {
 		calls[i].Reply, calls[i].Err = r.ToAny()
 	}
+}
+
+// Slot lets any keys share a script run on a standalone (or sentinel)
+// client's one primary, and only the keys of one hash slot on a cluster.
+func (b backend) Slot(key string) int {
+	switch b.c.Mode() {
+	case vk.ClientModeStandalone, vk.ClientModeSentinel:
+		return 0
+	case vk.ClientModeCluster:
+		return redisengine.ClusterSlot(key)
+	}
+	return -1
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {

@@ -25,6 +25,10 @@ type Queue struct {
 	Scripts func() int64
 	// State reads a key's state (redisengine.StateReader).
 	State func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error)
+	// Slot is the store's rule for which keys may share a script run
+	// (redisengine.Pipeliner's Slot): 0 for every key on a standalone
+	// server, redisengine.ClusterSlot on a cluster.
+	Slot func(key string) int
 }
 
 // Coalesced checks that decisions queued behind a batch in flight, several
@@ -113,9 +117,13 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 	for _, cl := range calls {
 		<-cl.returned
 	}
-	// The first, then the hot key's decisions and the corrupt key's as
-	// two runs, or, with two sets of numbers on one key, each as its own.
+	// The first, then the hot key's decisions and the corrupt key's as one
+	// run when they may share one, two otherwise, or, with two sets of
+	// numbers on one key, each as its own.
 	want := int64(1 + 2)
+	if h, b := q.Slot(redisengine.StateKey(pa, hot)), q.Slot(redisengine.StateKey(pa, bad)); h >= 0 && h == b {
+		want = 1 + 1
+	}
 	if other != nil {
 		want = int64(1 + len(calls))
 	}
@@ -149,6 +157,186 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 	}
 	if !reflect.DeepEqual(ga, gb) || ea != eb {
 		t.Errorf("state after coalesced decisions %v (expires %d), after sequential %v (expires %d)", ga, ea, gb, eb)
+	}
+}
+
+// CoalescedKeys checks that decisions on many keys queued behind a batch
+// in flight share script runs as the store's Slot rule allows, one run per
+// algorithm and slot, and that each gets, field by field, the decision the
+// same requests get decided one after another on another prefix: keys
+// with one algorithm at two sets of numbers in one run, other algorithms
+// beside them, peeks, costs and times (on the limiter's clock), a key with
+// corrupt state among healthy ones in a run, which fails only its own
+// decisions, a key decided with two sets of numbers (each its own call),
+// and decisions whose context ends while they wait, which are never
+// decided. Every key's state afterwards is the same too.
+func CoalescedKeys(t *testing.T, tg Target, q Queue) {
+	ctx := context.Background()
+	pa, pb := fmt.Sprintf("rltest-ck-%d-a", time.Now().UnixNano()), fmt.Sprintf("rltest-ck-%d-b", time.Now().UnixNano())
+	sa, sb := tg.NewStore(t, pa, false), tg.NewStore(t, pb, false)
+	da, db := sa.(ratelimit.Decider), sb.(ratelimit.Decider)
+	gA, gB := algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(7, time.Second, 3)
+	tb, fw := algorithms.TokenBucket(5, time.Second, 5), algorithms.FixedWindow(5, time.Second)
+
+	// Keys in two hash slots, several in each (so that on a cluster too
+	// keys share runs), and one in a slot of its own.
+	slotIDs := func(anchor string, n int) []string {
+		want := redisengine.ClusterSlot(redisengine.StateKey(pa, ratelimit.Key{Namespace: "ck", ID: anchor}))
+		ids := []string{anchor}
+		for i := 0; len(ids) < n; i++ {
+			id := fmt.Sprintf("%s-%d", anchor, i)
+			if redisengine.ClusterSlot(redisengine.StateKey(pa, ratelimit.Key{Namespace: "ck", ID: id})) == want {
+				ids = append(ids, id)
+			}
+		}
+		return ids
+	}
+	as, bs := slotIDs("a", 6), slotIDs("b", 3)
+	key := func(id string) ratelimit.Key { return ratelimit.Key{Namespace: "ck", ID: id} }
+	type use struct {
+		key ratelimit.Key
+		alg algorithms.Algorithm
+	}
+	bad, mixed := key(as[4]), key(as[5])
+	uses := []use{
+		{key(as[0]), gA}, {key(as[1]), gA}, {key(as[2]), gB}, {key(as[3]), tb}, {bad, gA}, {mixed, gA}, {mixed, gB},
+		{key(bs[0]), gA}, {key(bs[1]), tb}, {key(bs[2]), fw}, {key("lone"), fw}, {key("c"), gB}, {key("d"), gA},
+	}
+	for _, p := range []string{pa, pb} {
+		if err := tg.Set(ctx, redisengine.StateKey(p, bad), "garbage"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type call struct {
+		use
+		req      algorithms.Request
+		cancel   bool
+		d        algorithms.Decision
+		err      error
+		returned chan struct{}
+	}
+	base := time.Now().UnixMicro()
+	var calls []*call
+	for i := range 48 {
+		u := uses[i%len(uses)]
+		if u.key.ID == "lone" && i >= len(uses) {
+			u = uses[0] // "lone" is decided once: alone in its run
+		}
+		cl := &call{use: u, returned: make(chan struct{})}
+		cl.req = algorithms.Request{Now: base + int64(i/4)*60_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
+		cl.cancel = i == 14 || i == 27 // on keys decided again after
+		calls = append(calls, cl)
+	}
+
+	first := key("first")
+	if _, err := da.Decide(ctx, first, gA, algorithms.Request{Now: base, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []algorithms.Algorithm{tb, fw} { // every script loaded
+		if _, err := da.Decide(ctx, key("warm-"+a.Name()), a, algorithms.Request{Now: base, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scripts := q.Scripts()
+	release := q.Hold(t)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := da.Decide(ctx, first, gA, algorithms.Request{Now: base, Cost: 1})
+		firstDone <- err
+	}()
+	waitFor(t, func() bool { return q.Queued(sa) == 0 })
+	for i, cl := range calls {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			defer close(cl.returned)
+			cl.d, cl.err = da.Decide(cctx, cl.key, cl.alg, cl.req)
+		}()
+		waitFor(t, func() bool { return q.Queued(sa) == i+1 })
+		if cl.cancel {
+			cancel()
+			<-cl.returned
+			if !errors.Is(cl.err, context.Canceled) {
+				t.Fatalf("a decision cancelled while queued: %v, want context.Canceled", cl.err)
+			}
+		}
+	}
+	release()
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range calls {
+		<-cl.returned
+	}
+
+	// The runs the rule allows: per key, its decisions (each its own call
+	// when it has two sets of numbers); per algorithm and slot, one run.
+	type runKey struct {
+		alg  string
+		slot int
+		key  string // set when the slot is negative: a run per key
+	}
+	algOf := map[ratelimit.Key]algorithms.Algorithm{}
+	count := map[ratelimit.Key]int{}
+	mixedKeys := map[ratelimit.Key]bool{}
+	for _, cl := range calls {
+		if cl.cancel {
+			continue
+		}
+		if a, ok := algOf[cl.key]; ok && a != cl.alg {
+			mixedKeys[cl.key] = true
+		}
+		algOf[cl.key] = cl.alg
+		count[cl.key]++
+	}
+	want := int64(1) // the held decision
+	runs := map[runKey]bool{}
+	for k, a := range algOf {
+		if mixedKeys[k] {
+			want += int64(count[k])
+			continue
+		}
+		rk := runKey{alg: a.Name(), slot: q.Slot(redisengine.StateKey(pa, k))}
+		if rk.slot < 0 {
+			rk.key = k.ID
+		}
+		runs[rk] = true
+	}
+	want += int64(len(runs))
+	if got := q.Scripts() - scripts; got != want {
+		t.Errorf("%d scripts sent for the held decision and %d queued ones, want %d", got, len(calls), want)
+	}
+
+	for i, cl := range calls {
+		if cl.cancel {
+			continue
+		}
+		want, err := db.Decide(ctx, cl.key, cl.alg, cl.req)
+		if cl.key == bad {
+			if !errors.Is(err, ratelimit.ErrCorruptState) || !errors.Is(cl.err, ratelimit.ErrCorruptState) {
+				t.Errorf("call %d on corrupt state: coalesced %v, sequential %v; want ErrCorruptState from both", i, cl.err, err)
+			}
+			continue
+		}
+		if err != nil || cl.err != nil {
+			t.Fatalf("call %d on %s: coalesced %v, sequential %v", i, cl.key.ID, cl.err, err)
+		}
+		if !reflect.DeepEqual(cl.d, want) {
+			t.Errorf("call %d on %s %+v: coalesced %+v, sequential %+v", i, cl.key.ID, cl.req, cl.d, want)
+		}
+	}
+	for k := range algOf {
+		if k == bad {
+			continue
+		}
+		ga, ea, err1 := q.State(sa)(ctx, k)
+		gb, eb, err2 := q.State(sb)(ctx, k)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(ga, gb) || ea != eb {
+			t.Errorf("state of %s after coalesced decisions %v (expires %d), after sequential %v (expires %d)", k.ID, ga, ea, gb, eb)
+		}
 	}
 }
 

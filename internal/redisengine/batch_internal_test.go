@@ -1,0 +1,68 @@
+package redisengine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// TestCoalesceRuns checks how coalesce splits a batch into calls, without
+// a server (the stores' tests hold the runs' outcomes to sequential
+// decisions): one run per algorithm and slot, keys with two sets of
+// numbers each as its own calls, a decision alone in its run as the single
+// form, no two keys together at a negative slot, and at most maxRunKeys
+// keys per run.
+func TestCoalesceRuns(t *testing.T) {
+	e, err := New("test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gA, gB := algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(7, time.Second, 3)
+	tb := algorithms.TokenBucket(5, time.Second, 5)
+	mk := func(key string, alg algorithms.Algorithm) *pending {
+		s, sf := Form(alg)
+		c := &pending{}
+		c.key[0] = key
+		c.args[0], c.args[1], c.args[2], c.args[3] = int64(1), int64(1), argFalse, argTrue
+		c.args[5], c.args[4] = e.params(alg, sf.ServerArgs())
+		c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
+		c.req = algorithms.Request{Now: 1, Cost: 1}
+		return c
+	}
+	batch := []*pending{
+		mk("a", gA), mk("b", gB), mk("a", gA), mk("m", gA), mk("c", tb), mk("m", gB), mk("d", gA), mk("lone", tb),
+	}
+	slotOf := map[string]int{"a": 1, "b": 1, "m": 1, "c": 1, "d": 2, "lone": 3}
+	calls, runs := coalesce(batch, func(k string) int { return slotOf[k] })
+	// a, b (gcra, slot 1) in one run; m twice alone; c and d and lone each
+	// alone in their runs (single forms).
+	var got []string
+	for _, c := range calls {
+		got = append(got, fmt.Sprintf("%s%v", c.Script.Name, c.Keys))
+	}
+	want := []string{"gcra (many)[a b]", "gcra[m]", "token_bucket[c]", "gcra[m]", "gcra[d]", "token_bucket[lone]"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+	if len(runs) != 1 || len(runs[0].keys) != 2 || len(runs[0].keys[0].members) != 2 || len(runs[0].Args) != 2+3*2 {
+		t.Errorf("runs %+v, want one of keys a (2 decisions) and b", runs)
+	}
+
+	// A negative slot: no two keys share a run, one key's decisions still do.
+	calls, _ = coalesce([]*pending{mk("x", gA), mk("y", gA), mk("x", gA)}, func(string) int { return -1 })
+	if len(calls) != 2 || len(calls[0].Keys) != 1 || calls[0].Script.Many != nil || len(calls[1].Keys) != 1 {
+		t.Errorf("at a negative slot: %d calls, first %v", len(calls), calls[0].Keys)
+	}
+
+	// Many keys: runs of at most maxRunKeys keys.
+	var many []*pending
+	for i := range 2*maxRunKeys + 1 {
+		many = append(many, mk(fmt.Sprint("k", i), gA))
+	}
+	calls, _ = coalesce(many, func(string) int { return 0 })
+	if len(calls) != 3 || len(calls[0].Keys) != maxRunKeys || len(calls[1].Keys) != maxRunKeys || len(calls[2].Keys) != 1 {
+		t.Errorf("%d keys: %d calls, want runs of %d, %d and a single call", len(many), len(calls), maxRunKeys, maxRunKeys)
+	}
+}
