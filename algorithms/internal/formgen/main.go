@@ -100,8 +100,9 @@
 // database install their forms side by side.
 //
 // It writes the coalesced forms too, lua/many/<name>.lua (many.go): the same
-// functions called once per request, in order, to decide several requests
-// on one key in one script run.
+// functions called once per request, key by key and each key's requests in
+// arrival order, to decide several requests on one or more keys in one
+// script run.
 //
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
