@@ -227,3 +227,34 @@ func TestIndexAgainstMap(t *testing.T) {
 		}
 	}
 }
+
+// TestHashShort checks that the hash of short IDs reads every byte: IDs of
+// every length up to 17 bytes (the first past the short hash), each
+// differing from another in one byte at each position, hash differently,
+// and their hashes spread over the shards.
+func TestHashShort(t *testing.T) {
+	s := MustNew()
+	rng := rand.New(rand.NewPCG(3, 4))
+	shards := map[uint64]bool{}
+	for n := 1; n <= 17; n++ {
+		for range 50 {
+			id := make([]byte, n)
+			for i := range id {
+				id[i] = byte(rng.IntN(256))
+			}
+			k := ratelimit.Key{Namespace: "n:x", ID: string(id)}
+			h := s.hash(k)
+			shards[h>>(64-shardBits)] = true
+			for i := range id {
+				other := append([]byte(nil), id...)
+				other[i] ^= 1 << rng.IntN(8)
+				if s.hash(ratelimit.Key{Namespace: "n:x", ID: string(other)}) == h {
+					t.Fatalf("IDs %q and %q (differing at byte %d) hash alike", id, other, i)
+				}
+			}
+		}
+	}
+	if len(shards) < shardCount*3/4 {
+		t.Errorf("850 IDs hash to %d of %d shards", len(shards), shardCount)
+	}
+}

@@ -18,9 +18,11 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -93,6 +95,8 @@ func WithMaxKeys(n int) Option {
 // buffer does not keep the buffer alive.
 type Store struct {
 	seed        maphash.Seed
+	// key0, key1 and key2 seed the hash of short IDs (hashShort).
+	key0, key1, key2 uint64
 	maxPerShard int
 	shards      [shardCount]shard
 }
@@ -190,6 +194,7 @@ func newEntry(key ratelimit.Key) *entry {
 // New returns an empty store.
 func New(opts ...Option) (*Store, error) {
 	s := &Store{seed: maphash.MakeSeed(), maxPerShard: DefaultMaxKeys / shardCount}
+	s.key0, s.key1, s.key2 = rand.Uint64()|1, rand.Uint64()|1, rand.Uint64()|1
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, err
@@ -211,16 +216,52 @@ func MustNew(opts ...Option) *Store {
 	return s
 }
 
-// hash returns key's hash: its top bits pick the shard, and the whole of it
-// indexes the shard's map, so a key is hashed once per call.
+// hash returns key's hash: its top bits pick the shard, and its low bits
+// the key's place in the shard's index, so a key is hashed once per call.
 //
 // Only the ID's bytes are hashed; the namespace contributes its length.
-// Keys whose hashes collide share a chain and are told apart by comparing
-// them whole, so two limiters with the same user key (a handful at most)
-// cost a short chain, while every call saves hashing the namespace, which
-// is the same for all of a limiter's keys.
+// Keys whose hashes collide are told apart by comparing them whole, so two
+// limiters with the same user key (a handful at most) share a hash, while
+// every call saves hashing the namespace, which is the same for all of a
+// limiter's keys.
 func (s *Store) hash(k ratelimit.Key) uint64 {
-	return maphash.String(s.seed, k.ID) + uint64(len(k.Namespace))*0x9e3779b97f4a7c15
+	var h uint64
+	if n := len(k.ID); n <= 16 {
+		h = s.hashShort(k.ID)
+	} else {
+		h = maphash.String(s.seed, k.ID)
+	}
+	return h + uint64(len(k.Namespace))*0x9e3779b97f4a7c15
+}
+
+// hashShort hashes an ID of at most 16 bytes, most keys (user IDs,
+// addresses), the way the Go runtime hashes map keys on machines without
+// AES instructions (wyhash: the bytes read as two words, each mixed with a
+// random seed of the store's by a 64×64→128-bit multiplication), here
+// inlined, which is cheaper than maphash's call into the runtime.
+func (s *Store) hashShort(id string) uint64 {
+	n := uint64(len(id))
+	b := unsafe.Slice(unsafe.StringData(id), n)
+	var x, y uint64
+	switch {
+	case n == 0:
+		return s.key0
+	case n < 4:
+		x = uint64(b[0]) | uint64(b[n>>1])<<8 | uint64(b[n-1])<<16
+	case n < 8:
+		x = uint64(binary.LittleEndian.Uint32(b))
+		y = uint64(binary.LittleEndian.Uint32(b[n-4:]))
+	default:
+		x = binary.LittleEndian.Uint64(b)
+		y = binary.LittleEndian.Uint64(b[n-8:])
+	}
+	return mix(s.key2^n, mix(x^s.key1, y^s.key0))
+}
+
+// mix folds the 128-bit product of a and b into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // lock returns key's hash and its shard, locked.
