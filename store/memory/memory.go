@@ -94,11 +94,11 @@ func WithMaxKeys(n int) Option {
 // The store keeps its own copy of each key's ID, so a key cut from a large
 // buffer does not keep the buffer alive.
 type Store struct {
-	seed        maphash.Seed
+	seed maphash.Seed
 	// key0, key1 and key2 seed the hash of short IDs (hashShort).
 	key0, key1, key2 uint64
-	maxPerShard int
-	shards      [shardCount]shard
+	maxPerShard      int
+	shards           [shardCount]shard
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
