@@ -258,3 +258,33 @@ func TestHashShort(t *testing.T) {
 		t.Errorf("850 IDs hash to %d of %d shards", len(shards), shardCount)
 	}
 }
+
+// TestIndexShrinks checks that a shard's index, grown by many keys, is
+// rebuilt smaller once most of them are gone (by Sweep here), so that
+// sampling it does not walk a mostly empty table.
+func TestIndexShrinks(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	for i := range 10_000 {
+		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		expires := int64(10)
+		if i < 10 {
+			expires = 1000 // these stay
+		}
+		sh.add(s.hash(k), &entry{key: k, expires: expires})
+	}
+	grown := len(sh.index.slots)
+	sh.now = 100
+	if n := s.Sweep(); n != 9_990 {
+		t.Fatalf("Sweep = %d, want 9990", n)
+	}
+	if got := len(sh.index.slots); got*8 > grown || got > 64 {
+		t.Errorf("index of %d slots for 10 keys, after %d for 10,000", got, grown)
+	}
+	for i := range 10 {
+		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		if sh.get(s.hash(k), k) == nil {
+			t.Errorf("key %d lost by the rebuild", i)
+		}
+	}
+}

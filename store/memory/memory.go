@@ -7,7 +7,7 @@
 // and a cap on keys evicts live state when reached, from the limiter that
 // inserts (or the one that holds the most), never from a limiter holding
 // no more than its fair share; see WithMaxKeys.
-// Each key costs about 136 to 150 bytes when its ID is at most 16 bytes
+// Each key costs about 133 to 146 bytes when its ID is at most 16 bytes
 // long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
 // of up to as much again. A sliding log is decided where it is stored
@@ -534,6 +534,15 @@ func (x *index) rehash(n int) {
 	}
 }
 
+// shrink rebuilds the index smaller when its n entries fill less than an
+// eighth of it (most of its keys gone), so that sampling it for expired or
+// evictable entries, and sweeping it, do not walk a mostly empty table.
+func (x *index) shrink(n int) {
+	if len(x.slots) > minSlots && 8*n < len(x.slots) {
+		x.rehash(n)
+	}
+}
+
 // forget updates the namespace count for a removed entry. The caller holds
 // sh.mu.
 func (sh *shard) forget(e *entry) {
@@ -619,6 +628,7 @@ func (s *Store) makeRoom(sh *shard, ns string) {
 	if sh.n < s.maxPerShard && sh.now < sh.earliest {
 		return // nothing to reclaim, and room to spare
 	}
+	sh.index.shrink(sh.n)
 	seen := 0
 	sh.index.entries(func(i uint64, _ *entry) bool {
 		sh.reclaimAt(i)
@@ -698,6 +708,7 @@ func (s *Store) Sweep() int {
 			}
 			return true
 		})
+		sh.index.shrink(sh.n)
 		sh.mu.Unlock()
 	}
 	return n
