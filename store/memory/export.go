@@ -26,17 +26,16 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 		sh := &s.shards[i]
 		batch = batch[:0]
 		sh.mu.Lock()
-		for _, head := range sh.index {
-			for e := head; e != nil; e = e.next {
-				if e.expires > now && (namespace == "" || e.key.Namespace == namespace) {
-					batch = append(batch, ratelimit.Entry{
-						Key:     ratelimit.Key{Namespace: e.key.Namespace, ID: strings.Clone(e.key.ID)},
-						State:   append([]byte(nil), e.state...),
-						Expires: e.expires,
-					})
-				}
+		sh.index.entries(func(_ uint64, e *entry) bool {
+			if e.expires > now && (namespace == "" || e.key.Namespace == namespace) {
+				batch = append(batch, ratelimit.Entry{
+					Key:     ratelimit.Key{Namespace: e.key.Namespace, ID: strings.Clone(e.key.ID)},
+					State:   append([]byte(nil), e.state...),
+					Expires: e.expires,
+				})
 			}
-		}
+			return true
+		})
 		sh.mu.Unlock()
 		for _, e := range batch {
 			if err := yield(e); err != nil {

@@ -1,6 +1,8 @@
 package memory
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"unsafe"
 
@@ -57,7 +59,7 @@ func TestHashCollisions(t *testing.T) {
 	sh.remove(h, sh.get(h, keys[1])) // from the middle of the chain
 	check(0, 2, 3)
 	sh.now = 10 // the first key's state expires
-	if n := sh.reclaim(h, sh.index[h]); n != 1 {
+	if n := sh.reclaim(h); n != 1 {
 		t.Errorf("reclaim = %d, want 1", n)
 	}
 	check(2, 3)
@@ -68,17 +70,16 @@ func TestHashCollisions(t *testing.T) {
 	check(3)
 	sh.remove(h, sh.get(h, keys[3]))
 	check()
-	if _, ok := sh.index[h]; ok {
-		t.Error("an empty chain is left in the index")
+	if sh.index.used != 0 {
+		t.Errorf("%d slots of the index are still used", sh.index.used)
 	}
 }
 
-// TestEntryLayout checks the entry's size (a size class of its own, as its
-// doc says) and that a short ID is copied into the entry and a long one
+// TestEntryLayout checks the entry's size (what its doc says) and that a short ID is copied into the entry and a long one
 // into memory of its own, neither sharing the caller's bytes.
 func TestEntryLayout(t *testing.T) {
-	if got := unsafe.Sizeof(entry{}); got != 112 {
-		t.Errorf("an entry takes %d bytes, want 112", got)
+	if got := unsafe.Sizeof(entry{}); got != 104 {
+		t.Errorf("an entry takes %d bytes, want 104", got)
 	}
 	for _, id := range []string{"k", "0123456789abcdef", "0123456789abcdefg"} {
 		buf := []byte(id)
@@ -119,7 +120,7 @@ func TestLastEntryForgotten(t *testing.T) {
 
 	add(100)
 	sh.now = 100
-	if n := sh.reclaim(h, sh.index[h]); n != 1 {
+	if n := sh.reclaim(h); n != 1 {
 		t.Fatalf("reclaim = %d, want 1", n)
 	}
 	if sh.last != nil || sh.get(h, k) != nil {
@@ -131,5 +132,159 @@ func TestLastEntryForgotten(t *testing.T) {
 	s.makeRoom(sh, "b:x") // the shard is full: k's entry is evicted
 	if sh.n != 0 || sh.last != nil || sh.get(h, k) != nil {
 		t.Errorf("after eviction: n = %d, last = %p, get = %p, want 0, nil, nil", sh.n, sh.last, sh.get(h, k))
+	}
+}
+
+// reclaim deletes the expired entries whose key hashes to h, and returns
+// how many it deleted. The caller holds sh.mu.
+func (sh *shard) reclaim(h uint64) int {
+	slots := sh.index.slots
+	if slots == nil {
+		return 0
+	}
+	mask := uint64(len(slots) - 1)
+	n := 0
+	for i := h & mask; slots[i].e != nil; i = (i + 1) & mask {
+		if slots[i].hash == h && sh.reclaimAt(i) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIndexAgainstMap runs random insertions, lookups, removals and
+// reclamations on one shard, with hashes drawn from a small set so that
+// keys collide and probes wrap around the table, and checks every lookup,
+// the counts and the slots against a map of what the shard should hold.
+func TestIndexAgainstMap(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	rng := rand.New(rand.NewPCG(1, 2))
+	type held struct {
+		h uint64
+		e *entry
+	}
+	want := map[ratelimit.Key]held{}
+	for step := range 200_000 {
+		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(rng.IntN(300))}
+		h := uint64(rng.IntN(40)) * 0x9e3779b97f4a7c15 // collisions on purpose
+		if w, ok := want[k]; ok {
+			h = w.h
+		}
+		switch op := rng.IntN(10); {
+		case op < 4: // lookup, insert when missing
+			e := sh.get(h, k)
+			if w, ok := want[k]; ok != (e != nil) || ok && w.e != e {
+				t.Fatalf("step %d: get(%v) = %p, want %p", step, k, e, w.e)
+			}
+			if e == nil {
+				e = &entry{key: k, expires: int64(rng.IntN(1000))}
+				sh.add(h, e)
+				want[k] = held{h, e}
+			}
+		case op < 7: // remove
+			if w, ok := want[k]; ok {
+				sh.remove(w.h, w.e)
+				delete(want, k)
+			}
+		case op < 9: // reclaim what has expired by a random time
+			sh.now = int64(rng.IntN(1000))
+			n := sh.reclaim(h)
+			for k2, w := range want {
+				if w.h == h && w.e.expires <= sh.now {
+					delete(want, k2)
+					n--
+				}
+			}
+			if n != 0 {
+				t.Fatalf("step %d: reclaim(%x) deleted %d more than expected", step, h, n)
+			}
+		default: // sample as makeRoom does
+			sh.now = int64(rng.IntN(1000))
+			sh.index.entries(func(i uint64, e *entry) bool {
+				if sh.reclaimAt(i) {
+					delete(want, e.key)
+				}
+				return rng.IntN(8) != 0
+			})
+		}
+		if sh.n != len(want) {
+			t.Fatalf("step %d: n = %d, want %d", step, sh.n, len(want))
+		}
+		if step%1000 == 0 {
+			used, live := 0, 0
+			for _, sl := range sh.index.slots {
+				if sl.e != nil {
+					used++
+				}
+				if sl.e != nil && sl.e != tombstone {
+					live++
+				}
+			}
+			if used != sh.index.used || live != sh.n || 8*used > 7*len(sh.index.slots) {
+				t.Fatalf("step %d: %d slots used (%d counted), %d live (n %d), of %d", step, used, sh.index.used, live, sh.n, len(sh.index.slots))
+			}
+		}
+	}
+}
+
+// TestHashShort checks that the hash of short IDs reads every byte: IDs of
+// every length up to 17 bytes (the first past the short hash), each
+// differing from another in one byte at each position, hash differently,
+// and their hashes spread over the shards.
+func TestHashShort(t *testing.T) {
+	s := MustNew()
+	rng := rand.New(rand.NewPCG(3, 4))
+	shards := map[uint64]bool{}
+	for n := 1; n <= 17; n++ {
+		for range 50 {
+			id := make([]byte, n)
+			for i := range id {
+				id[i] = byte(rng.IntN(256))
+			}
+			k := ratelimit.Key{Namespace: "n:x", ID: string(id)}
+			h := s.hash(k)
+			shards[h>>(64-shardBits)] = true
+			for i := range id {
+				other := append([]byte(nil), id...)
+				other[i] ^= 1 << rng.IntN(8)
+				if s.hash(ratelimit.Key{Namespace: "n:x", ID: string(other)}) == h {
+					t.Fatalf("IDs %q and %q (differing at byte %d) hash alike", id, other, i)
+				}
+			}
+		}
+	}
+	if len(shards) < shardCount*3/4 {
+		t.Errorf("850 IDs hash to %d of %d shards", len(shards), shardCount)
+	}
+}
+
+// TestIndexShrinks checks that a shard's index, grown by many keys, is
+// rebuilt smaller once most of them are gone (by Sweep here), so that
+// sampling it does not walk a mostly empty table.
+func TestIndexShrinks(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	for i := range 10_000 {
+		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		expires := int64(10)
+		if i < 10 {
+			expires = 1000 // these stay
+		}
+		sh.add(s.hash(k), &entry{key: k, expires: expires})
+	}
+	grown := len(sh.index.slots)
+	sh.now = 100
+	if n := s.Sweep(); n != 9_990 {
+		t.Fatalf("Sweep = %d, want 9990", n)
+	}
+	if got := len(sh.index.slots); got*8 > grown || got > 64 {
+		t.Errorf("index of %d slots for 10 keys, after %d for 10,000", got, grown)
+	}
+	for i := range 10 {
+		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		if sh.get(s.hash(k), k) == nil {
+			t.Errorf("key %d lost by the rebuild", i)
+		}
 	}
 }

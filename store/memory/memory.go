@@ -7,7 +7,7 @@
 // and a cap on keys evicts live state when reached, from the limiter that
 // inserts (or the one that holds the most), never from a limiter holding
 // no more than its fair share; see WithMaxKeys.
-// Each key costs about 136 to 150 bytes when its ID is at most 16 bytes
+// Each key costs about 133 to 146 bytes when its ID is at most 16 bytes
 // long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
 // of up to as much again. A sliding log is decided where it is stored
@@ -18,9 +18,12 @@ package memory
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math"
+	"math/bits"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"unsafe"
@@ -91,21 +94,22 @@ func WithMaxKeys(n int) Option {
 // The store keeps its own copy of each key's ID, so a key cut from a large
 // buffer does not keep the buffer alive.
 type Store struct {
-	seed        maphash.Seed
-	maxPerShard int
-	shards      [shardCount]shard
+	seed maphash.Seed
+	// key0, key1 and key2 seed the hash of short IDs (hashShort).
+	key0, key1, key2 uint64
+	maxPerShard      int
+	shards           [shardCount]shard
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 184 bytes; the padding gives each shard 256, so no two
+// fields take 208 bytes; the padding gives each shard 256, so no two
 // shards' fields share a cache line (or an adjacent-line prefetch pair)
 // whatever the Store's alignment.
 type shard struct {
 	mu sync.Mutex
-	// index holds the entries by the hash of their key. Keys whose hashes
-	// collide share a slot, chained through entry.next.
-	index map[uint64]*entry
-	// n is the number of entries, chained ones included.
+	// index holds the entries by the hash of their key (see slot).
+	index index
+	// n is the number of entries.
 	n int
 	// spaces counts the entries of each namespace (limiter), for
 	// eviction: see WithMaxKeys.
@@ -127,17 +131,47 @@ type shard struct {
 	// nil: a hot key skips the map. Removing the entry clears it.
 	last     *entry
 	lastHash uint64
-	_        [72]byte
+	_        [48]byte
 }
+
+// A slot is one place in a shard's index: an entry and its key's hash, or
+// nothing (e nil), or a removed entry's place (e is tombstone).
+type slot struct {
+	hash uint64
+	e    *entry
+}
+
+// tombstone marks a slot whose entry was removed, so that a lookup probes
+// past it. Its key is empty, which no key a lookup asks for is.
+var tombstone = new(entry)
+
+// An index is an open-addressing hash table of entries by their key's hash,
+// probed linearly: a key hashing to h sits in the first slot from h & mask
+// on that holds it, with no empty slot between. Keys with the same hash
+// take a slot each and are told apart by comparing them whole. It is kept
+// at most seven eighths used (entries and tombstones, as a Go map's
+// groups), so probes are short and the table small: 16 to 24 bytes per
+// key.
+//
+// It replaces a Go map[uint64]*entry: finding a key among many reads one
+// slot (hash and entry side by side, four to a cache line) and then the
+// entry, where the map hashed the hash again and read a control word, a
+// slot and then the entry, each likely a cache miss.
+type index struct {
+	slots []slot // a power of two long, or nil
+	used  int    // slots holding an entry or a tombstone
+}
+
+// minSlots is the size of a shard's index when its first key arrives.
+const minSlots = 16
 
 // An entry is one key's state. States of up to inlineState bytes live in
 // the entry itself, so a decision on a held key allocates nothing; so do
 // IDs of up to inlineID bytes, so that finding a key among many reads one
-// object, not the entry and then its ID's bytes elsewhere in memory. The
-// fields a decision reads come first. An entry takes 112 bytes, a size
-// class of its own, and is never copied (key.ID may point into it).
+// object, not the entry and then its ID's bytes elsewhere in memory. An
+// entry takes 104 bytes (the 112-byte size class), and is never copied
+// (key.ID may point into it).
 type entry struct {
-	next    *entry
 	expires int64 // microseconds since the epoch
 	state   []byte
 	inline  [inlineState]byte
@@ -160,13 +194,13 @@ func newEntry(key ratelimit.Key) *entry {
 // New returns an empty store.
 func New(opts ...Option) (*Store, error) {
 	s := &Store{seed: maphash.MakeSeed(), maxPerShard: DefaultMaxKeys / shardCount}
+	s.key0, s.key1, s.key2 = rand.Uint64()|1, rand.Uint64()|1, rand.Uint64()|1
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
 			return nil, err
 		}
 	}
 	for i := range s.shards {
-		s.shards[i].index = make(map[uint64]*entry)
 		s.shards[i].spaces = make(map[string]int)
 		s.shards[i].earliest = math.MaxInt64
 	}
@@ -182,16 +216,52 @@ func MustNew(opts ...Option) *Store {
 	return s
 }
 
-// hash returns key's hash: its top bits pick the shard, and the whole of it
-// indexes the shard's map, so a key is hashed once per call.
+// hash returns key's hash: its top bits pick the shard, and its low bits
+// the key's place in the shard's index, so a key is hashed once per call.
 //
 // Only the ID's bytes are hashed; the namespace contributes its length.
-// Keys whose hashes collide share a chain and are told apart by comparing
-// them whole, so two limiters with the same user key (a handful at most)
-// cost a short chain, while every call saves hashing the namespace, which
-// is the same for all of a limiter's keys.
+// Keys whose hashes collide are told apart by comparing them whole, so two
+// limiters with the same user key (a handful at most) share a hash, while
+// every call saves hashing the namespace, which is the same for all of a
+// limiter's keys.
 func (s *Store) hash(k ratelimit.Key) uint64 {
-	return maphash.String(s.seed, k.ID) + uint64(len(k.Namespace))*0x9e3779b97f4a7c15
+	var h uint64
+	if n := len(k.ID); n <= 16 {
+		h = s.hashShort(k.ID)
+	} else {
+		h = maphash.String(s.seed, k.ID)
+	}
+	return h + uint64(len(k.Namespace))*0x9e3779b97f4a7c15
+}
+
+// hashShort hashes an ID of at most 16 bytes, most keys (user IDs,
+// addresses), the way the Go runtime hashes map keys on machines without
+// AES instructions (wyhash: the bytes read as two words, each mixed with a
+// random seed of the store's by a 64×64→128-bit multiplication), here
+// inlined, which is cheaper than maphash's call into the runtime.
+func (s *Store) hashShort(id string) uint64 {
+	n := uint64(len(id))
+	b := unsafe.Slice(unsafe.StringData(id), n)
+	var x, y uint64
+	switch {
+	case n == 0:
+		return s.key0
+	case n < 4:
+		x = uint64(b[0]) | uint64(b[n>>1])<<8 | uint64(b[n-1])<<16
+	case n < 8:
+		x = uint64(binary.LittleEndian.Uint32(b))
+		y = uint64(binary.LittleEndian.Uint32(b[n-4:]))
+	default:
+		x = binary.LittleEndian.Uint64(b)
+		y = binary.LittleEndian.Uint64(b[n-8:])
+	}
+	return mix(s.key2^n, mix(x^s.key1, y^s.key0))
+}
+
+// mix folds the 128-bit product of a and b into 64 bits.
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
 }
 
 // lock returns key's hash and its shard, locked.
@@ -395,13 +465,21 @@ func (sh *shard) get(h uint64, key ratelimit.Key) *entry {
 	if e := sh.last; sh.lastHash == h && e != nil && e.key == key {
 		return e
 	}
-	for e := sh.index[h]; e != nil; e = e.next {
-		if e.key == key {
-			sh.last, sh.lastHash = e, h
-			return e
+	slots := sh.index.slots
+	if slots == nil {
+		return nil
+	}
+	mask := uint64(len(slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		sl := &slots[i]
+		if sl.e == nil {
+			return nil
+		}
+		if sl.hash == h && sl.e.key == key {
+			sh.last, sh.lastHash = sl.e, h
+			return sl.e
 		}
 	}
-	return nil
 }
 
 // forgetLast clears sh.last when it is e, which is being removed. The
@@ -412,12 +490,57 @@ func (sh *shard) forgetLast(e *entry) {
 	}
 }
 
-// add inserts e, whose key hashes to h. The caller holds sh.mu.
+// add inserts e, whose key hashes to h and is not in the shard. The caller
+// holds sh.mu.
 func (sh *shard) add(h uint64, e *entry) {
-	e.next = sh.index[h]
-	sh.index[h] = e
+	x := &sh.index
+	if 8*(x.used+1) > 7*len(x.slots) {
+		x.rehash(sh.n + 1)
+	}
+	mask := uint64(len(x.slots) - 1)
+	i := h & mask
+	for x.slots[i].e != nil && x.slots[i].e != tombstone {
+		i = (i + 1) & mask
+	}
+	if x.slots[i].e == nil {
+		x.used++
+	}
+	x.slots[i] = slot{hash: h, e: e}
 	sh.n++
 	sh.spaces[e.key.Namespace]++
+}
+
+// rehash moves the index's entries into a new table, dropping its
+// tombstones: the smallest that n entries fill to at most 13/16, so that
+// at least a sixteenth of it is left before the next rehash.
+func (x *index) rehash(n int) {
+	size := minSlots
+	for 16*n > 13*size {
+		size *= 2
+	}
+	old := x.slots
+	x.slots, x.used = make([]slot, size), 0
+	mask := uint64(size - 1)
+	for _, sl := range old {
+		if sl.e == nil || sl.e == tombstone {
+			continue
+		}
+		i := sl.hash & mask
+		for x.slots[i].e != nil {
+			i = (i + 1) & mask
+		}
+		x.slots[i] = sl
+		x.used++
+	}
+}
+
+// shrink rebuilds the index smaller when its n entries fill less than an
+// eighth of it (most of its keys gone), so that sampling it for expired or
+// evictable entries, and sweeping it, do not walk a mostly empty table.
+func (x *index) shrink(n int) {
+	if len(x.slots) > minSlots && 8*n < len(x.slots) {
+		x.rehash(n)
+	}
 }
 
 // forget updates the namespace count for a removed entry. The caller holds
@@ -432,56 +555,67 @@ func (sh *shard) forget(e *entry) {
 
 // remove deletes e, whose key hashes to h. The caller holds sh.mu.
 func (sh *shard) remove(h uint64, e *entry) {
-	head := sh.index[h]
-	switch {
-	case head == e && e.next == nil:
-		delete(sh.index, h)
-	case head == e:
-		sh.index[h] = e.next
-	default:
-		p := head
-		for p.next != e {
-			p = p.next
+	slots := sh.index.slots
+	mask := uint64(len(slots) - 1)
+	i := h & mask
+	for slots[i].e != e {
+		i = (i + 1) & mask
+	}
+	sh.removeAt(i)
+}
+
+// removeAt deletes the entry in slot i. The slot becomes a tombstone, or
+// empty when the next slot is empty (no probe goes through it then), and
+// so do the tombstones before it. Slots after i keep their places, so an
+// iteration over the slots that removes what it finds sees every entry
+// once. The caller holds sh.mu.
+func (sh *shard) removeAt(i uint64) {
+	x := &sh.index
+	e := x.slots[i].e
+	mask := uint64(len(x.slots) - 1)
+	if x.slots[(i+1)&mask].e != nil {
+		x.slots[i].e = tombstone
+	} else {
+		for {
+			x.slots[i] = slot{}
+			x.used--
+			i = (i - 1) & mask
+			if x.slots[i].e != tombstone {
+				break
+			}
 		}
-		p.next = e.next
 	}
 	sh.n--
 	sh.forget(e)
 	sh.forgetLast(e)
 }
 
-// reclaim deletes the expired entries in the chain of hash h, whose first
-// entry is head, and returns how many it deleted. The caller holds sh.mu;
-// it may be iterating over sh.index.
-func (sh *shard) reclaim(h uint64, head *entry) int {
-	n := 0
-	for e := head; e != nil; e = e.next {
-		if e.expires <= sh.now {
-			n++
-			sh.forget(e)
-			sh.forgetLast(e)
-		}
+// reclaimAt deletes the entry in slot i when its state has expired by
+// sh.now, and reports whether it did. The caller holds sh.mu.
+func (sh *shard) reclaimAt(i uint64) bool {
+	e := sh.index.slots[i].e
+	if e == nil || e == tombstone || e.expires > sh.now {
+		return false
 	}
+	sh.removeAt(i)
+	return true
+}
+
+// entries calls fn for each slot holding an entry, in slot order from a
+// random place, until fn returns false. fn may remove the entry it is
+// given (and no other).
+func (x *index) entries(fn func(i uint64, e *entry) bool) {
+	n := uint64(len(x.slots))
 	if n == 0 {
-		return 0 // and write nothing
+		return
 	}
-	var keep *entry
-	link := &keep
-	for e := head; e != nil; e = e.next {
-		if e.expires > sh.now {
-			*link = e
-			link = &e.next
+	start := rand.Uint64() & (n - 1)
+	for k := uint64(0); k < n; k++ {
+		i := (start + k) & (n - 1)
+		if e := x.slots[i].e; e != nil && e != tombstone && !fn(i, e) {
+			return
 		}
 	}
-	*link = nil
-	switch {
-	case keep == nil:
-		delete(sh.index, h)
-	case keep != head:
-		sh.index[h] = keep
-	}
-	sh.n -= n
-	return n
 }
 
 // makeRoom reclaims expired entries among a sample and, when the shard is
@@ -494,13 +628,13 @@ func (s *Store) makeRoom(sh *shard, ns string) {
 	if sh.n < s.maxPerShard && sh.now < sh.earliest {
 		return // nothing to reclaim, and room to spare
 	}
+	sh.index.shrink(sh.n)
 	seen := 0
-	for h, head := range sh.index {
-		sh.reclaim(h, head)
-		if seen++; seen == sampleSize {
-			break
-		}
-	}
+	sh.index.entries(func(i uint64, _ *entry) bool {
+		sh.reclaimAt(i)
+		seen++
+		return seen < sampleSize
+	})
 	if sh.n < s.maxPerShard {
 		return
 	}
@@ -527,24 +661,20 @@ func (s *Store) makeRoom(sh *shard, ns string) {
 // The caller holds sh.mu.
 func (s *Store) evict(sh *shard, ns string) {
 	var victim *entry
-	var victimHash uint64
+	var at uint64
 	found := 0
-	for h, head := range sh.index {
-		for e := head; e != nil; e = e.next {
-			if e.key.Namespace != ns {
-				continue
-			}
-			if victim == nil || e.expires < victim.expires {
-				victim, victimHash = e, h
-			}
-			found++
+	sh.index.entries(func(i uint64, e *entry) bool {
+		if e.key.Namespace != ns {
+			return true
 		}
-		if found >= sampleSize {
-			break
+		if victim == nil || e.expires < victim.expires {
+			victim, at = e, i
 		}
-	}
+		found++
+		return found < sampleSize
+	})
 	if victim != nil {
-		sh.remove(victimHash, victim)
+		sh.removeAt(at)
 	}
 }
 
@@ -570,12 +700,15 @@ func (s *Store) Sweep() int {
 		sh.mu.Lock()
 		sh.now = max(sh.now, latest)
 		sh.earliest = math.MaxInt64
-		for h, head := range sh.index {
-			n += sh.reclaim(h, head)
-			for e := sh.index[h]; e != nil; e = e.next {
+		sh.index.entries(func(i uint64, e *entry) bool {
+			if sh.reclaimAt(i) {
+				n++
+			} else {
 				sh.earliest = min(sh.earliest, e.expires)
 			}
-		}
+			return true
+		})
+		sh.index.shrink(sh.n)
 		sh.mu.Unlock()
 	}
 	return n
@@ -600,11 +733,10 @@ func (s *Store) Expiries(fn func(key ratelimit.Key, expires int64)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, head := range sh.index {
-			for e := head; e != nil; e = e.next {
-				fn(e.key, e.expires)
-			}
-		}
+		sh.index.entries(func(_ uint64, e *entry) bool {
+			fn(e.key, e.expires)
+			return true
+		})
 		sh.mu.Unlock()
 	}
 }
