@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -102,6 +103,10 @@ type batcher struct {
 	mu       sync.Mutex
 	busy     bool       // a batch is in flight
 	queue    []*pending // callers waiting for the next batch, in arrival order
+	// Reused by each batch of several calls in turn (only one is
+	// coalesced, sent and spread at a time: the next is handed on
+	// after).
+	scratch scratch
 }
 
 // pending is one decision waiting in, or sent in, a batch.
@@ -117,9 +122,27 @@ type pending struct {
 	// Set by coalesce, in the batch's goroutine.
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
+	// Set by spread instead of Reply, when the decision was decided in a
+	// run whose reply had its fields: the run's reply's own elements, so
+	// that no interface is boxed per decision.
+	fields []any
 	// Guarded by batcher.mu.
 	gone bool       // its caller returned early; skip it
 	lead []*pending // a batch this caller must send
+}
+
+// pendingPool recycles the pendings of decisions that returned with their
+// outcome (so no batch holds them any more), with their done channels.
+var pendingPool = sync.Pool{New: func() any { return new(pending) }}
+
+// release clears c and returns it to pendingPool. Only a caller whose do
+// returned nil may release its pending: one whose context ended may still
+// be in a batch in flight.
+func (c *pending) release() {
+	done := c.done
+	*c = pending{}
+	c.done = done
+	pendingPool.Put(c)
 }
 
 // do runs c, sharing a round trip with concurrent calls, and leaves its
@@ -135,7 +158,9 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 		return b.send(ctx, c.self[:])
 	}
 	c.ctx = ctx
-	c.done = make(chan struct{}, 1)
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
@@ -171,7 +196,7 @@ func (b *batcher) send(ctx context.Context, batch []*pending) error {
 		b.finish(batch)
 		return nil
 	}
-	calls, runs := coalesce(batch, b.p.Slot)
+	calls, runs := b.scratch.coalesce(batch, b.p.Slot)
 	bctx, cancel := batchContext(ctx, batch)
 	sent := make(chan struct{})
 	go func() {
@@ -265,6 +290,7 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 type run struct {
 	Call
 	keys []*entry
+	reqs []byte // the packed requests, built here
 }
 
 // maxRunKeys bounds the keys of one run, so that a batch of thousands of
@@ -289,14 +315,43 @@ type entry struct {
 // arrival order. It returns the runs too, whose outcomes spread hands to
 // their members once the calls are sent.
 func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
-	type runKey struct {
-		s    *Script
-		slot int
+	var s scratch
+	return s.coalesce(batch, slot)
+}
+
+// runKey is what the keys of one run share.
+type runKey struct {
+	s    *Script
+	slot int
+}
+
+// scratch is coalesce's memory, reused from batch to batch: what one
+// coalesce returns is valid until the next.
+type scratch struct {
+	byKey   map[string]*entry
+	entries []entry
+	byRun   map[runKey]*run
+	runs    []*run
+	free    []*run // runs of earlier batches, to reuse
+	calls   []*Call
+}
+
+func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
+	if s.byKey == nil {
+		s.byKey = make(map[string]*entry, len(batch))
+		s.byRun = make(map[runKey]*run)
 	}
-	byKey := make(map[string]*entry, len(batch))
-	entries := make([]entry, 0, len(batch)) // never grows: pointers stay
+	clear(s.byKey)
+	clear(s.byRun)
+	byKey, byRun := s.byKey, s.byRun
+	s.free = append(s.free, s.runs...)
+	if cap(s.entries) < len(batch) {
+		s.entries = make([]entry, 0, len(batch))
+	}
+	clear(s.entries[:cap(s.entries)])
+	entries := s.entries[:0] // never grows: pointers stay
 	for _, c := range batch {
-		c.leads, c.inRun = nil, false
+		c.leads, c.inRun, c.fields = nil, false, nil
 		e := byKey[c.Keys[0]]
 		if e == nil {
 			entries = append(entries, entry{bad: !coalescable(c)})
@@ -309,8 +364,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		e.bad = e.bad || !coalescable(c) || !sameNumbers(c, e.members[0])
 		e.members = append(e.members, c)
 	}
-	var byRun map[runKey]*run
-	var runs []*run
+	runs := s.runs[:0]
 	for i := range entries {
 		e := &entries[i]
 		if e.bad {
@@ -320,10 +374,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		k := runKey{m.Script.Many, slot(m.Keys[0])}
 		r := byRun[k]
 		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
-			if byRun == nil {
-				byRun = make(map[runKey]*run)
-			}
-			r = &run{}
+			r = s.newRun()
 			byRun[k] = r
 			runs = append(runs, r)
 			m.leads = r
@@ -334,6 +385,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 	for _, r := range runs {
 		if len(r.keys) == 1 && len(r.keys[0].members) == 1 {
 			r.keys[0].members[0].leads = nil // alone: its own call of the single form
+			s.free = append(s.free, r)
 			continue
 		}
 		for _, e := range r.keys {
@@ -343,7 +395,8 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		}
 		kept = append(kept, r)
 	}
-	calls := make([]*Call, 0, len(batch))
+	s.runs = kept
+	calls := s.calls[:0]
 	for _, c := range batch {
 		switch {
 		case c.leads != nil:
@@ -353,7 +406,23 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 			calls = append(calls, &c.Call)
 		}
 	}
+	clear(calls[len(calls):cap(calls)])
+	s.calls = calls
 	return calls, kept
+}
+
+// newRun returns an empty run, an earlier batch's if there is one.
+func (s *scratch) newRun() *run {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		keys, reqs, runKeys, args := r.keys[:0], r.reqs[:0], r.Keys[:0], r.Args[:0]
+		clear(r.keys[:cap(r.keys)])
+		*r = run{keys: keys, reqs: reqs}
+		r.Keys, r.Args = runKeys, args
+		return r
+	}
+	return &run{}
 }
 
 // coalescable reports whether c is a decision of an algorithm with a
@@ -375,9 +444,9 @@ func (r *run) build(s *Script) {
 	for _, e := range r.keys {
 		n += len(e.members)
 	}
-	reqs := make([]byte, 0, 24*n)
-	keys := make([]string, 0, len(r.keys))
-	args := make([]any, 2, 2+3*len(r.keys))
+	reqs := slices.Grow(r.reqs[:0], 24*n)
+	keys := slices.Grow(r.Keys[:0], len(r.keys))
+	args := slices.Grow(r.Args[:0], 2+3*len(r.keys))[:2]
 	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
 	for _, e := range r.keys {
 		for _, c := range e.members {
@@ -394,7 +463,7 @@ func (r *run) build(s *Script) {
 		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
 	args[1] = string(reqs)
-	r.Script, r.Keys, r.Args = s, keys, args
+	r.Script, r.Keys, r.Args, r.reqs = s, keys, args, reqs
 }
 
 // spread hands the run's outcome to its members. The reply is flat: for
@@ -427,7 +496,7 @@ func (r *run) spread() {
 				c.Reply, c.Err = nil, ierr
 			default:
 				f := at + i*algorithms.LuaReplyLen
-				c.Reply, c.Err = arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen], nil
+				c.Reply, c.Err, c.fields = nil, nil, arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen]
 			}
 		}
 		at += n
@@ -435,7 +504,7 @@ func (r *run) spread() {
 	if r.Err == nil && at != len(arr) {
 		for _, e := range r.keys {
 			for _, c := range e.members {
-				c.Reply, c.Err = r.Reply, nil // the wrong shape: Ints rejects it
+				c.Reply, c.Err, c.fields = r.Reply, nil, nil // the wrong shape: Ints rejects it
 			}
 		}
 	}
