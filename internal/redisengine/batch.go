@@ -79,17 +79,18 @@ type Pipeliner interface {
 // timer. A caller that finds no batch in flight sends its own call at once,
 // alone, so a lone caller pays nothing. Callers that arrive while a batch is
 // in flight queue; when the batch's replies are in, everything queued
-// meanwhile, in arrival order, is handed to the first of those callers,
-// which sends it as the next batch, and so on until a batch comes back with
-// nothing queued behind it.
+// meanwhile, in arrival order, goes as the next batch, and so on until a
+// batch comes back with nothing queued behind it.
 //
-// A batch of several calls carries other callers' decisions, so no one
-// caller's context may cancel it: it is sent by a goroutine that lives for
-// that one round trip, under a context without cancellation whose deadline
-// is the latest of its callers' (none if one has none), while its sender
-// waits for it or for its own context. That goroutine delivers the outcomes
-// and hands on what queued, then ends: no goroutine outlives the batches in
-// flight, and the store needs no Close.
+// A batch of queued calls carries several callers' decisions, so no one
+// caller's context may cancel it: the batches of one busy stretch are sent,
+// one after another, by one goroutine (loop), started by the lone sender
+// that found callers queued behind its call, each batch under a context
+// without cancellation whose deadline is the latest of its callers' (none
+// if one has none); each queued caller waits for its outcome or for its own
+// context. The goroutine ends when a batch comes back with nothing queued:
+// no goroutine outlives the batches in flight, and the store needs no
+// Close.
 //
 // A batch holds the requests in arrival order, so the decisions in it that
 // use one algorithm, on keys that may share a script run, are decided in
@@ -117,8 +118,7 @@ type pending struct {
 	key  [1]string
 	args [algorithms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
-	self [1]*pending   // likewise
-	done chan struct{} // one send: the outcome is in, or lead is set
+	done chan struct{} // one send: the outcome is in
 	// Set by coalesce, in the batch's goroutine.
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
@@ -127,8 +127,7 @@ type pending struct {
 	// that no interface is boxed per decision.
 	fields []any
 	// Guarded by batcher.mu.
-	gone bool       // its caller returned early; skip it
-	lead []*pending // a batch this caller must send
+	gone bool // its caller returned early; skip it
 }
 
 // pendingPool recycles the pendings of decisions that returned with their
@@ -146,16 +145,21 @@ func (c *pending) release() {
 }
 
 // do runs c, sharing a round trip with concurrent calls, and leaves its
-// outcome in c.Reply and c.Err. When ctx ends while c waits, it returns
-// ctx's error at once instead, and c's outcome is never read: c is skipped
-// if still queued, or its reply dropped if already sent.
+// outcome in c.Reply and c.Err (or c.fields). When ctx ends while c waits,
+// it returns ctx's error at once instead, and c's outcome is never read: c
+// is skipped if still queued, or its reply dropped if already sent.
 func (b *batcher) do(ctx context.Context, c *pending) error {
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		c.self[0] = c
-		return b.send(ctx, c.self[:])
+		calls := c.one[:]
+		calls[0] = &c.Call
+		b.pipeline(ctx, calls)
+		if next := b.next(); next != nil {
+			go b.loop(next)
+		}
+		return nil
 	}
 	c.ctx = ctx
 	if c.done == nil {
@@ -165,102 +169,69 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	b.mu.Unlock()
 	select {
 	case <-c.done:
+		return nil
 	case <-ctx.Done():
 		b.mu.Lock()
-		lead := c.lead
 		c.gone = true
 		b.mu.Unlock()
-		if lead != nil {
-			// Handed a batch just as ctx ended: the batch must still go,
-			// but not on this caller's time.
-			go b.send(context.WithoutCancel(ctx), lead)
-		}
-		return ctx.Err()
-	}
-	if c.lead != nil {
-		// The receive from done orders this read after the write.
-		return b.send(ctx, c.lead)
-	}
-	return nil
-}
-
-// send sends batch, whose first call is the caller's own, delivers every
-// other call's outcome, and then hands what queued meanwhile on (finish).
-// It returns ctx's error if ctx ends first, which only a batch of several
-// calls lets happen: the batch carries on without its sender.
-func (b *batcher) send(ctx context.Context, batch []*pending) error {
-	if len(batch) == 1 {
-		calls := batch[0].one[:]
-		calls[0] = &batch[0].Call
-		b.pipeline(ctx, calls)
-		b.finish(batch)
-		return nil
-	}
-	calls, runs := b.scratch.coalesce(batch, b.p.Slot)
-	bctx, cancel := batchContext(ctx, batch)
-	sent := make(chan struct{})
-	go func() {
-		b.pipeline(bctx, calls)
-		for _, r := range runs {
-			r.spread()
-		}
-		cancel()
-		close(sent) // before finish, which may make this goroutine's batch wait
-		b.finish(batch)
-	}()
-	select {
-	case <-sent:
-		return nil
-	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// batchContext returns the context a batch is sent under: ctx's values,
-// no cancellation, and the latest deadline of its callers (batch[0] is
-// ctx's), or none when one of them has none.
-func batchContext(ctx context.Context, batch []*pending) (context.Context, context.CancelFunc) {
-	latest, ok := ctx.Deadline()
-	for _, c := range batch[1:] {
-		if !ok {
-			break
-		}
-		var d time.Time
-		if d, ok = c.ctx.Deadline(); d.After(latest) {
-			latest = d
-		}
-	}
-	bctx := context.WithoutCancel(ctx)
-	if !ok {
-		return bctx, func() {}
-	}
-	return context.WithDeadline(bctx, latest)
-}
-
-// finish delivers the outcomes of batch's calls but the first (whose
-// sender reads its own) and hands what queued meanwhile to its first
-// caller or, with nothing queued, marks the batcher idle.
-func (b *batcher) finish(batch []*pending) {
+// next takes what queued while a batch was in flight, its callers still
+// waiting, in arrival order, or, with nothing queued, marks the batcher
+// idle and returns nil.
+func (b *batcher) next() []*pending {
 	b.mu.Lock()
-	next := b.queue[:0:0]
+	defer b.mu.Unlock()
+	var next []*pending
 	for _, c := range b.queue {
 		if !c.gone {
 			next = append(next, c)
 		}
 	}
-	b.queue = nil
+	clear(b.queue)
+	b.queue = b.queue[:0]
 	if len(next) == 0 {
 		b.busy = false
-	} else {
-		next[0].lead = next
 	}
-	b.mu.Unlock()
-	for _, c := range batch[1:] {
-		c.done <- struct{}{}
+	return next
+}
+
+// loop sends batch, delivers its outcomes, and then sends what queued
+// meanwhile, and so on until nothing queued: one goroutine for a stretch
+// of busy batches, which no caller's context cancels (see batchContext).
+func (b *batcher) loop(batch []*pending) {
+	for batch != nil {
+		calls, runs := b.scratch.coalesce(batch, b.p.Slot)
+		bctx, cancel := batchContext(batch)
+		b.pipeline(bctx, calls)
+		for _, r := range runs {
+			r.spread()
+		}
+		cancel()
+		for _, c := range batch {
+			c.done <- struct{}{}
+		}
+		batch = b.next()
 	}
-	if len(next) > 0 {
-		next[0].done <- struct{}{}
+}
+
+// batchContext returns the context a batch is sent under: its first
+// caller's values, no cancellation, and the latest deadline of its callers,
+// or none when one of them has none.
+func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
 	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
 // pipeline sends calls by their SHAs and once more, by their sources, those
