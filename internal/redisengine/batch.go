@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,17 +79,18 @@ type Pipeliner interface {
 // timer. A caller that finds no batch in flight sends its own call at once,
 // alone, so a lone caller pays nothing. Callers that arrive while a batch is
 // in flight queue; when the batch's replies are in, everything queued
-// meanwhile, in arrival order, is handed to the first of those callers,
-// which sends it as the next batch, and so on until a batch comes back with
-// nothing queued behind it.
+// meanwhile, in arrival order, goes as the next batch, and so on until a
+// batch comes back with nothing queued behind it.
 //
-// A batch of several calls carries other callers' decisions, so no one
-// caller's context may cancel it: it is sent by a goroutine that lives for
-// that one round trip, under a context without cancellation whose deadline
-// is the latest of its callers' (none if one has none), while its sender
-// waits for it or for its own context. That goroutine delivers the outcomes
-// and hands on what queued, then ends: no goroutine outlives the batches in
-// flight, and the store needs no Close.
+// A batch of queued calls carries several callers' decisions, so no one
+// caller's context may cancel it: the batches of one busy stretch are sent,
+// one after another, by one goroutine (loop), started by the lone sender
+// that found callers queued behind its call, each batch under a context
+// without cancellation whose deadline is the latest of its callers' (none
+// if one has none); each queued caller waits for its outcome or for its own
+// context. The goroutine ends when a batch comes back with nothing queued:
+// no goroutine outlives the batches in flight, and the store needs no
+// Close.
 //
 // A batch holds the requests in arrival order, so the decisions in it that
 // use one algorithm, on keys that may share a script run, are decided in
@@ -102,6 +104,10 @@ type batcher struct {
 	mu       sync.Mutex
 	busy     bool       // a batch is in flight
 	queue    []*pending // callers waiting for the next batch, in arrival order
+	// Reused by each batch of several calls in turn (only one is
+	// coalesced, sent and spread at a time: the next is handed on
+	// after).
+	scratch scratch
 }
 
 // pending is one decision waiting in, or sent in, a batch.
@@ -112,130 +118,120 @@ type pending struct {
 	key  [1]string
 	args [algorithms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
-	self [1]*pending   // likewise
-	done chan struct{} // one send: the outcome is in, or lead is set
+	done chan struct{} // one send: the outcome is in
 	// Set by coalesce, in the batch's goroutine.
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
+	// Set by spread instead of Reply, when the decision was decided in a
+	// run whose reply had its fields: the run's reply's own elements, so
+	// that no interface is boxed per decision.
+	fields []any
 	// Guarded by batcher.mu.
-	gone bool       // its caller returned early; skip it
-	lead []*pending // a batch this caller must send
+	gone bool // its caller returned early; skip it
+}
+
+// pendingPool recycles the pendings of decisions that returned with their
+// outcome (so no batch holds them any more), with their done channels.
+var pendingPool = sync.Pool{New: func() any { return new(pending) }}
+
+// release clears c and returns it to pendingPool. Only a caller whose do
+// returned nil may release its pending: one whose context ended may still
+// be in a batch in flight.
+func (c *pending) release() {
+	done := c.done
+	*c = pending{}
+	c.done = done
+	pendingPool.Put(c)
 }
 
 // do runs c, sharing a round trip with concurrent calls, and leaves its
-// outcome in c.Reply and c.Err. When ctx ends while c waits, it returns
-// ctx's error at once instead, and c's outcome is never read: c is skipped
-// if still queued, or its reply dropped if already sent.
+// outcome in c.Reply and c.Err (or c.fields). When ctx ends while c waits,
+// it returns ctx's error at once instead, and c's outcome is never read: c
+// is skipped if still queued, or its reply dropped if already sent.
 func (b *batcher) do(ctx context.Context, c *pending) error {
 	b.mu.Lock()
 	if !b.busy {
 		b.busy = true
 		b.mu.Unlock()
-		c.self[0] = c
-		return b.send(ctx, c.self[:])
+		calls := c.one[:]
+		calls[0] = &c.Call
+		b.pipeline(ctx, calls)
+		if next := b.next(); next != nil {
+			go b.loop(next)
+		}
+		return nil
 	}
 	c.ctx = ctx
-	c.done = make(chan struct{}, 1)
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
+		return nil
 	case <-ctx.Done():
 		b.mu.Lock()
-		lead := c.lead
 		c.gone = true
 		b.mu.Unlock()
-		if lead != nil {
-			// Handed a batch just as ctx ended: the batch must still go,
-			// but not on this caller's time.
-			go b.send(context.WithoutCancel(ctx), lead)
-		}
-		return ctx.Err()
-	}
-	if c.lead != nil {
-		// The receive from done orders this read after the write.
-		return b.send(ctx, c.lead)
-	}
-	return nil
-}
-
-// send sends batch, whose first call is the caller's own, delivers every
-// other call's outcome, and then hands what queued meanwhile on (finish).
-// It returns ctx's error if ctx ends first, which only a batch of several
-// calls lets happen: the batch carries on without its sender.
-func (b *batcher) send(ctx context.Context, batch []*pending) error {
-	if len(batch) == 1 {
-		calls := batch[0].one[:]
-		calls[0] = &batch[0].Call
-		b.pipeline(ctx, calls)
-		b.finish(batch)
-		return nil
-	}
-	calls, runs := coalesce(batch, b.p.Slot)
-	bctx, cancel := batchContext(ctx, batch)
-	sent := make(chan struct{})
-	go func() {
-		b.pipeline(bctx, calls)
-		for _, r := range runs {
-			r.spread()
-		}
-		cancel()
-		close(sent) // before finish, which may make this goroutine's batch wait
-		b.finish(batch)
-	}()
-	select {
-	case <-sent:
-		return nil
-	case <-ctx.Done():
 		return ctx.Err()
 	}
 }
 
-// batchContext returns the context a batch is sent under: ctx's values,
-// no cancellation, and the latest deadline of its callers (batch[0] is
-// ctx's), or none when one of them has none.
-func batchContext(ctx context.Context, batch []*pending) (context.Context, context.CancelFunc) {
-	latest, ok := ctx.Deadline()
-	for _, c := range batch[1:] {
-		if !ok {
-			break
-		}
-		var d time.Time
-		if d, ok = c.ctx.Deadline(); d.After(latest) {
-			latest = d
-		}
-	}
-	bctx := context.WithoutCancel(ctx)
-	if !ok {
-		return bctx, func() {}
-	}
-	return context.WithDeadline(bctx, latest)
-}
-
-// finish delivers the outcomes of batch's calls but the first (whose
-// sender reads its own) and hands what queued meanwhile to its first
-// caller or, with nothing queued, marks the batcher idle.
-func (b *batcher) finish(batch []*pending) {
+// next takes what queued while a batch was in flight, its callers still
+// waiting, in arrival order, or, with nothing queued, marks the batcher
+// idle and returns nil.
+func (b *batcher) next() []*pending {
 	b.mu.Lock()
-	next := b.queue[:0:0]
+	defer b.mu.Unlock()
+	var next []*pending
 	for _, c := range b.queue {
 		if !c.gone {
 			next = append(next, c)
 		}
 	}
-	b.queue = nil
+	clear(b.queue)
+	b.queue = b.queue[:0]
 	if len(next) == 0 {
 		b.busy = false
-	} else {
-		next[0].lead = next
 	}
-	b.mu.Unlock()
-	for _, c := range batch[1:] {
-		c.done <- struct{}{}
+	return next
+}
+
+// loop sends batch, delivers its outcomes, and then sends what queued
+// meanwhile, and so on until nothing queued: one goroutine for a stretch
+// of busy batches, which no caller's context cancels (see batchContext).
+func (b *batcher) loop(batch []*pending) {
+	for batch != nil {
+		calls, runs := b.scratch.coalesce(batch, b.p.Slot)
+		bctx, cancel := batchContext(batch)
+		b.pipeline(bctx, calls)
+		for _, r := range runs {
+			r.spread()
+		}
+		cancel()
+		for _, c := range batch {
+			c.done <- struct{}{}
+		}
+		batch = b.next()
 	}
-	if len(next) > 0 {
-		next[0].done <- struct{}{}
+}
+
+// batchContext returns the context a batch is sent under: its first
+// caller's values, no cancellation, and the latest deadline of its callers,
+// or none when one of them has none.
+func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, c := range batch {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithoutCancel(batch[0].ctx), func() {}
+		}
+		if d.After(latest) {
+			latest = d
+		}
 	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
 // pipeline sends calls by their SHAs and once more, by their sources, those
@@ -265,6 +261,7 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 type run struct {
 	Call
 	keys []*entry
+	reqs []byte // the packed requests, built here
 }
 
 // maxRunKeys bounds the keys of one run, so that a batch of thousands of
@@ -289,14 +286,43 @@ type entry struct {
 // arrival order. It returns the runs too, whose outcomes spread hands to
 // their members once the calls are sent.
 func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
-	type runKey struct {
-		s    *Script
-		slot int
+	var s scratch
+	return s.coalesce(batch, slot)
+}
+
+// runKey is what the keys of one run share.
+type runKey struct {
+	s    *Script
+	slot int
+}
+
+// scratch is coalesce's memory, reused from batch to batch: what one
+// coalesce returns is valid until the next.
+type scratch struct {
+	byKey   map[string]*entry
+	entries []entry
+	byRun   map[runKey]*run
+	runs    []*run
+	free    []*run // runs of earlier batches, to reuse
+	calls   []*Call
+}
+
+func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
+	if s.byKey == nil {
+		s.byKey = make(map[string]*entry, len(batch))
+		s.byRun = make(map[runKey]*run)
 	}
-	byKey := make(map[string]*entry, len(batch))
-	entries := make([]entry, 0, len(batch)) // never grows: pointers stay
+	clear(s.byKey)
+	clear(s.byRun)
+	byKey, byRun := s.byKey, s.byRun
+	s.free = append(s.free, s.runs...)
+	if cap(s.entries) < len(batch) {
+		s.entries = make([]entry, 0, len(batch))
+	}
+	clear(s.entries[:cap(s.entries)])
+	entries := s.entries[:0] // never grows: pointers stay
 	for _, c := range batch {
-		c.leads, c.inRun = nil, false
+		c.leads, c.inRun, c.fields = nil, false, nil
 		e := byKey[c.Keys[0]]
 		if e == nil {
 			entries = append(entries, entry{bad: !coalescable(c)})
@@ -309,8 +335,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		e.bad = e.bad || !coalescable(c) || !sameNumbers(c, e.members[0])
 		e.members = append(e.members, c)
 	}
-	var byRun map[runKey]*run
-	var runs []*run
+	runs := s.runs[:0]
 	for i := range entries {
 		e := &entries[i]
 		if e.bad {
@@ -320,10 +345,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		k := runKey{m.Script.Many, slot(m.Keys[0])}
 		r := byRun[k]
 		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
-			if byRun == nil {
-				byRun = make(map[runKey]*run)
-			}
-			r = &run{}
+			r = s.newRun()
 			byRun[k] = r
 			runs = append(runs, r)
 			m.leads = r
@@ -334,6 +356,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 	for _, r := range runs {
 		if len(r.keys) == 1 && len(r.keys[0].members) == 1 {
 			r.keys[0].members[0].leads = nil // alone: its own call of the single form
+			s.free = append(s.free, r)
 			continue
 		}
 		for _, e := range r.keys {
@@ -343,7 +366,8 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 		}
 		kept = append(kept, r)
 	}
-	calls := make([]*Call, 0, len(batch))
+	s.runs = kept
+	calls := s.calls[:0]
 	for _, c := range batch {
 		switch {
 		case c.leads != nil:
@@ -353,7 +377,23 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 			calls = append(calls, &c.Call)
 		}
 	}
+	clear(calls[len(calls):cap(calls)])
+	s.calls = calls
 	return calls, kept
+}
+
+// newRun returns an empty run, an earlier batch's if there is one.
+func (s *scratch) newRun() *run {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		keys, reqs, runKeys, args := r.keys[:0], r.reqs[:0], r.Keys[:0], r.Args[:0]
+		clear(r.keys[:cap(r.keys)])
+		*r = run{keys: keys, reqs: reqs}
+		r.Keys, r.Args = runKeys, args
+		return r
+	}
+	return &run{}
 }
 
 // coalescable reports whether c is a decision of an algorithm with a
@@ -375,9 +415,9 @@ func (r *run) build(s *Script) {
 	for _, e := range r.keys {
 		n += len(e.members)
 	}
-	reqs := make([]byte, 0, 24*n)
-	keys := make([]string, 0, len(r.keys))
-	args := make([]any, 2, 2+3*len(r.keys))
+	reqs := slices.Grow(r.reqs[:0], 24*n)
+	keys := slices.Grow(r.Keys[:0], len(r.keys))
+	args := slices.Grow(r.Args[:0], 2+3*len(r.keys))[:2]
 	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
 	for _, e := range r.keys {
 		for _, c := range e.members {
@@ -394,7 +434,7 @@ func (r *run) build(s *Script) {
 		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
 	args[1] = string(reqs)
-	r.Script, r.Keys, r.Args = s, keys, args
+	r.Script, r.Keys, r.Args, r.reqs = s, keys, args, reqs
 }
 
 // spread hands the run's outcome to its members. The reply is flat: for
@@ -427,7 +467,7 @@ func (r *run) spread() {
 				c.Reply, c.Err = nil, ierr
 			default:
 				f := at + i*algorithms.LuaReplyLen
-				c.Reply, c.Err = arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen], nil
+				c.Reply, c.Err, c.fields = nil, nil, arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen]
 			}
 		}
 		at += n
@@ -435,7 +475,7 @@ func (r *run) spread() {
 	if r.Err == nil && at != len(arr) {
 		for _, e := range r.keys {
 			for _, c := range e.members {
-				c.Reply, c.Err = r.Reply, nil // the wrong shape: Ints rejects it
+				c.Reply, c.Err, c.fields = r.Reply, nil, nil // the wrong shape: Ints rejects it
 			}
 		}
 	}

@@ -195,13 +195,12 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if composite {
 		return e.decideAll(ctx, key, c, req)
 	}
-	r, err := e.decide(ctx, s, StateKey(e.prefix, key), req, alg, sf.ServerArgs())
-	if err != nil {
-		return algorithms.Decision{}, wrap(ctx, e.name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
-	}
 	var f [algorithms.LuaReplyLen]int64
-	if err := Ints(r, f[:]); err != nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
+	if decoded, err := e.decide(ctx, s, StateKey(e.prefix, key), req, alg, sf.ServerArgs(), f[:]); err != nil {
+		if decoded {
+			return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
+		}
+		return algorithms.Decision{}, wrap(ctx, e.name, fmt.Sprintf("decide %s for %q", alg.Name(), key.String()), err)
 	}
 	return decision(f[:]), nil
 }
@@ -220,9 +219,10 @@ func decision(f []int64) algorithms.Decision {
 }
 
 // decide runs s for one request on key: batched with concurrent decisions
-// when the backend pipelines (see batcher), alone otherwise.
-func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorithms.Request, alg algorithms.Algorithm, params []int64) (any, error) {
-	c := &pending{}
+// when the backend pipelines (see batcher), alone otherwise. It decodes
+// the reply into f (Ints); decoded says the error, if any, is Ints's.
+func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorithms.Request, alg algorithms.Algorithm, params []int64, f []int64) (decoded bool, err error) {
+	c := pendingPool.Get().(*pending)
 	c.key[0] = key
 	c.args[0] = req.Now
 	c.args[1] = req.Cost
@@ -232,12 +232,27 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
 	c.req = req
 	if e.batch == nil {
-		return e.run(ctx, s, c.Keys, c.Args)
+		r, err := e.run(ctx, s, c.Keys, c.Args)
+		c.release()
+		if err != nil {
+			return false, err
+		}
+		return true, Ints(r, f)
 	}
 	if err := e.batch.do(ctx, c); err != nil {
-		return nil, err
+		// c may still be in a batch in flight: it is never reused.
+		return false, err
 	}
-	return c.Reply, c.Err
+	switch {
+	case c.Err != nil:
+		err = c.Err
+	case c.fields != nil:
+		decoded, err = true, fields(c.fields, f)
+	default:
+		decoded, err = true, Ints(c.Reply, f)
+	}
+	c.release()
+	return decoded, err
 }
 
 // maxCachedParams bounds the cache of formatted ServerArgs.
@@ -289,7 +304,16 @@ func (e *Engine) slackFor(alg algorithms.Algorithm) any {
 // have exactly its length.
 func Ints(r any, dst []int64) error {
 	arr, ok := r.([]any)
-	if !ok || len(arr) != len(dst) {
+	if !ok {
+		return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
+	}
+	return fields(arr, dst)
+}
+
+// fields is Ints on a reply already known to be an array.
+func fields(arr []any, dst []int64) error {
+	r := arr
+	if len(arr) != len(dst) {
 		return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
 	}
 	for i, v := range arr {
