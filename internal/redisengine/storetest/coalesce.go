@@ -53,19 +53,10 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 			t.Fatal(err)
 		}
 	}
-	type call struct {
-		alg      algorithms.Algorithm
-		key      ratelimit.Key
-		req      algorithms.Request
-		cancel   bool // its context ends while it waits
-		d        algorithms.Decision
-		err      error
-		returned chan struct{}
-	}
 	base := time.Now().UnixMicro()
-	var calls []*call
+	var calls []*queued
 	for i := range 30 {
-		cl := &call{alg: alg, key: hot, returned: make(chan struct{})}
+		cl := &queued{alg: alg, key: hot, returned: make(chan struct{})}
 		cl.req = algorithms.Request{Now: base + int64(i/2)*70_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
 		switch {
 		case other != nil:
@@ -87,36 +78,7 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 		t.Fatal(err) // the script loaded and the connection open
 	}
 	scripts := q.Scripts()
-	release := q.Hold(t)
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := da.Decide(ctx, first, alg, algorithms.Request{Now: base, Cost: 1})
-		firstDone <- err
-	}()
-	waitFor(t, func() bool { return q.Queued(sa) == 0 })
-	for i, cl := range calls {
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			defer close(cl.returned)
-			cl.d, cl.err = da.Decide(cctx, cl.key, cl.alg, cl.req)
-		}()
-		waitFor(t, func() bool { return q.Queued(sa) == i+1 })
-		if cl.cancel {
-			cancel()
-			<-cl.returned
-			if !errors.Is(cl.err, context.Canceled) {
-				t.Fatalf("a decision cancelled while queued: %v, want context.Canceled", cl.err)
-			}
-		}
-	}
-	release()
-	if err := <-firstDone; err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range calls {
-		<-cl.returned
-	}
+	queueBehind(t, q, sa, first, alg, base, calls)
 	// The first, then the hot key's decisions and the corrupt key's as one
 	// run when they may share one, two otherwise, or, with two sets of
 	// numbers on one key, each as its own.
@@ -207,22 +169,14 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 			t.Fatal(err)
 		}
 	}
-	type call struct {
-		use
-		req      algorithms.Request
-		cancel   bool
-		d        algorithms.Decision
-		err      error
-		returned chan struct{}
-	}
 	base := time.Now().UnixMicro()
-	var calls []*call
+	var calls []*queued
 	for i := range 48 {
 		u := uses[i%len(uses)]
 		if u.key.ID == "lone" && i >= len(uses) {
 			u = uses[0] // "lone" is decided once: alone in its run
 		}
-		cl := &call{use: u, returned: make(chan struct{})}
+		cl := &queued{alg: u.alg, key: u.key, returned: make(chan struct{})}
 		cl.req = algorithms.Request{Now: base + int64(i/4)*60_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
 		cl.cancel = i == 14 || i == 27 // on keys decided again after
 		calls = append(calls, cl)
@@ -238,36 +192,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		}
 	}
 	scripts := q.Scripts()
-	release := q.Hold(t)
-	firstDone := make(chan error, 1)
-	go func() {
-		_, err := da.Decide(ctx, first, gA, algorithms.Request{Now: base, Cost: 1})
-		firstDone <- err
-	}()
-	waitFor(t, func() bool { return q.Queued(sa) == 0 })
-	for i, cl := range calls {
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			defer close(cl.returned)
-			cl.d, cl.err = da.Decide(cctx, cl.key, cl.alg, cl.req)
-		}()
-		waitFor(t, func() bool { return q.Queued(sa) == i+1 })
-		if cl.cancel {
-			cancel()
-			<-cl.returned
-			if !errors.Is(cl.err, context.Canceled) {
-				t.Fatalf("a decision cancelled while queued: %v, want context.Canceled", cl.err)
-			}
-		}
-	}
-	release()
-	if err := <-firstDone; err != nil {
-		t.Fatal(err)
-	}
-	for _, cl := range calls {
-		<-cl.returned
-	}
+	queueBehind(t, q, sa, first, gA, base, calls)
 
 	// The runs the rule allows: per key, its decisions (each its own call
 	// when it has two sets of numbers); per algorithm and slot, one run.
@@ -337,6 +262,59 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		if !reflect.DeepEqual(ga, gb) || ea != eb {
 			t.Errorf("state of %s after coalesced decisions %v (expires %d), after sequential %v (expires %d)", k.ID, ga, ea, gb, eb)
 		}
+	}
+}
+
+// queued is one decision that Coalesced or CoalescedKeys queues behind a
+// batch in flight, and its outcome.
+type queued struct {
+	alg      algorithms.Algorithm
+	key      ratelimit.Key
+	req      algorithms.Request
+	cancel   bool // its context ends while it waits
+	d        algorithms.Decision
+	err      error
+	returned chan struct{}
+}
+
+// queueBehind decides first (with alg at now) alone on s while the store
+// holds it on its way, queues calls behind it in order, one by one (ending
+// the context of each one marked cancel while it waits, which must then
+// return context.Canceled), then lets first through and waits until every
+// call has returned.
+func queueBehind(t *testing.T, q Queue, s ratelimit.Store, first ratelimit.Key, alg algorithms.Algorithm, now int64, calls []*queued) {
+	t.Helper()
+	ctx := context.Background()
+	d := s.(ratelimit.Decider)
+	release := q.Hold(t)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := d.Decide(ctx, first, alg, algorithms.Request{Now: now, Cost: 1})
+		firstDone <- err
+	}()
+	waitFor(t, func() bool { return q.Queued(s) == 0 })
+	for i, cl := range calls {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			defer close(cl.returned)
+			cl.d, cl.err = d.Decide(cctx, cl.key, cl.alg, cl.req)
+		}()
+		waitFor(t, func() bool { return q.Queued(s) == i+1 })
+		if cl.cancel {
+			cancel()
+			<-cl.returned
+			if !errors.Is(cl.err, context.Canceled) {
+				t.Fatalf("a decision cancelled while queued: %v, want context.Canceled", cl.err)
+			}
+		}
+	}
+	release()
+	if err := <-firstDone; err != nil {
+		t.Fatal(err)
+	}
+	for _, cl := range calls {
+		<-cl.returned
 	}
 }
 
