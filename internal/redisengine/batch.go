@@ -23,11 +23,25 @@ type Call struct {
 	Args []any
 	// Reply and Err are the call's own outcome, as EvalSha would return
 	// them: one call's error (such as a CORRUPT reply) never touches
-	// another's.
+	// another's. When Ints is set, Reply may instead be an IntReply.
 	Reply any
 	Err   error
+	// Ints says the reply is read as integers (a decision's, a run's): a
+	// Pipeliner may hand an array reply whose items are all integers or
+	// error replies over as an IntReply, which boxes no item.
+	Ints bool
 
 	cmd [3 + 1 + algorithms.LuaFixedArgs + 1]any // Command's array, when it fits
+}
+
+// IntReply is an array reply whose items are all integers or error
+// replies, as a Pipeliner may hand over a Call's reply when the call's Ints
+// is set: Ints holds the items (0 for an error item); Errs is nil when no
+// item is an error, and otherwise as long as Ints, with each error item's
+// error at its index.
+type IntReply struct {
+	Ints []int64
+	Errs []error
 }
 
 // The commands' names, boxed once.
@@ -124,8 +138,10 @@ type pending struct {
 	inRun bool // decided in a run: sends no call of its own
 	// Set by spread instead of Reply, when the decision was decided in a
 	// run whose reply had its fields: the run's reply's own elements, so
-	// that no interface is boxed per decision.
+	// that no interface is boxed per decision (ints when the reply was an
+	// IntReply).
 	fields []any
+	ints   []int64
 	// Guarded by batcher.mu.
 	gone bool // its caller returned early; skip it
 }
@@ -322,7 +338,7 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 	clear(s.entries[:cap(s.entries)])
 	entries := s.entries[:0] // never grows: pointers stay
 	for _, c := range batch {
-		c.leads, c.inRun, c.fields = nil, false, nil
+		c.leads, c.inRun, c.fields, c.ints = nil, false, nil, nil
 		e := byKey[c.Keys[0]]
 		if e == nil {
 			entries = append(entries, entry{bad: !coalescable(c)})
@@ -434,7 +450,7 @@ func (r *run) build(s *Script) {
 		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
 	args[1] = string(reqs)
-	r.Script, r.Keys, r.Args, r.reqs = s, keys, args, reqs
+	r.Script, r.Keys, r.Args, r.reqs, r.Ints = s, keys, args, reqs, true
 }
 
 // spread hands the run's outcome to its members. The reply is flat: for
@@ -445,18 +461,24 @@ func (r *run) build(s *Script) {
 // no other key's). The call's error goes to every member; a reply of the
 // wrong shape goes to each whole, for Ints to reject.
 func (r *run) spread() {
-	arr, _ := r.Reply.([]any)
+	var rep reply
+	switch v := r.Reply.(type) {
+	case []any:
+		rep.arr, rep.ok, rep.n = v, v != nil, len(v)
+	case IntReply:
+		rep.ir, rep.ok, rep.n = v, true, len(v.Ints)
+	}
 	at := 0
 	for _, e := range r.keys {
 		var ierr error
-		if at < len(arr) {
-			ierr, _ = arr[at].(error)
+		if at < rep.n {
+			ierr = rep.err(at)
 		}
 		n := algorithms.LuaReplyLen * len(e.members)
 		if ierr != nil {
 			n = 1
 		}
-		fits := r.Err == nil && arr != nil && at+n <= len(arr)
+		fits := r.Err == nil && rep.ok && at+n <= rep.n
 		for i, c := range e.members {
 			switch {
 			case r.Err != nil:
@@ -466,19 +488,44 @@ func (r *run) spread() {
 			case ierr != nil:
 				c.Reply, c.Err = nil, ierr
 			default:
-				f := at + i*algorithms.LuaReplyLen
-				c.Reply, c.Err, c.fields = nil, nil, arr[f:f+algorithms.LuaReplyLen:f+algorithms.LuaReplyLen]
+				f, l := at+i*algorithms.LuaReplyLen, algorithms.LuaReplyLen
+				c.Reply, c.Err = nil, nil
+				if rep.arr != nil {
+					c.fields = rep.arr[f : f+l : f+l]
+				} else {
+					c.ints = rep.ir.Ints[f : f+l : f+l]
+				}
 			}
 		}
 		at += n
 	}
-	if r.Err == nil && at != len(arr) {
+	if r.Err == nil && at != rep.n {
 		for _, e := range r.keys {
 			for _, c := range e.members {
-				c.Reply, c.Err, c.fields = r.Reply, nil, nil // the wrong shape: Ints rejects it
+				c.Reply, c.Err, c.fields, c.ints = r.Reply, nil, nil, nil // the wrong shape: Ints rejects it
 			}
 		}
 	}
+}
+
+// reply is a run's array reply, either form.
+type reply struct {
+	arr []any
+	ir  IntReply
+	ok  bool // an array
+	n   int  // its length
+}
+
+// err returns item i when it is an error reply.
+func (r *reply) err(i int) error {
+	if r.arr != nil {
+		err, _ := r.arr[i].(error)
+		return err
+	}
+	if r.ir.Errs != nil {
+		return r.ir.Errs[i]
+	}
+	return nil
 }
 
 // Queued returns how many decisions wait behind the batch in flight on e,

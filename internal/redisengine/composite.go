@@ -67,7 +67,7 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	args := make([]any, 0, algorithms.LuaFixedArgs+len(a.tail))
 	args = append(args, req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack)
 	args = append(args, a.tail...)
-	p.Script, p.Keys, p.Args = allScript, p.key[:], args
+	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], args, true
 	var r any
 	var err error
 	if e.batch == nil {

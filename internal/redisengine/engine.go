@@ -229,7 +229,7 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	c.args[2] = flag(req.Peek)
 	c.args[3] = flag(e.serverClock)
 	c.args[5], c.args[4] = e.params(alg, params)
-	c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
+	c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:], true
 	c.req = req
 	if e.batch == nil {
 		r, err := e.run(ctx, s, c.Keys, c.Args)
@@ -246,6 +246,8 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	switch {
 	case c.Err != nil:
 		err = c.Err
+	case c.ints != nil:
+		decoded, err = true, ints(c.ints, nil, f)
 	case c.fields != nil:
 		decoded, err = true, fields(c.fields, f)
 	default:
@@ -300,14 +302,25 @@ func (e *Engine) slackFor(alg algorithms.Algorithm) any {
 	return strconv.FormatInt(slack, 10)
 }
 
-// Ints decodes a script's array reply of integers into dst, which must
-// have exactly its length.
+// Ints decodes a script's array reply of integers (a []any, or an
+// IntReply) into dst, which must have exactly its length.
 func Ints(r any, dst []int64) error {
-	arr, ok := r.([]any)
-	if !ok {
-		return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
+	switch v := r.(type) {
+	case []any:
+		return fields(v, dst)
+	case IntReply:
+		return ints(v.Ints, v.Errs, dst)
 	}
-	return fields(arr, dst)
+	return fmt.Errorf("unexpected script reply %v, want %d integers", r, len(dst))
+}
+
+// ints is Ints on an IntReply's items and errors.
+func ints(v []int64, errs []error, dst []int64) error {
+	if len(v) != len(dst) || slices.ContainsFunc(errs, func(err error) bool { return err != nil }) {
+		return fmt.Errorf("unexpected script reply %v (errors %v), want %d integers", v, errs, len(dst))
+	}
+	copy(dst, v)
+	return nil
 }
 
 // fields is Ints on a reply already known to be an array.

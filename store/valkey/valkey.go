@@ -130,12 +130,48 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 		}
 	}
 	if len(cmds) == 1 {
-		calls[0].Reply, calls[0].Err = b.c.Do(ctx, cmds[0]).ToAny()
+		calls[0].Reply, calls[0].Err = result(calls[0], b.c.Do(ctx, cmds[0]))
 		return
 	}
 	for i, r := range b.c.DoMulti(ctx, cmds...) {
-		calls[i].Reply, calls[i].Err = r.ToAny()
+		calls[i].Reply, calls[i].Err = result(calls[i], r)
 	}
+}
+
+// result is a call's outcome from its result: for a call whose reply is
+// read as integers, an array of integers and error replies as an
+// redisengine.IntReply, which boxes no item; otherwise, or for a reply of
+// another shape, what ToAny makes of it.
+func result(c *redisengine.Call, r vk.ValkeyResult) (any, error) {
+	if !c.Ints {
+		return r.ToAny()
+	}
+	m, err := r.ToMessage()
+	if err != nil {
+		return r.ToAny()
+	}
+	items, err := m.ToArray()
+	if err != nil {
+		return r.ToAny()
+	}
+	var ir redisengine.IntReply
+	ir.Ints = make([]int64, len(items))
+	for i := range items {
+		it := &items[i]
+		if it.IsInt64() {
+			ir.Ints[i], _ = it.ToInt64()
+			continue
+		}
+		err := it.Error()
+		if err == nil || vk.IsValkeyNil(err) {
+			return r.ToAny() // neither an integer nor an error reply
+		}
+		if ir.Errs == nil {
+			ir.Errs = make([]error, len(items))
+		}
+		ir.Errs[i] = err
+	}
+	return ir, nil
 }
 
 // Slot lets any keys share a script run on a standalone (or sentinel)
