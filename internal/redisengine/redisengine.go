@@ -99,21 +99,20 @@ func Forms() []*Script {
 	return out
 }
 
-// Strings converts script arguments (strings and int64s) to strings, for
-// clients that take only strings.
-func Strings(args []any) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
+// AppendStrings appends script arguments (strings and int64s), converted
+// to strings, to dst, for clients that take only strings.
+func AppendStrings(dst []string, args []any) []string {
+	for _, a := range args {
 		switch v := a.(type) {
 		case string:
-			out[i] = v
+			dst = append(dst, v)
 		case int64:
-			out[i] = strconv.FormatInt(v, 10)
+			dst = append(dst, strconv.FormatInt(v, 10))
 		default:
-			out[i] = fmt.Sprint(v)
+			dst = append(dst, fmt.Sprint(v))
 		}
 	}
-	return out
+	return dst
 }
 
 // Key encoding.

@@ -23,6 +23,7 @@ package valkey
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	vk "github.com/valkey-io/valkey-go"
 
@@ -108,11 +109,34 @@ func (b backend) Eval(ctx context.Context, src string, keys []string, args []any
 }
 
 func (b backend) evalSha(sha string, keys []string, args []any) vk.Completed {
-	return b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
+	buf := strs(args)
+	c := b.c.B().Evalsha().Sha1(sha).Numkeys(int64(len(keys))).Key(keys...).Arg(*buf...).Build()
+	putStrs(buf)
+	return c
 }
 
 func (b backend) eval(src string, keys []string, args []any) vk.Completed {
-	return b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(redisengine.Strings(args)...).Build()
+	buf := strs(args)
+	c := b.c.B().Eval().Script(src).Numkeys(int64(len(keys))).Key(keys...).Arg(*buf...).Build()
+	putStrs(buf)
+	return c
+}
+
+// strsPool holds the buffers strs fills: the command builder copies the
+// strings, so a buffer is free again once the command is built.
+var strsPool = sync.Pool{New: func() any { return new([]string) }}
+
+// strs returns args as strings (redisengine.AppendStrings) in a pooled buffer,
+// which putStrs returns.
+func strs(args []any) *[]string {
+	buf := strsPool.Get().(*[]string)
+	*buf = redisengine.AppendStrings((*buf)[:0], args)
+	return buf
+}
+
+func putStrs(buf *[]string) {
+	clear(*buf)
+	strsPool.Put(buf)
 }
 
 // Pipeline sends calls with one DoMulti, which a cluster client splits by
