@@ -1,6 +1,7 @@
 package redisengine
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -64,5 +65,99 @@ func TestCoalesceRuns(t *testing.T) {
 	calls, _ = coalesce(many, func(string) int { return 0 })
 	if len(calls) != 3 || len(calls[0].Keys) != maxRunKeys || len(calls[1].Keys) != maxRunKeys || len(calls[2].Keys) != 1 {
 		t.Errorf("%d keys: %d calls, want runs of %d, %d and a single call", len(many), len(calls), maxRunKeys, maxRunKeys)
+	}
+}
+
+// TestSpreadIntReply checks that spread hands a run's reply to its members
+// alike whether the client gave it as a []any or as an IntReply: each
+// decision its own fields, a key's error item to that key's decisions only,
+// and a reply of the wrong shape to each whole, which Ints rejects.
+func TestSpreadIntReply(t *testing.T) {
+	e, err := New("test", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gA := algorithms.GCRA(5, time.Second, 5)
+	mk := func(key string) *pending {
+		s, sf := Form(gA)
+		c := &pending{}
+		c.key[0] = key
+		c.args[0], c.args[1], c.args[2], c.args[3] = int64(1), int64(1), argFalse, argTrue
+		c.args[5], c.args[4] = e.params(gA, sf.ServerArgs())
+		c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:], true
+		c.req = algorithms.Request{Now: 1, Cost: 1}
+		return c
+	}
+	// outcome reads a member's outcome as Engine.decide does.
+	outcome := func(c *pending) ([]int64, error) {
+		f := make([]int64, algorithms.LuaReplyLen)
+		switch {
+		case c.Err != nil:
+			return nil, c.Err
+		case c.ints != nil:
+			return f, ints(c.ints, nil, f)
+		case c.fields != nil:
+			return f, fields(c.fields, f)
+		}
+		return f, Ints(c.Reply, f)
+	}
+	const L = algorithms.LuaReplyLen
+	bad := errors.New("CORRUPT gcra state")
+	// Keys a (two decisions), b (corrupt), c: 2L fields, one error, L fields.
+	var vals []int64
+	var items []any
+	for i := range 3*L + 1 {
+		if i == 2*L {
+			vals, items = append(vals, 0), append(items, bad)
+			continue
+		}
+		vals, items = append(vals, int64(1000+i)), append(items, int64(1000+i))
+	}
+	errs := make([]error, len(vals))
+	errs[2*L] = bad
+	want := [][]int64{vals[:L], vals[L : 2*L], nil, vals[2*L+1:]}
+	for name, reply := range map[string]any{"[]any": items, "IntReply": IntReply{Ints: vals, Errs: errs}} {
+		batch := []*pending{mk("a"), mk("b"), mk("a"), mk("c")}
+		calls, runs := coalesce(batch, func(string) int { return 0 })
+		if len(calls) != 1 || len(runs) != 1 {
+			t.Fatalf("%d calls, %d runs: want one run", len(calls), len(runs))
+		}
+		runs[0].Reply = reply
+		runs[0].spread()
+		for i, c := range []*pending{batch[0], batch[2], batch[1], batch[3]} {
+			got, err := outcome(c)
+			if want[i] == nil {
+				if err != bad {
+					t.Errorf("%s: decision %d on the corrupt key: %v, want its error item", name, i, err)
+				}
+				continue
+			}
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(want[i]) {
+				t.Errorf("%s: decision %d: %v, %v; want %v", name, i, got, err, want[i])
+			}
+		}
+	}
+	// The wrong shape: one field short.
+	for name, reply := range map[string]any{"[]any": items[:len(items)-1], "IntReply": IntReply{Ints: vals[:len(vals)-1], Errs: errs[:len(errs)-1]}} {
+		batch := []*pending{mk("a"), mk("b"), mk("a"), mk("c")}
+		_, runs := coalesce(batch, func(string) int { return 0 })
+		runs[0].Reply = reply
+		runs[0].spread()
+		for i, c := range batch {
+			if _, err := outcome(c); err == nil {
+				t.Errorf("%s, one field short: decision %d decoded", name, i)
+			}
+		}
+	}
+	// Ints on an IntReply: the exact length, no error item.
+	f := make([]int64, 2)
+	if err := Ints(IntReply{Ints: []int64{1, 2}}, f); err != nil || f[0] != 1 || f[1] != 2 {
+		t.Errorf("Ints(IntReply{1, 2}) = %v, %v", f, err)
+	}
+	if err := Ints(IntReply{Ints: []int64{1, 0}, Errs: []error{nil, bad}}, f); err == nil {
+		t.Error("Ints of an IntReply with an error item: no error")
+	}
+	if err := Ints(IntReply{Ints: []int64{1}}, f); err == nil {
+		t.Error("Ints of a short IntReply: no error")
 	}
 }
