@@ -5,12 +5,13 @@
 // whose name carries a version (a hash of its text), so that releases
 // sharing a database install their forms side by side, and a decision is
 // one statement. For a key that has a row it is one UPDATE of the row,
-// whose SET list reads the clock and runs the algorithm's form once on the
-// row's live state, and which returns the decision through the row's dec
-// column: the executor finds, locks and writes the row as it does for a
-// bare upsert, and evaluates the SET list again (the clock included) on
-// the newest version of a row a concurrent decision updated meanwhile. A
-// key's first request (the UPDATE finds no row), a peek and a composite
+// whose SET list runs the algorithm's row form (algorithms.SQLRowFunction:
+// it reads the clock and runs the algorithm once on the row's live state)
+// and which returns the decision through the row's dec column: the
+// executor finds, locks and writes the row as it does for a bare upsert,
+// and evaluates the SET list again (the clock included) on the newest
+// version of a row a concurrent decision updated meanwhile. A key's first
+// request (the UPDATE finds no row), a peek and a composite
 // call a function generated for the table and algorithm instead, which
 // locks the key's row if any (SELECT ... FOR NO KEY UPDATE), reads the
 // clock, runs the form once and writes the result only when the request
