@@ -5,8 +5,8 @@
 -- or NULL for a key with no live state.
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
--- (ratelimit_row_step), and the error raised for state a form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -20,14 +20,14 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_ba065eb6(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_742ba4fe(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_ba065eb6(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_742ba4fe(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -36,7 +36,7 @@ DECLARE
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
     v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR least(st_start, st_count) < 0 OR greatest(st_start, st_count) > 9007199254740992)
-        THEN ratelimit_corrupt_ba065eb6(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
+        THEN ratelimit_corrupt_742ba4fe(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
     v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN now_us / arg_period * arg_period ELSE st_start END;
 BEGIN
     IF NOT v_s_count + cost <= arg_limit OR peek THEN
@@ -60,10 +60,10 @@ BEGIN
 END
 $$;
 
--- ratelimit_fixed_window_row_ba065eb6 is the same decision for a request that consumes (not a
+-- ratelimit_fixed_window_row_742ba4fe is the same decision for a request that consumes (not a
 -- peek), in the shape a store's one-statement update wants it: see
 -- algorithms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_ba065eb6(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_742ba4fe(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -73,22 +73,22 @@ DECLARE
     st_start bigint := state[1];
     st_count bigint := state[2];
     v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR least(st_start, st_count) < 0 OR greatest(st_start, st_count) > 9007199254740992)
-        THEN ratelimit_corrupt_ba065eb6(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
+        THEN ratelimit_corrupt_742ba4fe(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
     v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN now_us / arg_period * arg_period ELSE st_start END;
 BEGIN
     IF NOT v_s_count + cost <= arg_limit THEN
         RETURN ROW(NULL,
             NULL,
-            ARRAY[CASE WHEN v_s_count + cost <= arg_limit THEN 1::bigint ELSE 0::bigint END,
+            ARRAY[0,
                 arg_limit,
                 greatest(arg_limit - v_s_count, 0),
-                CASE WHEN NOT v_s_count + cost <= arg_limit THEN v_s_start + arg_period - now_us ELSE 0 END,
+                v_s_start + arg_period - now_us,
                 CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + arg_period - now_us END,
                 0])::ratelimit_row_step;
     END IF;
     RETURN ROW(ARRAY[v_s_start, v_s_count + cost],
         now_us + (v_s_start + arg_period - now_us),
-        ARRAY[CASE WHEN v_s_count + cost <= arg_limit THEN 1::bigint ELSE 0::bigint END,
+        ARRAY[1,
             arg_limit,
             arg_limit - (v_s_count + cost),
             0,

@@ -5,8 +5,8 @@
 -- or NULL for a key with no live state.
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
--- (ratelimit_row_step), and the error raised for state a form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -20,15 +20,15 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_91b4c361(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_c433fe24(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_sliding_window_wait_91b4c361 is the Go form's helper wait.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_91b4c361(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
+-- ratelimit_sliding_window_wait_c433fe24 is the Go form's helper wait.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_c433fe24(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     wait_e bigint;
@@ -50,7 +50,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_91b4c361(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_c433fe24(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -60,7 +60,7 @@ DECLARE
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
     v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_curr, st_prev) < 0 OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
-        THEN ratelimit_corrupt_91b4c361(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+        THEN ratelimit_corrupt_c433fe24(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN st_curr ELSE st_prev END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / arg_period * arg_period WHEN now_us >= st_start + arg_period THEN st_start + arg_period ELSE st_start END;
     v_weighted bigint := least(floor(v_s_prev::float8 * (arg_period - greatest(now_us - v_s_start, 0))::float8 / arg_period::float8), 9007199254740992)::bigint;
@@ -69,13 +69,13 @@ DECLARE
     v_e bigint;
 BEGIN
     IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait_91b4c361(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
+        v_e := ratelimit_sliding_window_wait_c433fe24(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             arg_limit,
             greatest(arg_limit - v_weighted - v_s_curr, 0),
-            CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_91b4c361(v_s_curr, arg_limit - cost, 0, args) END,
+            CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_c433fe24(v_s_curr, arg_limit - cost, 0, args) END,
             CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
@@ -100,10 +100,10 @@ BEGIN
 END
 $$;
 
--- ratelimit_sliding_window_row_91b4c361 is the same decision for a request that consumes (not a
+-- ratelimit_sliding_window_row_c433fe24 is the same decision for a request that consumes (not a
 -- peek), in the shape a store's one-statement update wants it: see
 -- algorithms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_row_91b4c361(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_row_c433fe24(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -114,42 +114,41 @@ DECLARE
     st_curr bigint := state[2];
     st_prev bigint := state[3];
     v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_curr, st_prev) < 0 OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
-        THEN ratelimit_corrupt_91b4c361(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+        THEN ratelimit_corrupt_c433fe24(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+    v_s_curr bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN st_curr ELSE st_prev END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / arg_period * arg_period WHEN now_us >= st_start + arg_period THEN st_start + arg_period ELSE st_start END;
     v_weighted bigint := least(floor(v_s_prev::float8 * (arg_period - greatest(now_us - v_s_start, 0))::float8 / arg_period::float8), 9007199254740992)::bigint;
-    v_d_allowed boolean := v_weighted + CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END + cost <= arg_limit;
-    v_s_curr bigint := CASE WHEN v_d_allowed THEN CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END + cost WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END;
     v_e bigint;
 BEGIN
-    IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait_91b4c361(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), ARRAY[arg_limit, arg_period]);
+    IF NOT v_weighted + v_s_curr + cost <= arg_limit THEN
+        v_e := ratelimit_sliding_window_wait_c433fe24(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), ARRAY[arg_limit, arg_period]);
         RETURN ROW(NULL,
             NULL,
-            ARRAY[CASE WHEN v_d_allowed THEN 1::bigint ELSE 0::bigint END,
+            ARRAY[0,
                 arg_limit,
                 greatest(arg_limit - v_weighted - v_s_curr, 0),
-                CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_91b4c361(v_s_curr, arg_limit - cost, 0, ARRAY[arg_limit, arg_period]) END,
+                CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_c433fe24(v_s_curr, arg_limit - cost, 0, ARRAY[arg_limit, arg_period]) END,
                 CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
                 0])::ratelimit_row_step;
     END IF;
     IF false THEN
         RETURN ROW(NULL,
             NULL,
-            ARRAY[CASE WHEN v_d_allowed THEN 1::bigint ELSE 0::bigint END,
+            ARRAY[1,
                 arg_limit,
-                greatest(arg_limit - v_weighted - v_s_curr, 0),
+                greatest(arg_limit - v_weighted - (v_s_curr + cost), 0),
                 0,
-                CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
+                CASE WHEN v_s_curr + cost > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
                 0])::ratelimit_row_step;
     END IF;
-    RETURN ROW(ARRAY[v_s_start, v_s_curr, v_s_prev],
+    RETURN ROW(ARRAY[v_s_start, v_s_curr + cost, v_s_prev],
         now_us + (v_s_start + 2 * arg_period - now_us),
-        ARRAY[CASE WHEN v_d_allowed THEN 1::bigint ELSE 0::bigint END,
+        ARRAY[1,
             arg_limit,
-            greatest(arg_limit - v_weighted - v_s_curr, 0),
+            greatest(arg_limit - v_weighted - (v_s_curr + cost), 0),
             0,
-            CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
+            CASE WHEN v_s_curr + cost > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
             0])::ratelimit_row_step;
 END
 $$;

@@ -368,6 +368,9 @@ func newSQLForm(f *form, row bool) (*sqlForm, error) {
 	rows := map[*outcome][]*snode{}
 	g.rows(root, rows)
 	g.mergeReturns(root, rows)
+	if row {
+		g.splitAllowed(root, rows)
+	}
 	g.materialize(root, rows)
 	g.placeAll(root, rows)
 	return &sqlForm{g, root, rows, env}, nil
@@ -468,8 +471,8 @@ func sqlType(t typ) string {
 // sqlPrelude creates the result types and the error helper every form
 // shares, so that each file runs on its own.
 const sqlPrelude = `-- The result types shared by every SQL form (ratelimit_step) and row form
--- (ratelimit_row_step), and the error raised for state a form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -561,6 +564,116 @@ func (g *sqlGen) mergeReturns(o *outcome, rows map[*outcome][]*snode) {
 	}
 	g.mergeReturns(o.then, rows)
 	g.mergeReturns(o.els, rows)
+}
+
+// splitAllowed turns every return whose decision's allowed field is not a
+// constant into IF allowed THEN (the return, allowed true) ELSE (the
+// return, allowed false), each folded with what it knows: PostgreSQL sets
+// up only the RETURN a request takes, and each is smaller than both in one
+// (an admitted request's retry time is 0, a denied one's state is not
+// advanced). The row form does it: its requests never peek, so most are
+// admitted ones that write.
+func (g *sqlGen) splitAllowed(o *outcome, rows map[*outcome][]*snode) {
+	if o.cond != nil {
+		g.splitAllowed(o.then, rows)
+		g.splitAllowed(o.els, rows)
+		return
+	}
+	i := slices.IndexFunc(g.f.decision, func(f field) bool { return f.t == tBool })
+	if i < 0 {
+		return
+	}
+	a := rows[o][2+i]
+	if _, ok := g.isConst(a); ok {
+		return
+	}
+	// What the IFs on the way here tell about a: a conjunct of a
+	// condition taken is true, a disjunct of one not taken false.
+	for c, p := o, o.parent; p != nil; c, p = p, p.parent {
+		if v, ok := g.implies(p.cond, c == p.then, a); ok {
+			memo := map[*snode]*snode{}
+			for j, n := range rows[o] {
+				rows[o][j] = g.subst(n, a, g.leaf(strconv.FormatBool(v), tBool), memo)
+			}
+			return
+		}
+	}
+	var then, els *outcome
+	for _, v := range []bool{true, false} {
+		leaf := &outcome{val: o.val, env: o.env, dec: o.dec, parent: o}
+		memo := map[*snode]*snode{}
+		r := make([]*snode, len(rows[o]))
+		for j, n := range rows[o] {
+			r[j] = g.subst(n, a, g.leaf(strconv.FormatBool(v), tBool), memo)
+		}
+		rows[leaf] = r
+		if v {
+			then = leaf
+		} else {
+			els = leaf
+		}
+	}
+	delete(rows, o)
+	o.cond, o.then, o.els, o.val, o.env = a, then, els, nil, nil
+}
+
+// implies reports the value of a when cond is known to be taken (true) or
+// not: a or its negation among the conjuncts of a condition that holds, or
+// among the disjuncts of one that does not.
+func (g *sqlGen) implies(cond *snode, taken bool, a *snode) (v, ok bool) {
+	op := "&&"
+	if !taken {
+		op = "||"
+	}
+	if cond.op == "bin" && cond.text == op {
+		if v, ok := g.implies(cond.kids[0], taken, a); ok {
+			return v, ok
+		}
+		return g.implies(cond.kids[1], taken, a)
+	}
+	switch {
+	case cond == a:
+		return taken, true
+	case cond.op == "not" && cond.kids[0] == a:
+		return !taken, true
+	}
+	return false, false
+}
+
+// subst returns n with every occurrence of the node a replaced by v, folded.
+func (g *sqlGen) subst(n, a, v *snode, memo map[*snode]*snode) *snode {
+	if n == a {
+		return v
+	}
+	if m, ok := memo[n]; ok {
+		return m
+	}
+	m := n
+	if len(n.kids) > 0 {
+		kids := make([]*snode, len(n.kids))
+		changed := false
+		for i, k := range n.kids {
+			kids[i] = g.subst(k, a, v, memo)
+			changed = changed || kids[i] != k
+		}
+		if changed {
+			switch n.op {
+			case "case":
+				m = g.caseOf(kids[0], kids[1], kids[2])
+			case "not":
+				m = g.not(kids[0])
+			case "bin":
+				m = g.bin(n.text, kids[0], kids[1])
+			default:
+				m = g.intern(&snode{op: n.op, text: n.text, t: n.t, kids: kids})
+			}
+			if m.hint == "" {
+				m.hint = n.hint
+			}
+		}
+	}
+	memo[n] = m
+	return m
 }
 
 // paths returns, for every RETURN, the nodes evaluated on the way to it:
