@@ -13,13 +13,14 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// The client's side of a decision, written for few allocations: the row key
-// and the result share one object (decideCall), reused from a sync.Pool, an
-// algorithm's
-// arguments go to the server as the text form of a bigint[] (pgx sends a
-// string as text without encoding it), built once per distinct argument
-// list and kept in a small cache, and the decision comes back as the
-// bigint[]'s bytes, decoded here instead of by reflection.
+// The client's side of a decision, written for few allocations: the row key,
+// the statement's argument list and the result share one object
+// (decideCall), reused from a sync.Pool; an algorithm's arguments go to the
+// server one bigint each (the statement that calls a row form) or as the
+// text form of a bigint[] (the decide functions; pgx sends a string as text
+// without encoding it), both built once per distinct argument list and
+// kept in a small cache; and the decision comes back as the bigint[]'s
+// bytes, decoded here instead of by reflection.
 
 // decideCall is what one decision gives pgx and gets back, in one object:
 // the row key, encoded into buf when pgx asks for it, and the result's
