@@ -20,14 +20,14 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_262a36cc(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_87ea6cee(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_262a36cc(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_87ea6cee(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -40,7 +40,7 @@ DECLARE
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
     v_deficit bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_level, st_last, st_unit) < 0 OR greatest(st_level, st_last, st_unit) > 9007199254740992 OR NOT st_unit > 0)
-        THEN ratelimit_corrupt_262a36cc(format('token_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - st_last <= 0 THEN CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END WHEN now_us - st_last >= arg_fill THEN 0 ELSE greatest(CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END - (now_us - st_last) * arg_drip, 0) END ELSE 0 END END;
+        THEN ratelimit_corrupt_87ea6cee(format('token_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - st_last <= 0 THEN CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END WHEN now_us - st_last >= arg_fill THEN 0 ELSE greatest(CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END - (now_us - st_last) * arg_drip, 0) END ELSE 0 END END;
     v_d_allowed boolean := v_deficit + cost * arg_unit <= arg_capacity;
     v_deficit2 bigint := CASE WHEN v_d_allowed AND NOT peek THEN v_deficit + cost * arg_unit ELSE v_deficit END;
 BEGIN
@@ -65,10 +65,10 @@ BEGIN
 END
 $$;
 
--- ratelimit_token_bucket_row_262a36cc is the same decision for a request that consumes (not a
+-- ratelimit_token_bucket_row_87ea6cee is the same decision for a request that consumes (not a
 -- peek), in the shape a store's one-statement update wants it: see
 -- algorithms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_262a36cc(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_87ea6cee(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -79,26 +79,27 @@ DECLARE
     st_last bigint := state[2];
     st_unit bigint := state[3];
     v_deficit bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_level, st_last, st_unit) < 0 OR greatest(st_level, st_last, st_unit) > 9007199254740992 OR NOT st_unit > 0)
-        THEN ratelimit_corrupt_262a36cc(format('token_bucket state %s', state)) ELSE CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - st_last <= 0 THEN CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END WHEN now_us - st_last >= arg_fill THEN 0 ELSE greatest(CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END - (now_us - st_last) * arg_drip, 0) END ELSE 0 END END;
-    v_deficit2 bigint := v_deficit + cost * arg_unit;
+        THEN ratelimit_corrupt_87ea6cee(format('token_bucket state %s', state)) ELSE CASE WHEN st_unit = arg_unit THEN least(st_level, arg_capacity) ELSE least(least(floor(st_level::float8 / st_unit::float8 * arg_unit::float8), 9007199254740992)::bigint, arg_capacity) END END;
+    v_deficit2 bigint := CASE WHEN (state IS NOT NULL) THEN CASE WHEN now_us - st_last <= 0 THEN v_deficit WHEN now_us - st_last >= arg_fill THEN 0 ELSE greatest(v_deficit - (now_us - st_last) * arg_drip, 0) END ELSE 0 END;
+    v_deficit3 bigint := v_deficit2 + cost * arg_unit;
 BEGIN
-    IF NOT v_deficit2 <= arg_capacity THEN
+    IF NOT v_deficit3 <= arg_capacity THEN
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
-                (arg_capacity - v_deficit) / arg_unit,
-                (v_deficit2 - arg_capacity + arg_drip - 1) / arg_drip,
-                (v_deficit + arg_drip - 1) / arg_drip,
+                (arg_capacity - v_deficit2) / arg_unit,
+                (v_deficit3 - arg_capacity + arg_drip - 1) / arg_drip,
+                (v_deficit2 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    RETURN ROW(ARRAY[v_deficit2, CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END, arg_unit],
-        now_us + (v_deficit2 + arg_drip - 1) / arg_drip,
+    RETURN ROW(ARRAY[v_deficit3, CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END, arg_unit],
+        now_us + (v_deficit3 + arg_drip - 1) / arg_drip,
         ARRAY[1,
             arg_burst,
-            (arg_capacity - v_deficit2) / arg_unit,
+            (arg_capacity - v_deficit3) / arg_unit,
             0,
-            (v_deficit2 + arg_drip - 1) / arg_drip,
+            (v_deficit3 + arg_drip - 1) / arg_drip,
             0])::ratelimit_row_step;
 END
 $$;

@@ -696,8 +696,11 @@ func addCounts(dst, src map[*snode]int) {
 
 // evals returns how many times evaluating roots evaluates each node when
 // the nodes in mat are computed once, into a variable: a CASE evaluates its
-// condition and one of its arms.
-func evals(roots []*snode, mat map[*snode]bool) map[*snode]int {
+// condition and one of its arms. With setup, it counts how many times the
+// nodes are set up instead, as PostgreSQL does for every expression it
+// reaches in a transaction: a CASE sets up both arms.
+func evals(roots []*snode, mat map[*snode]bool, setup ...bool) map[*snode]int {
+	both := len(setup) > 0 && setup[0]
 	memo := map[*snode]map[*snode]int{}
 	var body func(n *snode) map[*snode]int
 	var ev func(n *snode) map[*snode]int
@@ -714,7 +717,7 @@ func evals(roots []*snode, mat map[*snode]bool) map[*snode]int {
 	}
 	body = func(n *snode) map[*snode]int {
 		r := map[*snode]int{}
-		if n.op == "case" {
+		if n.op == "case" && !both {
 			addCounts(r, ev(n.kids[0]))
 			a, b := ev(n.kids[1]), ev(n.kids[2])
 			for k, v := range a {
@@ -792,7 +795,7 @@ func (g *sqlGen) materialize(root *outcome, rows map[*outcome][]*snode) {
 	worth := func(n *snode) bool {
 		uses := 0
 		for _, p := range ps {
-			uses = max(uses, evals(p, mat)[n])
+			uses = max(uses, evals(p, mat, g.row)[n])
 		}
 		return uses >= 2 && (uses-1)*size(n, mat, true) >= inlineBelow
 	}
