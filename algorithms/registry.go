@@ -78,6 +78,10 @@ func (b *Builtin) SQL() (string, bool) { return SQL(b.Name) }
 // "ratelimit_gcra_1a2b3c4d" (see SQLFunction), or "" when it has no SQL form.
 func (b *Builtin) SQLFunction() string { return SQLFunction(b.Name) }
 
+// SQLRowFunction returns the name of the algorithm's SQL row form, such as
+// "ratelimit_gcra_row_1a2b3c4d" (see SQLRowFunction), or "" when it has none.
+func (b *Builtin) SQLRowFunction() string { return SQLRowFunction(b.Name) }
+
 // Composable reports whether the algorithm can be a part of a composite
 // (All) that the stores decide with the composite server forms: its server
 // forms are generated from its Go form by internal/formgen, so the

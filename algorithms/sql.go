@@ -77,6 +77,36 @@ import "strings"
 // admit and the request is not a peek, for real; next_state is NULL unless
 // every part admits.
 
+// # Row forms
+//
+// Every generated form (all but the sliding log's) also defines a row form,
+// the same decision for a request that consumes (never a peek), in the
+// shape a store that keeps a key's state in a row wants for one statement
+// that rewrites the row (the PostgreSQL store's UPDATE of a key's row):
+//
+//	ratelimit_<name>_row_<version>(
+//	    p_state      bigint[],  -- the key's stored state, or NULL
+//	    p_expires_at bigint,    -- when the stored state expires (µs)
+//	    p_now        bigint,    -- the request's time, or NULL: the server's clock
+//	    cost         bigint,
+//	    arg_<name>   bigint, ...)  -- the ServerArgs, one parameter each
+//	RETURNS ratelimit_row_step
+//
+//	CREATE TYPE ratelimit_row_step AS (
+//	    next_state bigint[], expires_at bigint, decision bigint[])
+//
+// It reads the clock itself when p_now is NULL (so a statement that calls
+// it again, as PostgreSQL's EvalPlanQual does after waiting for a row lock,
+// reads it again), treats state that expires at or before that time as no
+// state, and returns the next state with its expiry (both NULL when
+// nothing is to be written: a denial) and the decision as [allowed (1 or
+// 0), limit, remaining, retry_after, reset_after, delay]. It is VOLATILE
+// (the clock). Its parameters come one by one, not as an array: PostgreSQL
+// sets up every array subscript of a PL/pgSQL function again in each
+// transaction, and a decision is usually one; for the same reason it is
+// generated for the path a consuming request takes only (peek folded
+// away), in the same few statements as the form.
+//
 // # Versioned functions
 //
 // Every function a SQL form defines carries a version in its name: the
@@ -89,7 +119,7 @@ import "strings"
 // migrated with. The composite form's version follows from its parts', as
 // it calls them by their versioned names. The result types
 // (ratelimit_step, ratelimit_all_step) are shared and never change.
-// SQLFunction and CompositeSQLFunction return the names.
+// SQLFunction, SQLRowFunction and CompositeSQLFunction return the names.
 
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.
@@ -106,6 +136,17 @@ func SQLFunction(name string) string {
 		return ""
 	}
 	return definedFunction(text, "ratelimit_"+name)
+}
+
+// SQLRowFunction returns the name of the row form of the built-in algorithm
+// with the given name, ratelimit_<name>_row_<version> (see Row forms
+// above), or "" when it has none (the sliding log's form has none).
+func SQLRowFunction(name string) string {
+	text, ok := SQL(name)
+	if !ok {
+		return ""
+	}
+	return definedFunction(text, "ratelimit_"+name+"_row")
 }
 
 // CompositeSQLFunction returns the name of the composite SQL form's

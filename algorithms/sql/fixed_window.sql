@@ -4,9 +4,9 @@
 -- Calling convention: see algorithms/sql.go. args: [limit, period]. state: [start, count],
 -- or NULL for a key with no live state.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- The result types shared by every SQL form (ratelimit_step) and row form
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -14,14 +14,20 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_1cbdc687(msg text) RETURNS bigint
+DO $$ BEGIN
+    CREATE TYPE ratelimit_row_step AS (
+        next_state bigint[], expires_at bigint, decision bigint[]);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_742ba4fe(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_1cbdc687(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_742ba4fe(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -29,8 +35,8 @@ DECLARE
     st_count bigint := state[2];
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
-    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_count NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt_1cbdc687(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
+    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR least(st_start, st_count) < 0 OR greatest(st_start, st_count) > 9007199254740992)
+        THEN ratelimit_corrupt_742ba4fe(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
     v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN now_us / arg_period * arg_period ELSE st_start END;
 BEGIN
     IF NOT v_s_count + cost <= arg_limit OR peek THEN
@@ -51,5 +57,42 @@ BEGIN
         0,
         v_s_start + arg_period - now_us,
         0)::ratelimit_step;
+END
+$$;
+
+-- ratelimit_fixed_window_row_742ba4fe is the same decision for a request that consumes (not a
+-- peek), in the shape a store's one-statement update wants it: see
+-- algorithms/sql.go (row forms).
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_742ba4fe(
+    p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
+    arg_limit bigint, arg_period bigint)
+RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
+    st_start bigint := state[1];
+    st_count bigint := state[2];
+    v_s_count bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 2 OR least(st_start, st_count) < 0 OR greatest(st_start, st_count) > 9007199254740992)
+        THEN ratelimit_corrupt_742ba4fe(format('fixed_window state %s', state)) ELSE CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0 ELSE st_count END END;
+    v_s_start bigint := CASE WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN now_us / arg_period * arg_period ELSE st_start END;
+BEGIN
+    IF NOT v_s_count + cost <= arg_limit THEN
+        RETURN ROW(NULL,
+            NULL,
+            ARRAY[0,
+                arg_limit,
+                greatest(arg_limit - v_s_count, 0),
+                v_s_start + arg_period - now_us,
+                CASE WHEN v_s_count = 0 THEN 0 ELSE v_s_start + arg_period - now_us END,
+                0])::ratelimit_row_step;
+    END IF;
+    RETURN ROW(ARRAY[v_s_start, v_s_count + cost],
+        now_us + (v_s_start + arg_period - now_us),
+        ARRAY[1,
+            arg_limit,
+            arg_limit - (v_s_count + cost),
+            0,
+            v_s_start + arg_period - now_us,
+            0])::ratelimit_row_step;
 END
 $$;

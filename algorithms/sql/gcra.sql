@@ -4,9 +4,9 @@
 -- Calling convention: see algorithms/sql.go. args: [unit, drip, capacity, fill, burst]. state: [tat, frac, drip],
 -- or NULL for a key with no live state.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- The result types shared by every SQL form (ratelimit_step) and row form
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -14,14 +14,20 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_ab0d94a0(msg text) RETURNS bigint
+DO $$ BEGIN
+    CREATE TYPE ratelimit_row_step AS (
+        next_state bigint[], expires_at bigint, decision bigint[]);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_66740390(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra_ab0d94a0(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_66740390(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -33,8 +39,8 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_tat NOT BETWEEN 0 AND 9007199254740992 OR st_frac NOT BETWEEN 0 AND 9007199254740992 OR st_drip NOT BETWEEN 0 AND 9007199254740992 OR NOT (st_drip > 0 AND st_frac < st_drip))
-        THEN ratelimit_corrupt_ab0d94a0(format('gcra state %s', state)) ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip + CASE WHEN st_drip <> arg_drip THEN least(floor(st_frac::float8 / st_drip::float8 * arg_drip::float8), 9007199254740992)::bigint ELSE st_frac END END;
+    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_tat, st_frac, st_drip) < 0 OR greatest(st_tat, st_frac, st_drip) > 9007199254740992 OR NOT (st_drip > 0 AND st_frac < st_drip))
+        THEN ratelimit_corrupt_66740390(format('gcra state %s', state)) ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip + CASE WHEN st_drip <> arg_drip THEN least(floor(st_frac::float8 / st_drip::float8 * arg_drip::float8), 9007199254740992)::bigint ELSE st_frac END END;
     v_ahead bigint := CASE WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw2, arg_capacity) ELSE 0 END + cost * arg_unit;
     v_ahead2 bigint := CASE WHEN v_ahead <= arg_capacity AND NOT peek THEN v_ahead WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw2, arg_capacity) ELSE 0 END;
 BEGIN
@@ -56,5 +62,54 @@ BEGIN
         CASE WHEN NOT v_ahead <= arg_capacity THEN (v_ahead2 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip ELSE 0 END,
         (v_ahead2 + arg_drip - 1) / arg_drip,
         0)::ratelimit_step;
+END
+$$;
+
+-- ratelimit_gcra_row_66740390 is the same decision for a request that consumes (not a
+-- peek), in the shape a store's one-statement update wants it: see
+-- algorithms/sql.go (row forms).
+CREATE OR REPLACE FUNCTION ratelimit_gcra_row_66740390(
+    p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
+    arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
+RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
+    st_tat bigint := state[1];
+    st_frac bigint := state[2];
+    st_drip bigint := state[3];
+    v_raw2 bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_tat, st_frac, st_drip) < 0 OR greatest(st_tat, st_frac, st_drip) > 9007199254740992 OR NOT (st_drip > 0 AND st_frac < st_drip))
+        THEN ratelimit_corrupt_66740390(format('gcra state %s', state)) ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip + CASE WHEN st_drip <> arg_drip THEN least(floor(st_frac::float8 / st_drip::float8 * arg_drip::float8), 9007199254740992)::bigint ELSE st_frac END END;
+    v_ahead bigint := CASE WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw2, arg_capacity) ELSE 0 END;
+    v_ahead2 bigint := v_ahead + cost * arg_unit;
+BEGIN
+    IF (NOT v_ahead2 <= arg_capacity AND NOT CASE WHEN (state IS NOT NULL) AND st_tat >= now_us THEN st_tat - now_us > arg_fill OR v_raw2 > arg_capacity ELSE false END) THEN
+        RETURN ROW(NULL,
+            NULL,
+            ARRAY[0,
+                arg_burst,
+                greatest(arg_capacity - v_ahead, 0) / arg_unit,
+                (v_ahead2 - arg_capacity + arg_drip - 1) / arg_drip,
+                (v_ahead + arg_drip - 1) / arg_drip,
+                0])::ratelimit_row_step;
+    END IF;
+    IF v_ahead2 <= arg_capacity THEN
+        RETURN ROW(ARRAY[now_us + v_ahead2 / arg_drip, v_ahead2 - v_ahead2 / arg_drip * arg_drip, arg_drip],
+            now_us + (v_ahead2 + arg_drip - 1) / arg_drip,
+            ARRAY[1,
+                arg_burst,
+                greatest(arg_capacity - v_ahead2, 0) / arg_unit,
+                0,
+                (v_ahead2 + arg_drip - 1) / arg_drip,
+                0])::ratelimit_row_step;
+    END IF;
+    RETURN ROW(ARRAY[now_us + v_ahead / arg_drip, v_ahead - v_ahead / arg_drip * arg_drip, arg_drip],
+        now_us + (v_ahead + arg_drip - 1) / arg_drip,
+        ARRAY[0,
+            arg_burst,
+            greatest(arg_capacity - v_ahead, 0) / arg_unit,
+            (v_ahead2 - arg_capacity + arg_drip - 1) / arg_drip,
+            (v_ahead + arg_drip - 1) / arg_drip,
+            0])::ratelimit_row_step;
 END
 $$;

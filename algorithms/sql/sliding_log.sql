@@ -14,9 +14,9 @@
 -- one, and for a denial the oldest ones until its retry time is known; the
 -- next state is built with array slices, not element by element.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- The result types shared by every SQL form (ratelimit_step) and row form
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -24,7 +24,13 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_9ed96d59(msg text) RETURNS bigint
+DO $$ BEGIN
+    CREATE TYPE ratelimit_row_step AS (
+        next_state bigint[], expires_at bigint, decision bigint[]);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_96444cf8(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
@@ -32,7 +38,7 @@ END
 $$;
 
 -- Raises RL001 unless (t, c) is an entry the log could hold.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_9ed96d59(t bigint, c bigint) RETURNS void
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_96444cf8(t bigint, c bigint) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     IF t IS NULL OR c IS NULL OR t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
@@ -42,7 +48,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_9ed96d59(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_96444cf8(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -79,7 +85,7 @@ BEGIN
         FOR i IN 0 .. n - 1 LOOP
             t := log[2*i + 1];
             c := log[2*i + 2];
-            PERFORM ratelimit_sliding_log_entry_9ed96d59(t, c);
+            PERFORM ratelimit_sliding_log_entry_96444cf8(t, c);
             used := used + c;
             IF used > 9007199254740992 THEN
                 RAISE EXCEPTION USING ERRCODE = 'RL001',
@@ -91,7 +97,7 @@ BEGIN
     WHILE lo < n LOOP
         t := log[b + 2*lo + 1];
         c := log[b + 2*lo + 2];
-        PERFORM ratelimit_sliding_log_entry_9ed96d59(t, c);
+        PERFORM ratelimit_sliding_log_entry_96444cf8(t, c);
         EXIT WHEN now_us < t + a_period;
         lo := lo + 1;
         used := used - c;
@@ -103,7 +109,7 @@ BEGIN
     IF lo < n THEN
         newest := log[b + 2*n - 1];
         c := log[b + 2*n];
-        PERFORM ratelimit_sliding_log_entry_9ed96d59(newest, c);
+        PERFORM ratelimit_sliding_log_entry_96444cf8(newest, c);
     ELSIF used <> 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'RL001',
             MESSAGE = format('ratelimit: corrupt state: sliding log total %s with no live entry', used);
@@ -125,7 +131,7 @@ BEGIN
         WHILE pos < n AND excess > 0 LOOP
             t := log[b + 2*pos + 1];
             c := log[b + 2*pos + 2];
-            PERFORM ratelimit_sliding_log_entry_9ed96d59(t, c);
+            PERFORM ratelimit_sliding_log_entry_96444cf8(t, c);
             excess := excess - c;
             IF excess <= 0 THEN
                 r.retry_after := t + a_period - now_us;
@@ -148,7 +154,7 @@ BEGIN
     WHILE pos > lo LOOP
         t := log[b + 2*pos - 1];
         c := log[b + 2*pos];
-        PERFORM ratelimit_sliding_log_entry_9ed96d59(t, c);
+        PERFORM ratelimit_sliding_log_entry_96444cf8(t, c);
         EXIT WHEN t <= now_us;
         pos := pos - 1;
     END LOOP;

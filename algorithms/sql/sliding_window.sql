@@ -4,9 +4,9 @@
 -- Calling convention: see algorithms/sql.go. args: [limit, period]. state: [start, curr, prev],
 -- or NULL for a key with no live state.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- The result types shared by every SQL form (ratelimit_step) and row form
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -14,15 +14,21 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_1317d69f(msg text) RETURNS bigint
+DO $$ BEGIN
+    CREATE TYPE ratelimit_row_step AS (
+        next_state bigint[], expires_at bigint, decision bigint[]);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_c433fe24(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_sliding_window_wait_1317d69f is the Go form's helper wait.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_1317d69f(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
+-- ratelimit_sliding_window_wait_c433fe24 is the Go form's helper wait.
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_c433fe24(wait_prev bigint, wait_room bigint, wait_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     wait_e bigint;
@@ -44,7 +50,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_1317d69f(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_c433fe24(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -53,8 +59,8 @@ DECLARE
     st_prev bigint := state[3];
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
-    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_curr NOT BETWEEN 0 AND 9007199254740992 OR st_prev NOT BETWEEN 0 AND 9007199254740992)
-        THEN ratelimit_corrupt_1317d69f(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_curr, st_prev) < 0 OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
+        THEN ratelimit_corrupt_c433fe24(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
     v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN st_curr ELSE st_prev END;
     v_s_start bigint := CASE WHEN v_t THEN now_us / arg_period * arg_period WHEN now_us >= st_start + arg_period THEN st_start + arg_period ELSE st_start END;
     v_weighted bigint := least(floor(v_s_prev::float8 * (arg_period - greatest(now_us - v_s_start, 0))::float8 / arg_period::float8), 9007199254740992)::bigint;
@@ -63,13 +69,13 @@ DECLARE
     v_e bigint;
 BEGIN
     IF NOT v_d_allowed THEN
-        v_e := ratelimit_sliding_window_wait_1317d69f(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
+        v_e := ratelimit_sliding_window_wait_c433fe24(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), args);
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             arg_limit,
             greatest(arg_limit - v_weighted - v_s_curr, 0),
-            CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_1317d69f(v_s_curr, arg_limit - cost, 0, args) END,
+            CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_c433fe24(v_s_curr, arg_limit - cost, 0, args) END,
             CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
             0)::ratelimit_step;
     END IF;
@@ -91,5 +97,58 @@ BEGIN
         0,
         CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
         0)::ratelimit_step;
+END
+$$;
+
+-- ratelimit_sliding_window_row_c433fe24 is the same decision for a request that consumes (not a
+-- peek), in the shape a store's one-statement update wants it: see
+-- algorithms/sql.go (row forms).
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_row_c433fe24(
+    p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
+    arg_limit bigint, arg_period bigint)
+RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
+    st_start bigint := state[1];
+    st_curr bigint := state[2];
+    st_prev bigint := state[3];
+    v_t boolean := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_curr, st_prev) < 0 OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
+        THEN ratelimit_corrupt_c433fe24(format('sliding_window state %s', state)) IS NULL ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period END;
+    v_s_curr bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END;
+    v_s_prev bigint := CASE WHEN v_t THEN 0 WHEN now_us >= st_start + arg_period THEN st_curr ELSE st_prev END;
+    v_s_start bigint := CASE WHEN v_t THEN now_us / arg_period * arg_period WHEN now_us >= st_start + arg_period THEN st_start + arg_period ELSE st_start END;
+    v_weighted bigint := least(floor(v_s_prev::float8 * (arg_period - greatest(now_us - v_s_start, 0))::float8 / arg_period::float8), 9007199254740992)::bigint;
+    v_e bigint;
+BEGIN
+    IF NOT v_weighted + v_s_curr + cost <= arg_limit THEN
+        v_e := ratelimit_sliding_window_wait_c433fe24(v_s_prev, arg_limit - v_s_curr - cost, greatest(now_us - v_s_start, 0), ARRAY[arg_limit, arg_period]);
+        RETURN ROW(NULL,
+            NULL,
+            ARRAY[0,
+                arg_limit,
+                greatest(arg_limit - v_weighted - v_s_curr, 0),
+                CASE WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start, 0) ELSE arg_period - greatest(now_us - v_s_start, 0) + ratelimit_sliding_window_wait_c433fe24(v_s_curr, arg_limit - cost, 0, ARRAY[arg_limit, arg_period]) END,
+                CASE WHEN v_s_curr > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
+                0])::ratelimit_row_step;
+    END IF;
+    IF false THEN
+        RETURN ROW(NULL,
+            NULL,
+            ARRAY[1,
+                arg_limit,
+                greatest(arg_limit - v_weighted - (v_s_curr + cost), 0),
+                0,
+                CASE WHEN v_s_curr + cost > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
+                0])::ratelimit_row_step;
+    END IF;
+    RETURN ROW(ARRAY[v_s_start, v_s_curr + cost, v_s_prev],
+        now_us + (v_s_start + 2 * arg_period - now_us),
+        ARRAY[1,
+            arg_limit,
+            greatest(arg_limit - v_weighted - (v_s_curr + cost), 0),
+            0,
+            CASE WHEN v_s_curr + cost > 0 THEN v_s_start + 2 * arg_period - now_us WHEN v_s_prev > 0 THEN v_s_start + arg_period - now_us ELSE 0 END,
+            0])::ratelimit_row_step;
 END
 $$;

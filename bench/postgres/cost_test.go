@@ -25,8 +25,10 @@ import (
 //   - the store's decide function for GCRA and the token bucket (every
 //     call admits and writes): the path of a key's first request,
 //   - the store's statement for a key that has a row (one UPDATE whose SET
-//     list runs the form), the same with a form that computes nothing, and
-//     with no form at all (a constant step): the statement's own cost,
+//     list runs the algorithm's row form), the statement it used before
+//     (the form in a LATERAL, the clock read in a subquery), the latter
+//     with a form that computes nothing, and with no form at all (a
+//     constant step): the statement's own cost,
 //   - the same decide function with a form that computes nothing (a
 //     PL/pgSQL function returning a constant step): the decide function's
 //     own cost,
@@ -139,7 +141,8 @@ END $$`,
 		vs = append(vs,
 			variant{n + ": decide", "SELECT " + decide + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
 			variant{n + ": decide, a form that computes nothing", "SELECT " + decideWith(n, "pg_temp.rl_cost_nothing", "_nothing") + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
-			variant{n + ": row UPDATE", rowUpdate(s.Table(), algorithms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE (the store's: the row form)", rowFormUpdate(s.Table(), algorithms.SQLRowFunction(n), len(args)), append([]any{key, nil, int64(1)}, boxed(args)...)},
+			variant{n + ": row UPDATE, the form in LATERAL (before the row forms)", rowUpdate(s.Table(), algorithms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
 			variant{n + ": row UPDATE, a form that computes nothing", rowUpdate(s.Table(), "pg_temp.rl_cost_nothing", false), []any{key, nil, int64(1), args}},
 			variant{n + ": row UPDATE, no form (a constant step)", rowUpdate(s.Table(), "", true), []any{key, nil, int64(1), args}},
 			variant{n + ": the form alone", "SELECT allowed FROM " + algorithms.SQLFunction(n) + "($1, $2, 1, false, $3)", []any{state, now, args}},
@@ -191,10 +194,33 @@ END $$`,
 	t.Log(out.String())
 }
 
-// rowUpdate is the store's statement for a decision on a key that has a row
-// (store/postgres rowDecideSQL, server clock, no deadline), on table with
-// the SQL form form; constant makes it write a constant step without
-// calling any form: the statement's own cost.
+// rowFormUpdate is the store's statement for a decision on a key that has
+// a row (store/postgres rowDecideSQL, server clock, no deadline), on table
+// with the SQL row form row, which takes nargs arguments.
+func rowFormUpdate(table, row string, nargs int) string {
+	q := "UPDATE " + table + " r SET (vals, state, expires_at, dec) = (SELECT coalesce(d.next_state, r.vals), " +
+		"CASE WHEN d.next_state IS NULL THEN r.state END, coalesce(d.expires_at, r.expires_at), d.decision " +
+		"FROM " + row + "(r.vals, r.expires_at, $2, $3"
+	for i := range nargs {
+		q += fmt.Sprintf(", $%d", i+4)
+	}
+	return q + ") d) WHERE r.key = $1 AND r.vals IS NOT NULL RETURNING r.dec"
+}
+
+// boxed returns args as QueryRow's arguments, one each.
+func boxed(args []int64) []any {
+	out := make([]any, len(args))
+	for i, a := range args {
+		out[i] = a
+	}
+	return out
+}
+
+// rowUpdate is the statement the store used for a decision on a key that
+// has a row before the row forms (server clock, no deadline), on table
+// with the SQL form form, and still uses for a form without a row form;
+// constant makes it write a constant step without calling any form: the
+// statement's own cost.
 func rowUpdate(table, form string, constant bool) string {
 	const now = "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"
 	if constant {

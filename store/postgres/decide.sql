@@ -34,6 +34,11 @@
 CREATE OR REPLACE FUNCTION {{.Func}}(
     p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint{{if .Composite}}, p_parts text[]{{end}})
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
+{{- if .Row}}
+-- The table's one-statement decision (rowDecideSQL in schema.go) calls
+-- {{.Row}}, the form's row form; naming it here marks it as in use (see
+-- docs/stores/postgres.md on dropping unused versions).
+{{- end}}
 DECLARE
     v_now  bigint;
     v_lock text;

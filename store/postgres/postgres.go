@@ -5,12 +5,13 @@
 // whose name carries a version (a hash of its text), so that releases
 // sharing a database install their forms side by side, and a decision is
 // one statement. For a key that has a row it is one UPDATE of the row,
-// whose SET list reads the clock and runs the algorithm's form once on the
-// row's live state, and which returns the decision through the row's dec
-// column: the executor finds, locks and writes the row as it does for a
-// bare upsert, and evaluates the SET list again (the clock included) on
-// the newest version of a row a concurrent decision updated meanwhile. A
-// key's first request (the UPDATE finds no row), a peek and a composite
+// whose SET list runs the algorithm's row form (algorithms.SQLRowFunction:
+// it reads the clock and runs the algorithm once on the row's live state)
+// and which returns the decision through the row's dec column: the
+// executor finds, locks and writes the row as it does for a bare upsert,
+// and evaluates the SET list again (the clock included) on the newest
+// version of a row a concurrent decision updated meanwhile. A key's first
+// request (the UPDATE finds no row), a peek and a composite
 // call a function generated for the table and algorithm instead, which
 // locks the key's row if any (SELECT ... FOR NO KEY UPDATE), reads the
 // clock, runs the form once and writes the result only when the request
@@ -137,6 +138,15 @@ func WithServerClock(on bool) Option {
 // that can use its server's clock.
 func WithRequestClock() Option { return WithServerClock(false) }
 
+// rowStatement is an algorithm's one-statement decision (rowDecideSQL),
+// without and with a bound on the lock wait; scalar reports that it takes
+// the algorithm's arguments one by one (its form has a row form) rather
+// than as one bigint[].
+type rowStatement struct {
+	sql    [2]string
+	scalar bool
+}
+
 // Store is a ratelimit.Store and ratelimit.Decider on PostgreSQL. Create it
 // with New and call Migrate (or apply SchemaSQL) before use; the zero value
 // is not usable. Decide, the method a Limiter uses for the built-in
@@ -162,7 +172,7 @@ type Store struct {
 
 	// SQL built once from the quoted identifiers.
 	decideSQL                                   map[*algorithms.Builtin]string
-	rowSQL                                      map[*algorithms.Builtin]*[2]string
+	rowSQL                                      map[*algorithms.Builtin]*rowStatement
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
@@ -186,10 +196,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	for _, b := range builtins {
 		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
-	s.rowSQL = make(map[*algorithms.Builtin]*[2]string, len(builtins))
+	s.rowSQL = make(map[*algorithms.Builtin]*rowStatement, len(builtins))
 	for _, b := range builtins {
-		f := s.forms.alg[b.Name].function
-		s.rowSQL[b] = &[2]string{s.rowDecideSQL(f, false), s.rowDecideSQL(f, true)}
+		f := s.forms.alg[b.Name]
+		rs := &rowStatement{scalar: f.row != ""}
+		rs.sql[0], rs.sql[1] = s.rowDecideSQL(f, b.Args, false), s.rowDecideSQL(f, b.Args, true)
+		s.rowSQL[b] = rs
 	}
 	_, s.inTx = db.(pgx.Tx)
 	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7)"
@@ -320,17 +332,24 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	c := newDecideCall(key)
 	defer c.release()
-	args := s.args.text(sf.ServerArgs())
+	e := s.args.get(sf.ServerArgs())
+	args := e.text
 	err := pgx.ErrNoRows
 	if !req.Peek && (!s.inTx || wait == nil) {
 		// The common case, a key that has a row: one UPDATE that locks
 		// and rewrites it (see rowDecideSQL). A key without a row goes to
 		// the decide function, which inserts it.
 		rs := s.rowSQL[algorithms.BuiltinOf(alg)]
-		if wait != nil {
-			err = s.db.QueryRow(ctx, rs[1], c, now, req.Cost, args, wait).Scan(&c.raw)
+		argv := append(c.argv[:0], c, now, req.Cost)
+		if rs.scalar {
+			argv = append(argv, e.boxed...)
 		} else {
-			err = s.db.QueryRow(ctx, rs[0], c, now, req.Cost, args).Scan(&c.raw)
+			argv = append(argv, args)
+		}
+		if wait != nil {
+			err = s.db.QueryRow(ctx, rs.sql[1], append(argv, wait)...).Scan(&c.raw)
+		} else {
+			err = s.db.QueryRow(ctx, rs.sql[0], argv...).Scan(&c.raw)
 		}
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) && (s.inTx || !undefinedFunction(err)) {
 			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)

@@ -56,10 +56,11 @@ func TestRowDecideLockTimeout(t *testing.T) {
 	decide := func(wait int64) ([]byte, error) {
 		var raw pgtype.UndecodedBytes
 		var err error
+		argv := append([]any{key, now, int64(1)}, s.args.get(alg.(algorithms.ServerForm).ServerArgs()).boxed...)
 		if wait == 0 {
-			err = conn.QueryRow(ctx, s.rowSQL[b][0], key, now, int64(1), args).Scan(&raw)
+			err = conn.QueryRow(ctx, s.rowSQL[b].sql[0], argv...).Scan(&raw)
 		} else {
-			err = conn.QueryRow(ctx, s.rowSQL[b][1], key, now, int64(1), args, wait).Scan(&raw)
+			err = conn.QueryRow(ctx, s.rowSQL[b].sql[1], append(argv, wait)...).Scan(&raw)
 		}
 		return raw, err
 	}

@@ -22,9 +22,11 @@ var builtins = func() []*algorithms.Builtin {
 	return out
 }()
 
-// sqlForm is a SQL form as SchemaSQL installs it: its text and the name of
-// the function its decide function calls (versioned: see algorithms.SQLFunction).
-type sqlForm struct{ text, function string }
+// sqlForm is a SQL form as SchemaSQL installs it: its text, the name of
+// the function its decide function calls (versioned: see
+// algorithms.SQLFunction) and the name of its row form, which the
+// one-statement decision calls, or "" when it has none (see rowDecideSQL).
+type sqlForm struct{ text, function, row string }
 
 // formSet is the SQL forms a store installs and calls: the built-in
 // algorithms' by name, and the composite's.
@@ -37,11 +39,11 @@ type formSet struct {
 var releaseForms = func() formSet {
 	fs := formSet{
 		alg:       make(map[string]sqlForm, len(builtins)),
-		composite: sqlForm{algorithms.CompositeSQL(), algorithms.CompositeSQLFunction()},
+		composite: sqlForm{algorithms.CompositeSQL(), algorithms.CompositeSQLFunction(), ""},
 	}
 	for _, b := range builtins {
 		text, _ := b.SQL()
-		fs.alg[b.Name] = sqlForm{text, b.SQLFunction()}
+		fs.alg[b.Name] = sqlForm{text, b.SQLFunction(), b.SQLRowFunction()}
 	}
 	return fs
 }()
@@ -110,10 +112,10 @@ func (s *Store) SchemaSQL() string {
 	b.WriteString(s.forms.composite.text)
 	b.WriteString("\n")
 	for _, alg := range builtins {
-		b.WriteString(s.decideFunctionSQL(alg.Name, s.forms.alg[alg.Name].function, false))
+		b.WriteString(s.decideFunctionSQL(alg.Name, s.forms.alg[alg.Name], false))
 		b.WriteString("\n")
 	}
-	b.WriteString(s.decideFunctionSQL(compositeName, s.forms.composite.function, true))
+	b.WriteString(s.decideFunctionSQL(compositeName, s.forms.composite, true))
 	b.WriteString("\n")
 	return b.String()
 }
@@ -143,14 +145,15 @@ func execute(b *strings.Builder, t *template.Template, data any) {
 }
 
 // decideFunctionSQL returns the table's decide function for alg (see
-// decide.sql), quoted with a dollar tag that occurs nowhere else in it: the
-// function holds quoted identifiers made from the user's table name.
-func (s *Store) decideFunctionSQL(name, form string, composite bool) string {
+// decide.sql), which calls form's function and names its row form, quoted
+// with a dollar tag that occurs nowhere else in it: the function holds
+// quoted identifiers made from the user's table name.
+func (s *Store) decideFunctionSQL(name string, form sqlForm, composite bool) string {
 	data := struct {
-		Name, Func, Table, Form, Now, Tag string
-		Composite                         bool
+		Name, Func, Table, Form, Row, Now, Tag string
+		Composite                              bool
 	}{
-		name, s.decideFunction(name), s.ident(s.table), form, nowSQL, "", composite,
+		name, s.decideFunction(name), s.ident(s.table), form.function, form.row, nowSQL, "", composite,
 	}
 	for i := 0; ; i++ {
 		data.Tag = fmt.Sprintf("$rl%d$", i)
@@ -173,26 +176,35 @@ func (s *Store) decideFunction(alg string) string {
 }
 
 // rowDecideSQL returns the statement that decides a request that may
-// consume (not a peek) for a key that has a row, with the SQL form named
-// form: one UPDATE, so that the executor finds the row by its key, locks
-// it and writes it, as a bare upsert does, and the form runs once inside
-// it. Its parameters are the row key, the request's time (NULL: the
-// server's clock), the cost, the algorithm's arguments and, when wait is
-// set, the milliseconds the row lock may be waited for.
+// consume (not a peek) for a key that has a row, with the SQL form f: one
+// UPDATE, so that the executor finds the row by its key, locks it and
+// writes it, as a bare upsert does, and the form runs once inside it. Its
+// parameters are the row key, the request's time (NULL: the server's
+// clock), the cost, then the algorithm's arguments: one bigint parameter
+// each when the form has a row form (nargs of them), else one bigint[];
+// then, when wait is set, the milliseconds the row lock may be waited for.
 //
-// The SET list is a subquery over the row being updated: it reads the
-// clock, runs the form on the row's live state (an expired row counts as
-// no state; state written by Update is read through ratelimit_int8s), and
-// yields the next state and expiry, or the row's own values when the
-// form writes nothing (a denial rewrites the row unchanged), and the
-// decision, kept in the row's dec column so that RETURNING can hand it
-// back. When a concurrent decision has updated the row meanwhile, the
-// executor waits for it to commit and evaluates the SET list again on the
-// new version (EvalPlanQual), reading the clock again: the clock is read
-// in the subquery, not once per statement, so no decision is made at a
-// time before the state it reads. The subquery of the clock is fenced by
-// OFFSET 0 so that the planner neither pulls it up nor reads the clock
-// at each use.
+// The SET list is a subquery over the row being updated that runs the
+// form's row form (algorithms.SQLRowFunction) on the row's state and
+// expiry: the row form reads the clock, treats expired state as none and
+// returns the next state and its expiry, or NULLs when it writes nothing
+// (a denial rewrites the row unchanged), and the decision, kept in the
+// row's dec column so that RETURNING can hand it back. Only a row that
+// holds state in vals qualifies (state written by Update, in the state
+// column, goes to the decide function, which reads it through
+// ratelimit_int8s). When a concurrent decision has updated the row
+// meanwhile, the executor waits for it to commit and evaluates the SET
+// list again on the new version (EvalPlanQual): the row form runs again
+// and reads the clock again, so no decision is made at a time before the
+// state it reads.
+//
+// A form without a row form (the sliding log's, or a form of another
+// release installed in tests) runs in the SET list as a function of the
+// state, the time and the arguments as an array: the subquery reads the
+// clock in a subquery of its own, fenced by OFFSET 0 so that the planner
+// neither pulls it up nor reads the clock at each use, and treats the row
+// as absent when it has expired (state written by Update is read through
+// ratelimit_int8s).
 //
 // With wait, the WHERE clause sets lock_timeout for the statement's
 // transaction (set_config(..., true)) when it meets the row, before the
@@ -204,18 +216,33 @@ func (s *Store) decideFunction(alg string) string {
 // No row: the statement updates nothing and returns no row, and Decide
 // calls the decide function, which inserts the row (and handles a
 // concurrent first insert).
-func (s *Store) rowDecideSQL(form string, wait bool) string {
+func (s *Store) rowDecideSQL(f sqlForm, nargs int, wait bool) string {
 	var b strings.Builder
-	b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
-		"coalesce(d.next_state, r.vals), " +
-		"CASE WHEN d.next_state IS NULL THEN r.state END, " +
-		"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
-		"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
-		"FROM (SELECT coalesce($2::bigint, " + nowSQL + ") AS now OFFSET 0) n, " +
-		"LATERAL " + form + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, " + s.ident("ratelimit_int8s") + "(r.state)) END, " +
-		"n.now, $3, false, $4) d) WHERE r.key = $1")
+	next := 4 // the next parameter
+	if f.row != "" {
+		b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
+			"coalesce(d.next_state, r.vals), " +
+			"CASE WHEN d.next_state IS NULL THEN r.state END, " +
+			"coalesce(d.expires_at, r.expires_at), " +
+			"d.decision FROM " + f.row + "(r.vals, r.expires_at, $2, $3")
+		for range nargs {
+			fmt.Fprintf(&b, ", $%d", next)
+			next++
+		}
+		b.WriteString(") d) WHERE r.key = $1 AND r.vals IS NOT NULL")
+	} else {
+		b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
+			"coalesce(d.next_state, r.vals), " +
+			"CASE WHEN d.next_state IS NULL THEN r.state END, " +
+			"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
+			"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
+			"FROM (SELECT coalesce($2::bigint, " + nowSQL + ") AS now OFFSET 0) n, " +
+			"LATERAL " + f.function + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, " + s.ident("ratelimit_int8s") + "(r.state)) END, " +
+			"n.now, $3, false, $4) d) WHERE r.key = $1")
+		next++
+	}
 	if wait {
-		b.WriteString(" AND set_config('lock_timeout', $5::bigint || 'ms', true) IS NOT NULL")
+		fmt.Fprintf(&b, " AND set_config('lock_timeout', $%d::bigint || 'ms', true) IS NOT NULL", next)
 	}
 	b.WriteString(" RETURNING r.dec")
 	return b.String()

@@ -57,6 +57,34 @@ func sqlDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, state
 	return st, nil
 }
 
+// sqlRowDecide calls alg's SQL row form directly (a request that consumes:
+// not a peek), on state that expires at expiresAt, and returns the step as
+// the form's would be: the next state with its TTL (expiry - now) and the
+// decision.
+func sqlRowDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, state []byte, expiresAt int64, req algorithms.Request) (algorithms.Step, error) {
+	var st algorithms.Step
+	var next, dec []int64
+	var exp *int64
+	args := []any{toVals(state), expiresAt, req.Now, req.Cost}
+	q := "SELECT * FROM " + algorithms.SQLRowFunction(alg.Name()) + "($1, $2, $3, $4"
+	for i, a := range alg.(algorithms.ServerForm).ServerArgs() {
+		args = append(args, a)
+		q += fmt.Sprintf(", $%d", i+5)
+	}
+	if err := p.QueryRow(ctx, q+")", args...).Scan(&next, &exp, &dec); err != nil {
+		return st, err
+	}
+	if len(dec) != 6 || (next == nil) != (exp == nil) {
+		return st, fmt.Errorf("row form returned next %v, expiry %v, decision %v", next, exp, dec)
+	}
+	st.Next = fromVals(next)
+	if exp != nil {
+		st.TTL = *exp - req.Now
+	}
+	st.Decision = algorithms.Decision{Allowed: dec[0] == 1, Limit: dec[1], Remaining: dec[2], RetryAfter: dec[3], ResetAfter: dec[4], Delay: dec[5]}
+	return st, nil
+}
+
 // TestSQLFormsEqualGoForms holds each SQL form to its Go form directly, on
 // random sequences that the conformance suite's differential test does not
 // reach: parameters changed between requests (the rate algorithms' float8
@@ -104,6 +132,23 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 					if !reflect.DeepEqual(got.Decision, want.Decision) || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
 						t.Fatalf("seed %d step %d: %v with state %v, %+v:\nSQL %+v next %v ttl %d\nGo  %+v next %v ttl %d",
 							seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, want.Decision, toVals(want.Next), want.TTL)
+					}
+					if !req.Peek && algorithms.SQLRowFunction(alg.Name()) != "" {
+						// The row form decides the same on live state, and
+						// on state that has expired as on no state.
+						got, gerr := sqlRowDecide(ctx, p, alg, state, now+1+rng.Int64N(1000), req)
+						if gerr != nil || !reflect.DeepEqual(got.Decision, want.Decision) || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
+							t.Fatalf("seed %d step %d: %v with state %v, %+v:\nrow form %+v next %v ttl %d (%v)\nGo       %+v next %v ttl %d",
+								seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, gerr, want.Decision, toVals(want.Next), want.TTL)
+						}
+						if state != nil {
+							fresh, _ := alg.Decide(nil, req)
+							got, gerr := sqlRowDecide(ctx, p, alg, state, now-rng.Int64N(1000), req)
+							if gerr != nil || !reflect.DeepEqual(got.Decision, fresh.Decision) || got.TTL != fresh.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(fresh.Next)) {
+								t.Fatalf("seed %d step %d: %v with expired state %v, %+v:\nrow form %+v next %v ttl %d (%v)\nGo       %+v next %v ttl %d",
+									seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, gerr, fresh.Decision, toVals(fresh.Next), fresh.TTL)
+							}
+						}
 					}
 					if want.Next != nil {
 						state = append([]byte(nil), want.Next...)
@@ -161,6 +206,17 @@ func TestSQLFormsCorruptState(t *testing.T) {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
 			t.Errorf("SQL form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		}
+		if algorithms.SQLRowFunction(c.alg.Name()) == "" {
+			continue
+		}
+		_, err = sqlRowDecide(ctx, p, c.alg, fromVals(c.state), req.Now+1, req)
+		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
+			t.Errorf("SQL row form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		}
+		// Expired state is no state: not read, so not corrupt.
+		if _, err := sqlRowDecide(ctx, p, c.alg, fromVals(c.state), req.Now, req); err != nil {
+			t.Errorf("SQL row form %v on expired %v: error %v, want none", c.alg, c.state, err)
 		}
 	}
 }

@@ -13,13 +13,14 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 )
 
-// The client's side of a decision, written for few allocations: the row key
-// and the result share one object (decideCall), reused from a sync.Pool, an
-// algorithm's
-// arguments go to the server as the text form of a bigint[] (pgx sends a
-// string as text without encoding it), built once per distinct argument
-// list and kept in a small cache, and the decision comes back as the
-// bigint[]'s bytes, decoded here instead of by reflection.
+// The client's side of a decision, written for few allocations: the row key,
+// the statement's argument list and the result share one object
+// (decideCall), reused from a sync.Pool; an algorithm's arguments go to the
+// server one bigint each (the statement that calls a row form) or as the
+// text form of a bigint[] (the decide functions; pgx sends a string as text
+// without encoding it), both built once per distinct argument list and
+// kept in a small cache; and the decision comes back as the bigint[]'s
+// bytes, decoded here instead of by reflection.
 
 // decideCall is what one decision gives pgx and gets back, in one object:
 // the row key, encoded into buf when pgx asks for it, and the result's
@@ -27,9 +28,10 @@ import (
 // decoded the result (pgx holds on to neither the arguments nor the
 // result's bytes after Scan returns).
 type decideCall struct {
-	key ratelimit.Key
-	buf [64]byte
-	raw pgtype.UndecodedBytes
+	key  ratelimit.Key
+	buf  [64]byte
+	raw  pgtype.UndecodedBytes
+	argv [16]any // the statement's arguments, when they fit
 }
 
 var callPool = sync.Pool{New: func() any { return new(decideCall) }}
@@ -45,6 +47,7 @@ func newDecideCall(key ratelimit.Key) *decideCall {
 // the result.
 func (c *decideCall) release() {
 	c.key, c.raw = ratelimit.Key{}, nil
+	clear(c.argv[:])
 	callPool.Put(c)
 }
 
@@ -73,19 +76,24 @@ const argsCacheSize = 32
 type argsCache [argsCacheSize]atomic.Pointer[argsEntry]
 
 type argsEntry struct {
-	args []int64 // a copy of the arguments
-	text any     // the literal as a string, boxed once for QueryRow
+	args  []int64 // a copy of the arguments
+	text  any     // the literal as a string, boxed once for QueryRow
+	boxed []any   // the arguments, each boxed once for QueryRow
 }
 
 // text returns the bigint[] literal of args, as a string.
-func (c *argsCache) text(args []int64) any {
+func (c *argsCache) text(args []int64) any { return c.get(args).text }
+
+// get returns the entry of args: their bigint[] literal and the arguments
+// boxed one by one.
+func (c *argsCache) get(args []int64) *argsEntry {
 	h := uint64(len(args))
 	for _, a := range args {
 		h = (h ^ uint64(a)) * 0x100000001b3
 	}
 	slot := &c[h%argsCacheSize]
 	if e := slot.Load(); e != nil && equalArgs(e.args, args) {
-		return e.text
+		return e
 	}
 	b := make([]byte, 0, 2+21*len(args))
 	b = append(b, '{')
@@ -96,9 +104,12 @@ func (c *argsCache) text(args []int64) any {
 		b = strconv.AppendInt(b, a, 10)
 	}
 	b = append(b, '}')
-	e := &argsEntry{args: append([]int64(nil), args...), text: any(string(b))}
+	e := &argsEntry{args: append([]int64(nil), args...), text: any(string(b)), boxed: make([]any, len(args))}
+	for i, a := range args {
+		e.boxed[i] = a
+	}
 	slot.Store(e)
-	return e.text
+	return e
 }
 
 func equalArgs(a, b []int64) bool {

@@ -1,6 +1,6 @@
 // Formgen generates the server-side forms of the built-in algorithms from
-// their Go forms: a Lua script for Redis and Valkey (algorithms/lua/) and a
-// PL/pgSQL function for PostgreSQL (algorithms/sql/) per algorithm. The Go
+// their Go forms: a Lua script for Redis and Valkey (algorithms/lua/) and
+// PL/pgSQL functions for PostgreSQL (algorithms/sql/) per algorithm. The Go
 // form is the only source; the generated files are checked in, and a test
 // fails when running the generator would change them. It runs from
 // algorithms/ through go generate:
@@ -87,6 +87,14 @@
 // PL/pgSQL prepares each expression once per transaction, and a decision
 // is usually a transaction of its own. Arithmetic is bigint, whose
 // division truncates as Go's does.
+//
+// Each SQL file also holds the algorithm's row form (ratelimit_<name>_row,
+// see "Row forms" in algorithms/sql.go), generated from the same symbolic
+// run with peek false: it reads the clock and the state's liveness itself,
+// takes the parameters one by one, splits each return on the decision's
+// allowed flag (so a request sets up only its own RETURN), and chooses its
+// variables by what a request sets up (both arms of a CASE), since setting
+// an expression up costs PostgreSQL far more than evaluating it.
 //
 // It also writes the composite forms, lua/all.lua and sql/all.sql
 // (composite.go): every form's decide as a Lua function that returns the

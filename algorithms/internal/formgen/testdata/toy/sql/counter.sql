@@ -4,9 +4,9 @@
 -- Calling convention: see algorithms/sql.go. args: [limit, period]. state: [start, used, seen],
 -- or NULL for a key with no live state.
 
--- The result type shared by every SQL form, and the error raised for state a
--- form cannot read. Each form's file creates them if missing, so that any
--- file runs on its own.
+-- The result types shared by every SQL form (ratelimit_step) and row form
+-- (ratelimit_row_step), and the error raised for state a form cannot read.
+-- Each form's file creates them if missing, so that any file runs on its own.
 DO $$ BEGIN
     CREATE TYPE ratelimit_step AS (
         next_state bigint[], ttl bigint, allowed boolean, lim bigint,
@@ -14,15 +14,21 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_6f7210c5(msg text) RETURNS bigint
+DO $$ BEGIN
+    CREATE TYPE ratelimit_row_step AS (
+        next_state bigint[], expires_at bigint, decision bigint[]);
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $$;
+
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_ec87ce1d(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_counter_search_6f7210c5 is the Go form's helper search.
-CREATE OR REPLACE FUNCTION ratelimit_counter_search_6f7210c5(search_from bigint, args bigint[])
+-- ratelimit_counter_search_ec87ce1d is the Go form's helper search.
+CREATE OR REPLACE FUNCTION ratelimit_counter_search_ec87ce1d(search_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     search_e bigint;
@@ -35,7 +41,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_counter_6f7210c5(
+CREATE OR REPLACE FUNCTION ratelimit_counter_ec87ce1d(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
@@ -44,8 +50,8 @@ DECLARE
     st_seen bigint := state[3];
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
-    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR st_start NOT BETWEEN 0 AND 9007199254740992 OR st_used NOT BETWEEN 0 AND 9007199254740992 OR st_seen NOT BETWEEN 0 AND 9007199254740992 OR NOT (st_used <= st_seen OR st_seen = 0))
-        THEN ratelimit_corrupt_6f7210c5(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start ELSE now_us - now_us % arg_period END END;
+    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_used, st_seen) < 0 OR greatest(st_start, st_used, st_seen) > 9007199254740992 OR NOT (st_used <= st_seen OR st_seen = 0))
+        THEN ratelimit_corrupt_ec87ce1d(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start ELSE now_us - now_us % arg_period END END;
     v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_used WHEN (state IS NOT NULL) THEN least(floor(st_used::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
     v_room bigint := CASE WHEN arg_limit - v_used < 0 THEN 0 WHEN arg_limit - v_used > arg_limit THEN arg_limit ELSE greatest(arg_limit - v_used - (arg_limit - v_used) / 2 % 3, 0) END;
 BEGIN
@@ -55,7 +61,7 @@ BEGIN
             cost <= v_room AND NOT (peek AND v_used > 0),
             arg_limit,
             0,
-            (ratelimit_counter_search_6f7210c5(now_us - v_start, args) + 7 - 1) / 7,
+            (ratelimit_counter_search_ec87ce1d(now_us - v_start, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
@@ -67,5 +73,44 @@ BEGIN
         0,
         0,
         0)::ratelimit_step;
+END
+$$;
+
+-- ratelimit_counter_row_ec87ce1d is the same decision for a request that consumes (not a
+-- peek), in the shape a store's one-statement update wants it: see
+-- algorithms/sql.go (row forms).
+CREATE OR REPLACE FUNCTION ratelimit_counter_row_ec87ce1d(
+    p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
+    arg_limit bigint, arg_period bigint)
+RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
+DECLARE
+    now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
+    st_start bigint := state[1];
+    st_used bigint := state[2];
+    st_seen bigint := state[3];
+    v_start bigint := CASE WHEN state IS NOT NULL AND (cardinality(state) <> 3 OR least(st_start, st_used, st_seen) < 0 OR greatest(st_start, st_used, st_seen) > 9007199254740992 OR NOT (st_used <= st_seen OR st_seen = 0))
+        THEN ratelimit_corrupt_ec87ce1d(format('counter state %s', state)) ELSE CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start ELSE now_us - now_us % arg_period END END;
+    v_used bigint := CASE WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_used WHEN (state IS NOT NULL) THEN least(floor(st_used::float8 / 3::float8 * 2::float8), 9007199254740992)::bigint ELSE 0 END;
+    v_room bigint := CASE WHEN arg_limit - v_used < 0 THEN 0 WHEN arg_limit - v_used > arg_limit THEN arg_limit ELSE greatest(arg_limit - v_used - (arg_limit - v_used) / 2 % 3, 0) END;
+BEGIN
+    IF NOT cost <= v_room THEN
+        RETURN ROW(NULL,
+            NULL,
+            ARRAY[0,
+                arg_limit,
+                0,
+                (ratelimit_counter_search_ec87ce1d(now_us - v_start, ARRAY[arg_limit, arg_period]) + 7 - 1) / 7,
+                0,
+                0])::ratelimit_row_step;
+    END IF;
+    RETURN ROW(ARRAY[v_start, (v_used + cost) * 1 + 1 - 1, CASE WHEN (state IS NOT NULL) THEN st_seen ELSE 0 END + 1],
+        now_us + (v_start + arg_period - now_us),
+        ARRAY[1,
+            arg_limit,
+            v_room - cost,
+            0,
+            0,
+            0])::ratelimit_row_step;
 END
 $$;
