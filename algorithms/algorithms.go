@@ -151,10 +151,11 @@ type InPlaceDecider interface {
 }
 
 // ToDecider is implemented by the built-in algorithms whose state is a few
-// integers (all but the sliding log): Decide with the decision written to
-// d, and the Step's Next and TTL returned, so that a store deciding in
-// process (the memory store) copies no Step. The algorithm writes every
-// field of d, and sets Parts to nil.
+// integers (all but the sliding log): Decide with the Step's Next, TTL and
+// Decision returned as separate results, so that a store deciding in
+// process (the memory store) copies no Step and needs no memory of its own
+// to receive the decision (a pointer passed through an interface would be
+// moved to the heap). The Decision's Parts is always nil.
 //
 // DecideTo makes InPlaceDecider's promises: it writes into state's memory
 // only when it returns a nil error and a non-nil next (a denied request, a
@@ -163,7 +164,7 @@ type InPlaceDecider interface {
 // store can decide on the state where it keeps it.
 type ToDecider interface {
 	Algorithm
-	DecideTo(state []byte, req Request, d *Decision) (next []byte, ttl int64, err error)
+	DecideTo(state []byte, req Request) (next []byte, ttl int64, d Decision, err error)
 }
 
 // Params checks shared by the constructors.
@@ -223,13 +224,11 @@ func decodeFields(state []byte, dst []int64) error {
 // decideBy is Decide for an algorithm whose DecideTo does the work: the
 // Step is DecideTo's decision, next state and TTL.
 func decideBy(a ToDecider, state []byte, req Request) (Step, error) {
-	var st Step
-	next, ttl, err := a.DecideTo(state, req, &st.Decision)
+	next, ttl, d, err := a.DecideTo(state, req)
 	if err != nil {
 		return Step{}, err
 	}
-	st.Next, st.TTL = next, ttl
-	return st, nil
+	return Step{Decision: d, Next: next, TTL: ttl}, nil
 }
 
 // answer writes a decide core's answer r to d, field by field, and returns
