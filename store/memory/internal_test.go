@@ -1,8 +1,11 @@
 package memory
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -297,4 +300,83 @@ func TestIndexShrinks(t *testing.T) {
 			t.Errorf("key %d lost by the rebuild", i)
 		}
 	}
+}
+
+// TestFindDuringChurn looks keys up without the shard's mutex (find), as a
+// decision does, while another goroutine adds and removes other keys in the
+// same shard under the mutex, through rehashes, shrinks and tombstones: a
+// key held throughout is always found, as its own entry, and a key never
+// added never is. Many of the keys share a few hashes, so that the churn
+// runs through the held keys' probe chains.
+func TestFindDuringChurn(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	hashOf := func(i int) uint64 {
+		if i%2 == 0 {
+			return uint64(i%8) * 0x9e3779b97f4a7c15 // a shared hash
+		}
+		return uint64(i) * 0xbf58476d1ce4e5b9
+	}
+	type held struct {
+		h uint64
+		e *entry
+	}
+	var stable []held
+	sh.mu.Lock()
+	for i := range 40 {
+		e := newEntry(ratelimit.Key{Namespace: "s", ID: strconv.Itoa(i)})
+		e.setState([]byte{byte(i)}, false)
+		e.expires = math.MaxInt64
+		sh.add(hashOf(i), e)
+		stable = append(stable, held{hashOf(i), e})
+	}
+	sh.mu.Unlock()
+
+	rounds := 12
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer done.Store(true)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for range rounds {
+			var added []held
+			for i := range 1 + rng.IntN(1500) {
+				sh.mu.Lock()
+				e := newEntry(ratelimit.Key{Namespace: "c", ID: strconv.Itoa(i)})
+				e.setState([]byte{1}, false)
+				h := hashOf(rng.IntN(1 << 20))
+				sh.add(h, e)
+				sh.mu.Unlock()
+				added = append(added, held{h, e})
+			}
+			rng.Shuffle(len(added), func(i, j int) { added[i], added[j] = added[j], added[i] })
+			for _, a := range added {
+				sh.mu.Lock()
+				sh.remove(a.h, a.e)
+				sh.index.shrink(sh.n)
+				sh.mu.Unlock()
+			}
+		}
+	}()
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			absent := ratelimit.Key{Namespace: "s", ID: "absent"}
+			for n := 0; !done.Load(); n++ {
+				w := stable[(n+r)%len(stable)]
+				if got := sh.find(w.h, w.e.key); got != w.e {
+					t.Errorf("find(%v) = %p during churn, want its entry %p", w.e.key, got, w.e)
+					return
+				}
+				if got := sh.find(w.h, absent); got != nil {
+					t.Errorf("find(%v) = %p, want nil", absent, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
