@@ -154,8 +154,16 @@ const nowSlack = 1000
 
 // observe records, for a decision made without the shard's lock, its
 // request time now and the entry's expiry exp, keeping the shard's now
-// (to within nowSlack) and earliest. It writes only when they change.
+// (to within nowSlack) and earliest. It only reads them unless they
+// change, which is rare.
 func (sh *shard) observe(now, exp int64) {
+	if now > sh.now.Load()+nowSlack || exp < sh.earliest.Load() {
+		sh.record(now, exp)
+	}
+}
+
+// record is observe when the shard's now or earliest changes.
+func (sh *shard) record(now, exp int64) {
 	for {
 		cur := sh.now.Load()
 		if now <= cur+nowSlack || sh.now.CompareAndSwap(cur, now) {
@@ -459,7 +467,7 @@ func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg algorit
 		e.mu.Lock()
 		return s.decideEntry(sh, e, key, alg, req)
 	}
-	next, ttl, d, err := alg.DecideTo(nil, req)
+	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := alg.DecideTo(nil, req)
 	if err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
@@ -468,7 +476,7 @@ func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg algorit
 			return false, 0, 0, 0, 0, 0, err
 		}
 	}
-	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+	return allowed, limit, remaining, retryAfter, resetAfter, delay, nil
 }
 
 // decideEntry decides on e, key's entry, which the caller has locked and
@@ -480,7 +488,7 @@ func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg algorith
 	if e.expires > req.Now {
 		cur = e.state
 	}
-	next, ttl, d, err := alg.DecideTo(cur, req)
+	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := alg.DecideTo(cur, req)
 	if err != nil {
 		e.mu.Unlock()
 		return false, 0, 0, 0, 0, 0, err
@@ -491,14 +499,18 @@ func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg algorith
 			e.mu.Unlock()
 			return false, 0, 0, 0, 0, 0, ttlError(key, ttl)
 		}
-		// next is cur's memory, or new when cur is nil.
-		e.setState(next, cur != nil)
+		// next is cur's memory, written in place, or new when cur is nil.
+		if cur != nil && cap(next) <= maxScratch {
+			e.state = next
+		} else {
+			e.setState(next, cur != nil)
+		}
 		exp = req.Now + ttl
 		e.expires = exp
 	}
 	e.mu.Unlock()
 	sh.observe(req.Now, exp)
-	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+	return allowed, limit, remaining, retryAfter, resetAfter, delay, nil
 }
 
 // ttlError is the error for a state written with a TTL that is not
