@@ -253,17 +253,22 @@ const minSlots = 16
 // entry takes 112 bytes (its size class), and is never copied (key.ID may
 // point into it).
 //
-// mu guards expires and state; key and id are written before the entry is
-// published in the index, and never after.
+// mu guards state and expires; key and id are written before the entry is
+// published in the index, and never after. The fields a decision writes
+// come last, 56 bytes after the mutex, which a core waiting for it reads
+// over and over: in three of the four places an entry can start within a
+// cache line they are on another line than the mutex, and in the fourth
+// only the state's pointer, which a decision on a held key rewrites with
+// the same value only when its length changes, shares the mutex's line.
 type entry struct {
-	mu      sync.Mutex
-	expires int64 // microseconds since the epoch
+	mu  sync.Mutex
+	key ratelimit.Key
+	id  [inlineID]byte
 	// state is the key's state: never nil while the entry is in its
 	// shard's index, and nil once it is removed (see removed).
-	state  []byte
-	inline [inlineState]byte
-	key    ratelimit.Key
-	id     [inlineID]byte
+	state   []byte
+	inline  [inlineState]byte
+	expires int64 // microseconds since the epoch
 }
 
 // removed reports whether e has been taken out of its shard's index, so
@@ -501,7 +506,10 @@ func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg algorith
 		}
 		// next is cur's memory, written in place, or new when cur is nil.
 		if cur != nil && cap(next) <= maxScratch {
-			e.state = next
+			// Unchanged, the slice is not written again: see entry.
+			if len(next) != len(cur) || unsafe.SliceData(next) != unsafe.SliceData(cur) {
+				e.state = next
+			}
 		} else {
 			e.setState(next, cur != nil)
 		}
