@@ -151,10 +151,14 @@ type InPlaceDecider interface {
 }
 
 // ToDecider is implemented by the built-in algorithms whose state is a few
-// integers (all but the sliding log): Decide with the decision written to
-// d, and the Step's Next and TTL returned, so that a store deciding in
-// process (the memory store) copies no Step. The algorithm writes every
-// field of d, and sets Parts to nil.
+// integers (all but the sliding log): Decide with the Step's Next and TTL
+// and the Decision's fields returned as separate results, so that a store
+// deciding in process (the memory store) copies no Step and needs no memory
+// of its own to receive the decision (a pointer passed through an interface
+// would be moved to the heap), and the results travel in registers (a
+// returned Decision would be copied through memory, twice, in moves wider
+// than the writes that made it, which stall). The Decision's Parts would
+// be nil.
 //
 // DecideTo makes InPlaceDecider's promises: it writes into state's memory
 // only when it returns a nil error and a non-nil next (a denied request, a
@@ -163,7 +167,7 @@ type InPlaceDecider interface {
 // store can decide on the state where it keeps it.
 type ToDecider interface {
 	Algorithm
-	DecideTo(state []byte, req Request, d *Decision) (next []byte, ttl int64, err error)
+	DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
 // Params checks shared by the constructors.
@@ -223,26 +227,21 @@ func decodeFields(state []byte, dst []int64) error {
 // decideBy is Decide for an algorithm whose DecideTo does the work: the
 // Step is DecideTo's decision, next state and TTL.
 func decideBy(a ToDecider, state []byte, req Request) (Step, error) {
-	var st Step
-	next, ttl, err := a.DecideTo(state, req, &st.Decision)
+	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := a.DecideTo(state, req)
 	if err != nil {
 		return Step{}, err
 	}
-	st.Next, st.TTL = next, ttl
-	return st, nil
+	return Step{
+		Decision: Decision{Allowed: allowed, Limit: limit, Remaining: remaining, RetryAfter: retryAfter, ResetAfter: resetAfter, Delay: delay},
+		Next:     next,
+		TTL:      ttl,
+	}, nil
 }
 
-// answer writes a decide core's answer r to d, field by field, and returns
-// the next state and its TTL: the state's fields encoded into buf's memory
-// when ttl is positive, and no state when it is zero.
-//
-// Field by field, because r was just written that way: a whole-struct copy
-// reads it back in wider moves, which stall waiting for the narrower
-// writes to land.
-func answer(d, r *Decision, buf []byte, ttl int64, fields ...int64) ([]byte, int64) {
-	d.Allowed, d.Limit, d.Remaining = r.Allowed, r.Limit, r.Remaining
-	d.RetryAfter, d.ResetAfter, d.Delay = r.RetryAfter, r.ResetAfter, r.Delay
-	d.Parts = nil
+// encodeState returns a decide core's next state and its TTL: the state's
+// fields encoded into buf's memory when ttl is positive, and no state when
+// it is zero.
+func encodeState(buf []byte, ttl int64, fields ...int64) ([]byte, int64) {
 	if ttl <= 0 {
 		return nil, 0
 	}

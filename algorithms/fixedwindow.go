@@ -51,18 +51,18 @@ func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
 }
 
 // DecideTo implements ToDecider.
-func (a *fixedWindow) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
+func (a *fixedWindow) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s fixedWindowState
 	if state != nil {
 		var f [2]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return nil, 0, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		s = fixedWindowState{start: f[0], count: f[1]}
 	}
-	r, ttl := a.decide(&s, state != nil, req)
-	next, ttl := answer(d, &r, state, ttl, s.start, s.count)
-	return next, ttl, nil
+	r, ttl0 := a.decide(&s, state != nil, req)
+	next, ttl = encodeState(state, ttl0, s.start, s.count)
+	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the fixed window's transition, in the subset the server-side

@@ -129,17 +129,16 @@ func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
 }
 
 // DecideTo implements ToDecider.
-func (a *tokenBucket) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
+func (a *tokenBucket) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s bucketState
 	if state != nil {
-		var err error
 		if s, err = decodeBucket("token bucket", state); err != nil {
-			return nil, 0, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 	}
-	r, ttl := a.decide(&s, state != nil, req)
-	next, ttl := answer(d, &r, state, ttl, s.level, s.last, s.unit)
-	return next, ttl, nil
+	r, ttl0 := a.decide(&s, state != nil, req)
+	next, ttl = encodeState(state, ttl0, s.level, s.last, s.unit)
+	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the token bucket's transition, in the subset the server-side
@@ -208,17 +207,16 @@ func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
 }
 
 // DecideTo implements ToDecider.
-func (a *leakyBucket) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
+func (a *leakyBucket) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s bucketState
 	if state != nil {
-		var err error
 		if s, err = decodeBucket("leaky bucket", state); err != nil {
-			return nil, 0, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 	}
-	r, ttl := a.decide(&s, state != nil, req)
-	next, ttl := answer(d, &r, state, ttl, s.level, s.last, s.unit)
-	return next, ttl, nil
+	r, ttl0 := a.decide(&s, state != nil, req)
+	next, ttl = encodeState(state, ttl0, s.level, s.last, s.unit)
+	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the leaky bucket's transition, in the subset the server-side
@@ -295,21 +293,21 @@ func (a *gcra) Decide(state []byte, req Request) (Step, error) {
 }
 
 // DecideTo implements ToDecider.
-func (a *gcra) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
+func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s gcraState
 	if state != nil {
 		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return nil, 0, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		s = gcraState{tat: f[0], frac: f[1], drip: f[2]}
 		if !s.valid() {
-			return nil, 0, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
+			return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
 		}
 	}
-	r, ttl := a.decide(&s, state != nil, req)
-	next, ttl := answer(d, &r, state, ttl, s.tat, s.frac, s.drip)
-	return next, ttl, nil
+	r, ttl0 := a.decide(&s, state != nil, req)
+	next, ttl = encodeState(state, ttl0, s.tat, s.frac, s.drip)
+	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is GCRA's transition, in the subset the server-side forms are

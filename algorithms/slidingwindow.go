@@ -87,18 +87,18 @@ func (a *slidingWindow) Decide(state []byte, req Request) (Step, error) {
 }
 
 // DecideTo implements ToDecider.
-func (a *slidingWindow) DecideTo(state []byte, req Request, d *Decision) ([]byte, int64, error) {
+func (a *slidingWindow) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s slidingWindowState
 	if state != nil {
 		var f [3]int64
 		if err := decodeFields(state, f[:]); err != nil {
-			return nil, 0, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		s = slidingWindowState{start: f[0], curr: f[1], prev: f[2]}
 	}
-	r, ttl := a.decide(&s, state != nil, req)
-	next, ttl := answer(d, &r, state, ttl, s.start, s.curr, s.prev)
-	return next, ttl, nil
+	r, ttl0 := a.decide(&s, state != nil, req)
+	next, ttl = encodeState(state, ttl0, s.start, s.curr, s.prev)
+	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the sliding window's transition, in the subset the server-side

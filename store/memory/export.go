@@ -27,13 +27,18 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 		batch = batch[:0]
 		sh.mu.Lock()
 		sh.index.entries(func(_ uint64, e *entry) bool {
-			if e.expires > now && (namespace == "" || e.key.Namespace == namespace) {
+			if namespace != "" && e.key.Namespace != namespace {
+				return true
+			}
+			e.mu.Lock()
+			if e.expires > now {
 				batch = append(batch, ratelimit.Entry{
 					Key:     ratelimit.Key{Namespace: e.key.Namespace, ID: strings.Clone(e.key.ID)},
 					State:   append([]byte(nil), e.state...),
 					Expires: e.expires,
 				})
 			}
+			e.mu.Unlock()
 			return true
 		})
 		sh.mu.Unlock()

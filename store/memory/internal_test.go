@@ -1,8 +1,11 @@
 package memory
 
 import (
+	"math"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 
@@ -58,12 +61,12 @@ func TestHashCollisions(t *testing.T) {
 	check(0, 1, 2, 3)
 	sh.remove(h, sh.get(h, keys[1])) // from the middle of the chain
 	check(0, 2, 3)
-	sh.now = 10 // the first key's state expires
+	sh.now.Store(10) // the first key's state expires
 	if n := sh.reclaim(h); n != 1 {
 		t.Errorf("reclaim = %d, want 1", n)
 	}
 	check(2, 3)
-	sh.now = 30
+	sh.now.Store(30)
 	if n := s.Sweep(); n != 1 {
 		t.Errorf("Sweep = %d, want 1", n)
 	}
@@ -78,8 +81,8 @@ func TestHashCollisions(t *testing.T) {
 // TestEntryLayout checks the entry's size (what its doc says) and that a short ID is copied into the entry and a long one
 // into memory of its own, neither sharing the caller's bytes.
 func TestEntryLayout(t *testing.T) {
-	if got := unsafe.Sizeof(entry{}); got != 104 {
-		t.Errorf("an entry takes %d bytes, want 104", got)
+	if got := unsafe.Sizeof(entry{}); got != 112 {
+		t.Errorf("an entry takes %d bytes, want 112", got)
 	}
 	for _, id := range []string{"k", "0123456789abcdef", "0123456789abcdefg"} {
 		buf := []byte(id)
@@ -95,57 +98,65 @@ func TestEntryLayout(t *testing.T) {
 	}
 }
 
-// TestLastEntryForgotten checks that the entry a shard remembers from its
-// last lookup (shard.last) is forgotten when the entry is removed, reclaimed
-// or evicted, so that a lookup never returns a removed entry.
-func TestLastEntryForgotten(t *testing.T) {
+// TestRemovedEntryMarked checks that an entry removed, reclaimed or
+// evicted is marked removed (so that a decision which found it without the
+// shard's lock looks again) and is no longer found.
+func TestRemovedEntryMarked(t *testing.T) {
 	s := MustNew(WithMaxKeys(shardCount)) // one key per shard
 	sh := &s.shards[0]
 	k := ratelimit.Key{Namespace: "a:x", ID: "1"}
 	const h = 7
 	add := func(expires int64) *entry {
-		e := &entry{key: k, expires: expires}
+		e := newEntry(k)
+		e.setState([]byte{1}, false)
+		e.expires = expires
 		sh.add(h, e)
-		if got := sh.get(h, k); got != e || sh.last != e {
-			t.Fatalf("get = %p, last = %p, want the entry %p", got, sh.last, e)
+		if got := sh.find(h, k); got != e || e.removed() {
+			t.Fatalf("find = %p (removed %v), want the entry %p", got, e.removed(), e)
 		}
 		return e
+	}
+	gone := func(what string, e *entry) {
+		t.Helper()
+		if !e.removed() || sh.find(h, k) != nil {
+			t.Errorf("after %s: removed = %v, find = %p, want true, nil", what, e.removed(), sh.find(h, k))
+		}
 	}
 
 	e := add(100)
 	sh.remove(h, e)
-	if sh.last != nil || sh.get(h, k) != nil {
-		t.Errorf("after remove: last = %p, get = %p, want nil", sh.last, sh.get(h, k))
-	}
+	gone("remove", e)
 
-	add(100)
-	sh.now = 100
+	e = add(100)
+	sh.now.Store(100)
 	if n := sh.reclaim(h); n != 1 {
 		t.Fatalf("reclaim = %d, want 1", n)
 	}
-	if sh.last != nil || sh.get(h, k) != nil {
-		t.Errorf("after reclaim: last = %p, get = %p, want nil", sh.last, sh.get(h, k))
-	}
+	gone("reclaim", e)
 
-	sh.now = 0
-	add(1000)
+	sh.now.Store(0)
+	e = add(1000)
 	s.makeRoom(sh, "b:x") // the shard is full: k's entry is evicted
-	if sh.n != 0 || sh.last != nil || sh.get(h, k) != nil {
-		t.Errorf("after eviction: n = %d, last = %p, get = %p, want 0, nil, nil", sh.n, sh.last, sh.get(h, k))
+	if sh.n != 0 {
+		t.Errorf("after eviction: n = %d, want 0", sh.n)
 	}
+	gone("eviction", e)
 }
 
 // reclaim deletes the expired entries whose key hashes to h, and returns
 // how many it deleted. The caller holds sh.mu.
 func (sh *shard) reclaim(h uint64) int {
-	slots := sh.index.slots
+	slots := sh.index.slots()
 	if slots == nil {
 		return 0
 	}
 	mask := uint64(len(slots) - 1)
 	n := 0
-	for i := h & mask; slots[i].e != nil; i = (i + 1) & mask {
-		if slots[i].hash == h && sh.reclaimAt(i) {
+	for i := h & mask; slots[i].e.Load() != nil; i = (i + 1) & mask {
+		if slots[i].hash.Load() != h {
+			continue
+		}
+		if gone, _ := sh.reclaimAt(i); gone {
 			n++
 		}
 	}
@@ -188,10 +199,10 @@ func TestIndexAgainstMap(t *testing.T) {
 				delete(want, k)
 			}
 		case op < 9: // reclaim what has expired by a random time
-			sh.now = int64(rng.IntN(1000))
+			sh.now.Store(int64(rng.IntN(1000)))
 			n := sh.reclaim(h)
 			for k2, w := range want {
-				if w.h == h && w.e.expires <= sh.now {
+				if w.h == h && w.e.expires <= sh.now.Load() {
 					delete(want, k2)
 					n--
 				}
@@ -200,9 +211,9 @@ func TestIndexAgainstMap(t *testing.T) {
 				t.Fatalf("step %d: reclaim(%x) deleted %d more than expected", step, h, n)
 			}
 		default: // sample as makeRoom does
-			sh.now = int64(rng.IntN(1000))
+			sh.now.Store(int64(rng.IntN(1000)))
 			sh.index.entries(func(i uint64, e *entry) bool {
-				if sh.reclaimAt(i) {
+				if gone, _ := sh.reclaimAt(i); gone {
 					delete(want, e.key)
 				}
 				return rng.IntN(8) != 0
@@ -213,16 +224,18 @@ func TestIndexAgainstMap(t *testing.T) {
 		}
 		if step%1000 == 0 {
 			used, live := 0, 0
-			for _, sl := range sh.index.slots {
-				if sl.e != nil {
+			slots := sh.index.slots()
+			for i := range slots {
+				e := slots[i].e.Load()
+				if e != nil {
 					used++
 				}
-				if sl.e != nil && sl.e != tombstone {
+				if e != nil && e != tombstone {
 					live++
 				}
 			}
-			if used != sh.index.used || live != sh.n || 8*used > 7*len(sh.index.slots) {
-				t.Fatalf("step %d: %d slots used (%d counted), %d live (n %d), of %d", step, used, sh.index.used, live, sh.n, len(sh.index.slots))
+			if used != sh.index.used || live != sh.n || 8*used > 7*len(slots) {
+				t.Fatalf("step %d: %d slots used (%d counted), %d live (n %d), of %d", step, used, sh.index.used, live, sh.n, len(slots))
 			}
 		}
 	}
@@ -273,12 +286,12 @@ func TestIndexShrinks(t *testing.T) {
 		}
 		sh.add(s.hash(k), &entry{key: k, expires: expires})
 	}
-	grown := len(sh.index.slots)
-	sh.now = 100
+	grown := len(sh.index.slots())
+	sh.now.Store(100)
 	if n := s.Sweep(); n != 9_990 {
 		t.Fatalf("Sweep = %d, want 9990", n)
 	}
-	if got := len(sh.index.slots); got*8 > grown || got > 64 {
+	if got := len(sh.index.slots()); got*8 > grown || got > 64 {
 		t.Errorf("index of %d slots for 10 keys, after %d for 10,000", got, grown)
 	}
 	for i := range 10 {
@@ -287,4 +300,83 @@ func TestIndexShrinks(t *testing.T) {
 			t.Errorf("key %d lost by the rebuild", i)
 		}
 	}
+}
+
+// TestFindDuringChurn looks keys up without the shard's mutex (find), as a
+// decision does, while another goroutine adds and removes other keys in the
+// same shard under the mutex, through rehashes, shrinks and tombstones: a
+// key held throughout is always found, as its own entry, and a key never
+// added never is. Many of the keys share a few hashes, so that the churn
+// runs through the held keys' probe chains.
+func TestFindDuringChurn(t *testing.T) {
+	s := MustNew()
+	sh := &s.shards[0]
+	hashOf := func(i int) uint64 {
+		if i%2 == 0 {
+			return uint64(i%8) * 0x9e3779b97f4a7c15 // a shared hash
+		}
+		return uint64(i) * 0xbf58476d1ce4e5b9
+	}
+	type held struct {
+		h uint64
+		e *entry
+	}
+	var stable []held
+	sh.mu.Lock()
+	for i := range 40 {
+		e := newEntry(ratelimit.Key{Namespace: "s", ID: strconv.Itoa(i)})
+		e.setState([]byte{byte(i)}, false)
+		e.expires = math.MaxInt64
+		sh.add(hashOf(i), e)
+		stable = append(stable, held{hashOf(i), e})
+	}
+	sh.mu.Unlock()
+
+	rounds := 12
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer done.Store(true)
+		rng := rand.New(rand.NewPCG(5, 6))
+		for range rounds {
+			var added []held
+			for i := range 1 + rng.IntN(1500) {
+				sh.mu.Lock()
+				e := newEntry(ratelimit.Key{Namespace: "c", ID: strconv.Itoa(i)})
+				e.setState([]byte{1}, false)
+				h := hashOf(rng.IntN(1 << 20))
+				sh.add(h, e)
+				sh.mu.Unlock()
+				added = append(added, held{h, e})
+			}
+			rng.Shuffle(len(added), func(i, j int) { added[i], added[j] = added[j], added[i] })
+			for _, a := range added {
+				sh.mu.Lock()
+				sh.remove(a.h, a.e)
+				sh.index.shrink(sh.n)
+				sh.mu.Unlock()
+			}
+		}
+	}()
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			absent := ratelimit.Key{Namespace: "s", ID: "absent"}
+			for n := 0; !done.Load(); n++ {
+				w := stable[(n+r)%len(stable)]
+				if got := sh.find(w.h, w.e.key); got != w.e {
+					t.Errorf("find(%v) = %p during churn, want its entry %p", w.e.key, got, w.e)
+					return
+				}
+				if got := sh.find(w.h, absent); got != nil {
+					t.Errorf("find(%v) = %p, want nil", absent, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }

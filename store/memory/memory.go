@@ -1,8 +1,11 @@
 // Package memory is the in-process store: the embedded default, and the
 // reference every other store is held to.
 //
-// It runs every algorithm, built-in or not, in Go under a per-shard mutex,
-// with no allocation per decision on a key it already holds. Its memory is
+// It runs every algorithm, built-in or not, in Go under the key's own
+// mutex, with no allocation per decision on a key it already holds. A
+// built-in algorithm's decision on a key the store holds finds the key
+// without a lock (shards publish their index for lock-free reads), so
+// decisions on different keys share no memory they write. Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts live state when reached, from the limiter that
 // inserts (or the one that holds the most), never from a limiter holding
@@ -26,6 +29,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -102,43 +106,100 @@ type Store struct {
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
-// fields take 208 bytes; the padding gives each shard 256, so no two
+// mutex guards the shard's fields and the set of entries (adding and
+// removing them); each entry's own mutex guards its state and expiry. The
+// shard's index is published for lookups that take no lock (find): a
+// decision on a key the shard holds takes only the entry's mutex, and
+// reads the shard's fields without writing them, so decisions on
+// different keys share no cache line that either writes.
+//
+// Lock order: a shard's mutex, then an entry's. Removing an entry takes
+// both and marks it removed (entry.removed), so that a decision which
+// found it without the shard's lock, and locked it after, sees that and
+// starts again under the shard's lock.
+//
+// Its fields take 104 bytes; the padding gives each shard 256, so no two
 // shards' fields share a cache line (or an adjacent-line prefetch pair)
 // whatever the Store's alignment.
 type shard struct {
 	mu sync.Mutex
 	// index holds the entries by the hash of their key (see slot).
 	index index
-	// n is the number of entries.
+	// n is the number of entries. Guarded by mu.
 	n int
 	// spaces counts the entries of each namespace (limiter), for
-	// eviction: see WithMaxKeys.
+	// eviction: see WithMaxKeys. Guarded by mu.
 	spaces map[string]int
-	// now is the latest request time this shard has seen; sweeping and
-	// eviction judge expiry by it.
-	now int64
+	// now is the latest request time this shard has seen, to within
+	// nowSlack (a decision without the shard's lock writes it only when
+	// it has moved on by more); sweeping and eviction judge expiry by it.
+	now atomic.Int64
 	// earliest is a lower bound on the entries' expiries: while now is
 	// before it, nothing has expired and insertions skip reclaiming.
-	earliest int64
+	earliest atomic.Int64
 	// buf, for inline states, and scratch, for larger ones, receive a
 	// copy of the state being decided, so that an algorithm writing into
-	// it leaves the entry untouched until put.
+	// it leaves the entry untouched until put. Guarded by mu.
 	buf     [inlineState]byte
 	scratch []byte
-	// decision receives an algorithms.ToDecider's decision (DecideTo).
-	decision algorithms.Decision
-	// last is the entry get found last, whose key hashes to lastHash, or
-	// nil: a hot key skips the map. Removing the entry clears it.
-	last     *entry
-	lastHash uint64
-	_        [48]byte
+	_       [152]byte
+}
+
+// nowSlack is how far, in microseconds, a shard's now may lag the latest
+// request time a decision without the shard's lock has seen: such a
+// decision writes now only when it has moved on by more, so that the
+// shard's cache line is written about once a millisecond, not on every
+// decision. Insertions, deletions and updates keep it exact.
+const nowSlack = 1000
+
+// observe records, for a decision made without the shard's lock, its
+// request time now and the entry's expiry exp, keeping the shard's now
+// (to within nowSlack) and earliest. It only reads them unless they
+// change, which is rare.
+func (sh *shard) observe(now, exp int64) {
+	if now > sh.now.Load()+nowSlack || exp < sh.earliest.Load() {
+		sh.record(now, exp)
+	}
+}
+
+// record is observe when the shard's now or earliest changes.
+func (sh *shard) record(now, exp int64) {
+	for {
+		cur := sh.now.Load()
+		if now <= cur+nowSlack || sh.now.CompareAndSwap(cur, now) {
+			break
+		}
+	}
+	sh.lower(exp)
+}
+
+// advance raises the shard's now to at least now.
+func (sh *shard) advance(now int64) {
+	for {
+		cur := sh.now.Load()
+		if now <= cur || sh.now.CompareAndSwap(cur, now) {
+			return
+		}
+	}
+}
+
+// lower lowers the shard's earliest to at most exp.
+func (sh *shard) lower(exp int64) {
+	for {
+		cur := sh.earliest.Load()
+		if exp >= cur || sh.earliest.CompareAndSwap(cur, exp) {
+			return
+		}
+	}
 }
 
 // A slot is one place in a shard's index: an entry and its key's hash, or
-// nothing (e nil), or a removed entry's place (e is tombstone).
+// nothing (e nil), or a removed entry's place (e is tombstone). Both
+// fields are written under the shard's mutex and read with atomics by
+// lookups that take no lock (find).
 type slot struct {
-	hash uint64
-	e    *entry
+	hash atomic.Uint64
+	e    atomic.Pointer[entry]
 }
 
 // tombstone marks a slot whose entry was removed, so that a lookup probes
@@ -157,9 +218,29 @@ var tombstone = new(entry)
 // slot (hash and entry side by side, four to a cache line) and then the
 // entry, where the map hashed the hash again and read a control word, a
 // slot and then the entry, each likely a cache miss.
+//
+// Its table is published through an atomic pointer, for lookups that take
+// no lock: a rehash builds a new table and publishes it whole, and a
+// lookup that still reads the old one finds at worst an entry since
+// removed (which it sees marked) or nothing, and then looks again under
+// the shard's mutex.
 type index struct {
-	slots []slot // a power of two long, or nil
-	used  int    // slots holding an entry or a tombstone
+	t    atomic.Pointer[table] // nil until the first key
+	used int                   // slots holding an entry or a tombstone
+}
+
+// A table is an index's slots, a power of two of them.
+type table struct {
+	slots []slot
+}
+
+// slots returns the index's slots, nil before the first key. The caller
+// holds the shard's mutex.
+func (x *index) slots() []slot {
+	if t := x.t.Load(); t != nil {
+		return t.slots
+	}
+	return nil
 }
 
 // minSlots is the size of a shard's index when its first key arrives.
@@ -169,14 +250,38 @@ const minSlots = 16
 // the entry itself, so a decision on a held key allocates nothing; so do
 // IDs of up to inlineID bytes, so that finding a key among many reads one
 // object, not the entry and then its ID's bytes elsewhere in memory. An
-// entry takes 104 bytes (the 112-byte size class), and is never copied
-// (key.ID may point into it).
+// entry takes 112 bytes (its size class), and is never copied (key.ID may
+// point into it).
+//
+// mu guards state and expires; key and id are written before the entry is
+// published in the index, and never after. The fields a decision writes
+// come last, 56 bytes after the mutex, which a core waiting for it reads
+// over and over: in three of the four places an entry can start within a
+// cache line they are on another line than the mutex, and in the fourth
+// only the state's pointer, which a decision on a held key rewrites with
+// the same value only when its length changes, shares the mutex's line.
 type entry struct {
-	expires int64 // microseconds since the epoch
+	mu  sync.Mutex
+	key ratelimit.Key
+	id  [inlineID]byte
+	// state is the key's state: never nil while the entry is in its
+	// shard's index, and nil once it is removed (see removed).
 	state   []byte
 	inline  [inlineState]byte
-	key     ratelimit.Key
-	id      [inlineID]byte
+	expires int64 // microseconds since the epoch
+}
+
+// removed reports whether e has been taken out of its shard's index, so
+// that a decision which found it without the shard's mutex must look
+// again. The caller holds e.mu.
+func (e *entry) removed() bool { return e.state == nil }
+
+// kill marks e removed and drops its state. The caller holds the shard's
+// mutex, and removes e from the index.
+func (e *entry) kill() {
+	e.mu.Lock()
+	e.state = nil
+	e.mu.Unlock()
 }
 
 // newEntry returns an entry for key holding its own copy of key.ID.
@@ -202,7 +307,7 @@ func New(opts ...Option) (*Store, error) {
 	}
 	for i := range s.shards {
 		s.shards[i].spaces = make(map[string]int)
-		s.shards[i].earliest = math.MaxInt64
+		s.shards[i].earliest.Store(math.MaxInt64)
 	}
 	return s, nil
 }
@@ -273,7 +378,7 @@ func (s *Store) lock(k ratelimit.Key) (uint64, *shard) {
 }
 
 // Decide implements ratelimit.Decider for every algorithm: it runs the Go
-// form under the key's shard lock.
+// form under the key's lock.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	if td, ok := alg.(algorithms.ToDecider); ok {
 		var d algorithms.Decision
@@ -284,10 +389,16 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, err
 	}
+	// Other algorithms decide under the shard's mutex too: the copy of
+	// the state they decide on is the shard's (copyState).
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
-	sh.now = max(sh.now, req.Now)
+	sh.advance(req.Now)
 	e := sh.get(h, key)
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+	}
 	var (
 		cur  []byte
 		step algorithms.Step
@@ -332,41 +443,88 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // algorithm's Step are copied through memory, a noticeable part of a
 // decision made in process. The Decision's Parts, which only a composite
 // sets, is always nil for a ToDecider.
+//
+// On a key the store holds, it takes no lock but the key's own.
 func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
-	return s.decideTo(key, alg, req)
-}
-
-// decideTo is DecideTo once ctx is checked.
-func (s *Store) decideTo(key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	h := s.hash(key)
 	sh := &s.shards[h>>(64-shardBits)]
+	if e := sh.find(h, key); e != nil {
+		e.mu.Lock()
+		if !e.removed() {
+			return s.decideEntry(sh, e, key, alg, req)
+		}
+		// Removed since find saw it: look again under the shard's lock.
+		e.mu.Unlock()
+	}
+	return s.decideLocked(h, sh, key, alg, req)
+}
+
+// decideLocked is DecideTo under the shard's mutex, for a key that find
+// did not see: a new key, or one just removed or moved by a rehash.
+func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	sh.now = max(sh.now, req.Now)
-	e := sh.get(h, key)
-	// The state is decided where it is stored, not copied first (a
-	// ToDecider writes into it only when it returns a next state), and
-	// the decision is written to the shard (locked, and on the heap), not
-	// to this frame, which the interface call would move to the heap.
-	var cur []byte
-	if e != nil && e.expires > req.Now {
-		cur = e.state
+	sh.advance(req.Now)
+	if e := sh.get(h, key); e != nil {
+		e.mu.Lock()
+		return s.decideEntry(sh, e, key, alg, req)
 	}
-	d := &sh.decision
-	next, ttl, err := alg.DecideTo(cur, req, d)
+	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := alg.DecideTo(nil, req)
 	if err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
 	if next != nil && !req.Peek {
-		// next is cur's memory, or new when cur is nil.
-		if err := s.put(sh, h, key, e, next, req.Now, ttl, cur != nil); err != nil {
+		if err := s.put(sh, h, key, nil, next, req.Now, ttl, false); err != nil {
 			return false, 0, 0, 0, 0, 0, err
 		}
 	}
-	return d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
+	return allowed, limit, remaining, retryAfter, resetAfter, delay, nil
+}
+
+// decideEntry decides on e, key's entry, which the caller has locked and
+// found not removed, and unlocks it. The state is decided where it is
+// stored, not copied first: a ToDecider writes into it only when it
+// returns a next state.
+func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+	var cur []byte
+	if e.expires > req.Now {
+		cur = e.state
+	}
+	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := alg.DecideTo(cur, req)
+	if err != nil {
+		e.mu.Unlock()
+		return false, 0, 0, 0, 0, 0, err
+	}
+	exp := int64(math.MaxInt64)
+	if next != nil && !req.Peek {
+		if ttl <= 0 {
+			e.mu.Unlock()
+			return false, 0, 0, 0, 0, 0, ttlError(key, ttl)
+		}
+		// next is cur's memory, written in place, or new when cur is nil.
+		if cur != nil && cap(next) <= maxScratch {
+			// Unchanged, the slice is not written again: see entry.
+			if len(next) != len(cur) || unsafe.SliceData(next) != unsafe.SliceData(cur) {
+				e.state = next
+			}
+		} else {
+			e.setState(next, cur != nil)
+		}
+		exp = req.Now + ttl
+		e.expires = exp
+	}
+	e.mu.Unlock()
+	sh.observe(req.Now, exp)
+	return allowed, limit, remaining, retryAfter, resetAfter, delay, nil
+}
+
+// ttlError is the error for a state written with a TTL that is not
+// positive.
+func ttlError(key ratelimit.Key, ttl int64) error {
+	return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
 }
 
 // Update implements ratelimit.Store.
@@ -376,8 +534,13 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	}
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
-	e, cur := sh.current(h, key, now)
-	next, ttl, err := fn(cur, now)
+	sh.advance(now)
+	e := sh.get(h, key)
+	if e != nil {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+	}
+	next, ttl, err := fn(sh.copyState(e, now), now)
 	if err != nil || next == nil {
 		return err
 	}
@@ -397,17 +560,9 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 	return nil
 }
 
-// current returns key's entry (nil when there is none) and a copy of its
-// state for an algorithm to decide on: nil when there is none or it has
-// expired by now. The caller holds sh.mu.
-func (sh *shard) current(h uint64, key ratelimit.Key, now int64) (*entry, []byte) {
-	sh.now = max(sh.now, now)
-	e := sh.get(h, key)
-	return e, sh.copyState(e, now)
-}
-
 // copyState returns a copy of e's state for an algorithm to decide on: nil
-// when e is nil or its state has expired by now. The caller holds sh.mu.
+// when e is nil or its state has expired by now. The caller holds sh.mu,
+// and e.mu when e is not nil.
 func (sh *shard) copyState(e *entry, now int64) []byte {
 	if e == nil || e.expires <= now {
 		return nil
@@ -426,119 +581,151 @@ func (sh *shard) copyState(e *entry, now int64) []byte {
 
 // put stores next as key's state until now+ttl; e is key's entry or nil.
 // It stores a copy, unless owned says next is the store's to keep (what an
-// algorithms.InPlaceDecider returns). The caller holds sh.mu.
+// algorithms.InPlaceDecider returns). The caller holds sh.mu, and e.mu when
+// e is not nil; a new entry is complete before it is published.
 func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64, owned bool) error {
 	if ttl <= 0 {
-		return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
+		return ttlError(key, ttl)
 	}
+	exp := now + ttl
 	if e == nil {
 		s.makeRoom(sh, key.Namespace)
 		e = newEntry(key)
+		e.setState(next, owned)
+		e.expires = exp
 		sh.add(h, e)
+	} else {
+		e.setState(next, owned)
+		e.expires = exp
 	}
+	sh.lower(exp)
+	return nil
+}
+
+// setState stores next as e's state: a copy, unless owned says next is the
+// store's to keep. The state it leaves is never nil (see entry.removed).
+// The caller holds e.mu, or has not published e yet.
+func (e *entry) setState(next []byte, owned bool) {
 	switch {
 	case owned && cap(next) > maxScratch && cap(next) > 4*len(next):
 		// The state has shrunk a lot (a sliding log emptying): let the
 		// large buffer go.
-		e.state = append([]byte(nil), next...)
+		e.state = clone(next)
 	case owned:
 		e.state = next
 	case len(next) == inlineState: // most built-in algorithms
 		e.inline = [inlineState]byte(next)
 		e.state = e.inline[:]
-	case len(next) < inlineState:
+	case len(next) <= inlineState:
 		e.state = e.inline[:copy(e.inline[:], next)]
 	case cap(e.state) > 4*len(next):
 		// The state has shrunk a lot (a sliding log emptying): let the
 		// large buffer go.
-		e.state = append([]byte(nil), next...)
+		e.state = clone(next)
 	default:
 		e.state = append(e.state[:0], next...)
 	}
-	e.expires = now + ttl
-	sh.earliest = min(sh.earliest, e.expires)
+}
+
+// clone returns a copy of b in memory of its own, never nil.
+func clone(b []byte) []byte {
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// find returns key's entry, or nil, without the shard's mutex: it reads
+// the published index with atomics. Without the mutex it may miss an
+// entry being added or moved, and may return one being removed (which the
+// caller sees marked, under the entry's mutex); with the mutex its answer
+// is exact.
+func (sh *shard) find(h uint64, key ratelimit.Key) *entry {
+	t := sh.index.t.Load()
+	if t == nil {
+		return nil
+	}
+	slots := t.slots
+	mask := uint64(len(slots) - 1)
+	// The bound ends the probe when adds and removals racing with it
+	// leave it no empty slot to stop at.
+	for i, n := h&mask, len(slots); n > 0; i, n = (i+1)&mask, n-1 {
+		sl := &slots[i]
+		e := sl.e.Load()
+		if e == nil {
+			return nil
+		}
+		if sl.hash.Load() == h && e.key == key {
+			return e
+		}
+	}
 	return nil
 }
 
 // get returns key's entry, or nil. The caller holds sh.mu.
 func (sh *shard) get(h uint64, key ratelimit.Key) *entry {
-	if e := sh.last; sh.lastHash == h && e != nil && e.key == key {
-		return e
-	}
-	slots := sh.index.slots
-	if slots == nil {
-		return nil
-	}
-	mask := uint64(len(slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
-		sl := &slots[i]
-		if sl.e == nil {
-			return nil
-		}
-		if sl.hash == h && sl.e.key == key {
-			sh.last, sh.lastHash = sl.e, h
-			return sl.e
-		}
-	}
+	return sh.find(h, key)
 }
 
-// forgetLast clears sh.last when it is e, which is being removed. The
+// add inserts e, whose key hashes to h and is not in the shard, and
+// publishes it to lookups without the mutex: e must be complete. The
 // caller holds sh.mu.
-func (sh *shard) forgetLast(e *entry) {
-	if sh.last == e {
-		sh.last = nil
-	}
-}
-
-// add inserts e, whose key hashes to h and is not in the shard. The caller
-// holds sh.mu.
 func (sh *shard) add(h uint64, e *entry) {
 	x := &sh.index
-	if 8*(x.used+1) > 7*len(x.slots) {
+	if 8*(x.used+1) > 7*len(x.slots()) {
 		x.rehash(sh.n + 1)
 	}
-	mask := uint64(len(x.slots) - 1)
+	slots := x.slots()
+	mask := uint64(len(slots) - 1)
 	i := h & mask
-	for x.slots[i].e != nil && x.slots[i].e != tombstone {
+	for {
+		if old := slots[i].e.Load(); old == nil || old == tombstone {
+			break
+		}
 		i = (i + 1) & mask
 	}
-	if x.slots[i].e == nil {
+	if slots[i].e.Load() == nil {
 		x.used++
 	}
-	x.slots[i] = slot{hash: h, e: e}
+	// The hash first: a lookup that sees e sees its hash.
+	slots[i].hash.Store(h)
+	slots[i].e.Store(e)
 	sh.n++
 	sh.spaces[e.key.Namespace]++
 }
 
 // rehash moves the index's entries into a new table, dropping its
 // tombstones: the smallest that n entries fill to at most 13/16, so that
-// at least a sixteenth of it is left before the next rehash.
+// at least a sixteenth of it is left before the next rehash. The new table
+// is published once complete.
 func (x *index) rehash(n int) {
 	size := minSlots
 	for 16*n > 13*size {
 		size *= 2
 	}
-	old := x.slots
-	x.slots, x.used = make([]slot, size), 0
+	old := x.slots()
+	slots, used := make([]slot, size), 0
 	mask := uint64(size - 1)
-	for _, sl := range old {
-		if sl.e == nil || sl.e == tombstone {
+	for k := range old {
+		e := old[k].e.Load()
+		if e == nil || e == tombstone {
 			continue
 		}
-		i := sl.hash & mask
-		for x.slots[i].e != nil {
+		h := old[k].hash.Load()
+		i := h & mask
+		for slots[i].e.Load() != nil {
 			i = (i + 1) & mask
 		}
-		x.slots[i] = sl
-		x.used++
+		slots[i].hash.Store(h)
+		slots[i].e.Store(e)
+		used++
 	}
+	x.used = used
+	x.t.Store(&table{slots: slots})
 }
 
 // shrink rebuilds the index smaller when its n entries fill less than an
 // eighth of it (most of its keys gone), so that sampling it for expired or
 // evictable entries, and sweeping it, do not walk a mostly empty table.
 func (x *index) shrink(n int) {
-	if len(x.slots) > minSlots && 8*n < len(x.slots) {
+	if l := len(x.slots()); l > minSlots && 8*n < l {
 		x.rehash(n)
 	}
 }
@@ -555,64 +742,93 @@ func (sh *shard) forget(e *entry) {
 
 // remove deletes e, whose key hashes to h. The caller holds sh.mu.
 func (sh *shard) remove(h uint64, e *entry) {
-	slots := sh.index.slots
+	slots := sh.index.slots()
 	mask := uint64(len(slots) - 1)
 	i := h & mask
-	for slots[i].e != e {
+	for slots[i].e.Load() != e {
 		i = (i + 1) & mask
 	}
 	sh.removeAt(i)
 }
 
-// removeAt deletes the entry in slot i. The slot becomes a tombstone, or
-// empty when the next slot is empty (no probe goes through it then), and
-// so do the tombstones before it. Slots after i keep their places, so an
-// iteration over the slots that removes what it finds sees every entry
-// once. The caller holds sh.mu.
+// removeAt deletes the entry in slot i, marking it removed first. The
+// caller holds sh.mu.
 func (sh *shard) removeAt(i uint64) {
+	sh.index.slots()[i].e.Load().kill()
+	sh.unlinkAt(i)
+}
+
+// unlinkAt takes the entry in slot i, already marked removed, out of the
+// index. The slot becomes a tombstone, or empty when the next slot is
+// empty (no probe goes through it then), and so do the tombstones before
+// it. Slots after i keep their places, so an iteration over the slots that
+// removes what it finds sees every entry once; and every other entry
+// stays reachable by a probe from its hash, so a lookup without the mutex
+// that runs meanwhile misses none of them. The caller holds sh.mu.
+func (sh *shard) unlinkAt(i uint64) {
 	x := &sh.index
-	e := x.slots[i].e
-	mask := uint64(len(x.slots) - 1)
-	if x.slots[(i+1)&mask].e != nil {
-		x.slots[i].e = tombstone
+	slots := x.slots()
+	e := slots[i].e.Load()
+	mask := uint64(len(slots) - 1)
+	if slots[(i+1)&mask].e.Load() != nil {
+		slots[i].e.Store(tombstone)
 	} else {
 		for {
-			x.slots[i] = slot{}
+			slots[i].e.Store(nil)
+			slots[i].hash.Store(0)
 			x.used--
 			i = (i - 1) & mask
-			if x.slots[i].e != tombstone {
+			if slots[i].e.Load() != tombstone {
 				break
 			}
 		}
 	}
 	sh.n--
 	sh.forget(e)
-	sh.forgetLast(e)
 }
 
 // reclaimAt deletes the entry in slot i when its state has expired by
-// sh.now, and reports whether it did. The caller holds sh.mu.
-func (sh *shard) reclaimAt(i uint64) bool {
-	e := sh.index.slots[i].e
-	if e == nil || e == tombstone || e.expires > sh.now {
-		return false
+// sh.now, and reports whether it did, with the entry's expiry when it did
+// not. Expiry is judged and the entry marked removed under the entry's
+// mutex, so a decision that renews the state meanwhile either comes first
+// (and the entry stays) or finds it removed (and starts afresh). The
+// caller holds sh.mu.
+func (sh *shard) reclaimAt(i uint64) (bool, int64) {
+	e := sh.index.slots()[i].e.Load()
+	if e == nil || e == tombstone {
+		return false, math.MaxInt64
 	}
-	sh.removeAt(i)
-	return true
+	e.mu.Lock()
+	if exp := e.expires; exp > sh.now.Load() {
+		e.mu.Unlock()
+		return false, exp
+	}
+	e.state = nil
+	e.mu.Unlock()
+	sh.unlinkAt(i)
+	return true, 0
+}
+
+// expiry returns e's expiry, read under its mutex.
+func (e *entry) expiry() int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.expires
 }
 
 // entries calls fn for each slot holding an entry, in slot order from a
 // random place, until fn returns false. fn may remove the entry it is
-// given (and no other).
+// given (and no other). The caller holds the shard's mutex.
 func (x *index) entries(fn func(i uint64, e *entry) bool) {
-	n := uint64(len(x.slots))
+	slots := x.slots()
+	n := uint64(len(slots))
 	if n == 0 {
 		return
 	}
 	start := rand.Uint64() & (n - 1)
 	for k := uint64(0); k < n; k++ {
 		i := (start + k) & (n - 1)
-		if e := x.slots[i].e; e != nil && e != tombstone && !fn(i, e) {
+		if e := slots[i].e.Load(); e != nil && e != tombstone && !fn(i, e) {
 			return
 		}
 	}
@@ -625,7 +841,7 @@ func (x *index) entries(fn func(i uint64, e *entry) bool) {
 // holds sh.mu. Map iteration starts at a random place, so the samples
 // cover the shard over time.
 func (s *Store) makeRoom(sh *shard, ns string) {
-	if sh.n < s.maxPerShard && sh.now < sh.earliest {
+	if sh.n < s.maxPerShard && sh.now.Load() < sh.earliest.Load() {
 		return // nothing to reclaim, and room to spare
 	}
 	sh.index.shrink(sh.n)
@@ -660,51 +876,53 @@ func (s *Store) makeRoom(sh *shard, ns string) {
 // in the shard, the one that expires soonest. ns holds at least one entry.
 // The caller holds sh.mu.
 func (s *Store) evict(sh *shard, ns string) {
-	var victim *entry
 	var at uint64
+	soonest := int64(math.MaxInt64)
 	found := 0
 	sh.index.entries(func(i uint64, e *entry) bool {
 		if e.key.Namespace != ns {
 			return true
 		}
-		if victim == nil || e.expires < victim.expires {
-			victim, at = e, i
+		if exp := e.expiry(); found == 0 || exp < soonest {
+			soonest, at = exp, i
 		}
 		found++
 		return found < sampleSize
 	})
-	if victim != nil {
+	if found > 0 {
 		sh.removeAt(at)
 	}
 }
 
 // Sweep deletes every entry whose state has expired by the latest request
 // time the store has seen (in any shard: the store has no clock of its
-// own), and returns how many it deleted. The store reclaims expired state
-// as new keys arrive without it; call Sweep periodically to release memory
-// after traffic slows down. State that expires after the last request is
-// reclaimed once requests resume.
+// own), and returns how many it deleted. The latest time is known to
+// within a millisecond (nowSlack): decisions on keys the store holds
+// record it only when it has moved on by more. The store reclaims expired
+// state as new keys arrive without it; call Sweep periodically to release
+// memory after traffic slows down. State that expires after the last
+// request is reclaimed once requests resume.
 func (s *Store) Sweep() int {
 	// The store has no clock of its own: the latest request time any
 	// shard has seen is its best knowledge of now.
 	latest := int64(0)
 	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		latest = max(latest, sh.now)
-		sh.mu.Unlock()
+		latest = max(latest, s.shards[i].now.Load())
 	}
 	n := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		sh.now = max(sh.now, latest)
-		sh.earliest = math.MaxInt64
+		sh.advance(latest)
+		// Decisions lower earliest as they renew entries, also while
+		// this runs: each either lowers it after this store, or wrote
+		// the expiry that the loop then reads.
+		sh.earliest.Store(math.MaxInt64)
 		sh.index.entries(func(i uint64, e *entry) bool {
-			if sh.reclaimAt(i) {
+			if gone, exp := sh.reclaimAt(i); gone {
 				n++
 			} else {
-				sh.earliest = min(sh.earliest, e.expires)
+				sh.lower(exp)
 			}
 			return true
 		})
@@ -734,7 +952,7 @@ func (s *Store) Expiries(fn func(key ratelimit.Key, expires int64)) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.index.entries(func(_ uint64, e *entry) bool {
-			fn(e.key, e.expires)
+			fn(e.key, e.expiry())
 			return true
 		})
 		sh.mu.Unlock()
