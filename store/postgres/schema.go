@@ -219,11 +219,12 @@ func (s *Store) decideFunction(alg string) string {
 func (s *Store) rowDecideSQL(f sqlForm, nargs int, wait bool) string {
 	var b strings.Builder
 	next := 4 // the next parameter
+	// Both ways keep the row's own state when the form writes nothing.
+	b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
+		"coalesce(d.next_state, r.vals), " +
+		"CASE WHEN d.next_state IS NULL THEN r.state END, ")
 	if f.row != "" {
-		b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
-			"coalesce(d.next_state, r.vals), " +
-			"CASE WHEN d.next_state IS NULL THEN r.state END, " +
-			"coalesce(d.expires_at, r.expires_at), " +
+		b.WriteString("coalesce(d.expires_at, r.expires_at), " +
 			"d.decision FROM " + f.row + "(r.vals, r.expires_at, $2, $3")
 		for range nargs {
 			fmt.Fprintf(&b, ", $%d", next)
@@ -231,10 +232,7 @@ func (s *Store) rowDecideSQL(f sqlForm, nargs int, wait bool) string {
 		}
 		b.WriteString(") d) WHERE r.key = $1 AND r.vals IS NOT NULL")
 	} else {
-		b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
-			"coalesce(d.next_state, r.vals), " +
-			"CASE WHEN d.next_state IS NULL THEN r.state END, " +
-			"CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
+		b.WriteString("CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
 			"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
 			"FROM (SELECT coalesce($2::bigint, " + nowSQL + ") AS now OFFSET 0) n, " +
 			"LATERAL " + f.function + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, " + s.ident("ratelimit_int8s") + "(r.state)) END, " +

@@ -591,22 +591,14 @@ func (g *sqlGen) splitAllowed(o *outcome, rows map[*outcome][]*snode) {
 	// condition taken is true, a disjunct of one not taken false.
 	for c, p := o, o.parent; p != nil; c, p = p, p.parent {
 		if v, ok := g.implies(p.cond, c == p.then, a); ok {
-			memo := map[*snode]*snode{}
-			for j, n := range rows[o] {
-				rows[o][j] = g.subst(n, a, g.leaf(strconv.FormatBool(v), tBool), memo)
-			}
+			rows[o] = g.substRow(rows[o], a, v)
 			return
 		}
 	}
 	var then, els *outcome
 	for _, v := range []bool{true, false} {
 		leaf := &outcome{val: o.val, env: o.env, dec: o.dec, parent: o}
-		memo := map[*snode]*snode{}
-		r := make([]*snode, len(rows[o]))
-		for j, n := range rows[o] {
-			r[j] = g.subst(n, a, g.leaf(strconv.FormatBool(v), tBool), memo)
-		}
-		rows[leaf] = r
+		rows[leaf] = g.substRow(slices.Clone(rows[o]), a, v)
 		if v {
 			then = leaf
 		} else {
@@ -615,6 +607,17 @@ func (g *sqlGen) splitAllowed(o *outcome, rows map[*outcome][]*snode) {
 	}
 	delete(rows, o)
 	o.cond, o.then, o.els, o.val, o.env = a, then, els, nil, nil
+}
+
+// substRow replaces, in place, the node a by the constant v in each node of
+// a return's row, folded, and returns the row.
+func (g *sqlGen) substRow(row []*snode, a *snode, v bool) []*snode {
+	memo := map[*snode]*snode{}
+	c := g.leaf(strconv.FormatBool(v), tBool)
+	for j, n := range row {
+		row[j] = g.subst(n, a, c, memo)
+	}
+	return row
 }
 
 // implies reports the value of a when cond is known to be taken (true) or
