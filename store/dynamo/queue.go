@@ -29,7 +29,7 @@ type op struct {
 	// confirm asks that an outcome that writes nothing be computed from
 	// the table, not from the cache (see RunLease).
 	confirm bool
-	err   error      // fn's error in the current attempt
+	err     error // fn's error in the current attempt
 	// last is the latest failed request made for it, for the error of a
 	// call whose context ends while its request is in flight.
 	last atomic.Pointer[error]
