@@ -375,7 +375,6 @@ func TestNewRefusesTypedNilsAndServerClocks(t *testing.T) {
 		{"fake clock on a server-clock store", func() (*lease.Locker, error) {
 			return lease.New(serverClockStore{s}, ttl, lease.WithClock(clock.NewFake(epoch)))
 		}, "the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false)"},
-		{"TTL shorter than twice the default margin", func() (*lease.Locker, error) { return lease.New(s, time.Second) }, "WithMargin"},
 		{"margin over half the TTL", func() (*lease.Locker, error) { return lease.New(s, ttl, lease.WithMargin(ttl/2+1)) }, "half the TTL"},
 		{"zero margin", func() (*lease.Locker, error) { return lease.New(s, ttl, lease.WithMargin(0)) }, "margin"},
 		{"zero call timeout", func() (*lease.Locker, error) { return lease.New(s, ttl, lease.WithCallTimeout(0)) }, "call timeout"},
@@ -398,6 +397,24 @@ func TestNewRefusesTypedNilsAndServerClocks(t *testing.T) {
 	}
 	if _, err := lease.New(s, time.Second, lease.WithMargin(100*time.Millisecond)); err != nil {
 		t.Errorf("lease.New(s, 1s, WithMargin(100ms)) = %v, want no error", err)
+	}
+	// The default margin: the larger of TTL/10 and DefaultMargin, at most
+	// a third of the TTL, so that every TTL from MinTTL up is accepted.
+	for _, c := range []struct{ ttl, margin time.Duration }{
+		{lease.MinTTL, lease.MinTTL / 3},
+		{time.Second, time.Second / 3},
+		{3 * time.Second, lease.DefaultMargin},
+		{10 * time.Second, lease.DefaultMargin},
+		{time.Minute, 6 * time.Second},
+	} {
+		lk, err := lease.New(s, c.ttl)
+		if err != nil {
+			t.Errorf("lease.New(s, %v) = %v, want no error", c.ttl, err)
+			continue
+		}
+		if lk.Margin() != c.margin {
+			t.Errorf("lease.New(s, %v).Margin() = %v, want %v", c.ttl, lk.Margin(), c.margin)
+		}
 	}
 }
 

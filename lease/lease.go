@@ -134,21 +134,22 @@ func WithClock(c clock.Clock) Option {
 	}
 }
 
-// DefaultMargin is the least margin Do keeps by default: a locker's margin
-// is the larger of TTL/10 and DefaultMargin unless WithMargin sets it. It
-// is sized by how late timers fire on a loaded machine (docs/leases.md has
-// the measurement: up to 890 ms seen by an outside probe), so that a late
-// timer cannot let the work run past its lease.
+// DefaultMargin is the margin Do keeps by default for TTLs of 3 s to 10 s:
+// a locker's margin is the larger of TTL/10 and DefaultMargin, but at most
+// a third of the TTL, unless WithMargin sets it. It is sized by how late
+// timers fire on a loaded machine (docs/leases.md has the measurement: up
+// to 890 ms seen by an outside probe), so that a late timer cannot let the
+// work run past its lease. A TTL under 3 s keeps a third of itself, less
+// than such a timer can be late: use short leases only where timers are
+// punctual.
 const DefaultMargin = time.Second
 
-// WithMargin sets how much of the lease Do keeps in hand (the larger of
-// TTL/10 and DefaultMargin otherwise): the work starts only when at least
+// WithMargin sets how much of the lease Do keeps in hand (see
+// DefaultMargin for the default): the work starts only when at least
 // this much of the lease remains when the acquire's reply arrives, and its
 // context ends this long before the lease's deadline when renewal fails.
 // It covers timers that fire late and clocks that run at slightly
-// different rates. It must be positive and at most half the TTL; New
-// refuses a TTL shorter than twice the default margin unless WithMargin
-// sets a smaller one.
+// different rates. It must be positive and at most half the TTL.
 func WithMargin(d time.Duration) Option {
 	return func(l *Locker) error {
 		if d <= 0 {
@@ -277,7 +278,7 @@ const MinTTL = time.Millisecond
 // New returns a locker whose leases live in store and run out ttl after
 // they were acquired or last extended. It returns an error wrapping
 // ratelimit.ErrInvalidParams for a nil store (typed or not), a TTL below
-// MinTTL or shorter than twice the margin (see WithMargin), a clock other
+// MinTTL or shorter than twice WithMargin's margin, a clock other
 // than clock.System with a store that decides by its server's clock, or an
 // unusable option.
 func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
@@ -297,10 +298,7 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 		return nil, fmt.Errorf("%w: lease: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the locker's clock", ratelimit.ErrInvalidParams)
 	}
 	if l.margin == 0 {
-		l.margin = max(ttl/10, DefaultMargin)
-		if 2*l.margin > ttl {
-			return nil, fmt.Errorf("%w: lease: TTL %v leaves no room for the default margin %v (Do keeps the larger of TTL/10 and %v in hand, for late timers); use a TTL of at least %v, or set a smaller margin with WithMargin", ratelimit.ErrInvalidParams, ttl, l.margin, DefaultMargin, 2*DefaultMargin)
-		}
+		l.margin = max(ttl/10, min(DefaultMargin, ttl/3))
 	} else if 2*l.margin > ttl {
 		return nil, fmt.Errorf("%w: lease: margin %v is more than half the TTL %v", ratelimit.ErrInvalidParams, l.margin, ttl)
 	}
