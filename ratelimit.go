@@ -230,7 +230,9 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if sc, ok := store.(ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
 		return nil, fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
 	}
-	l.decider, _ = store.(Decider)
+	if !ownAlgorithm(alg) {
+		l.decider, _ = store.(Decider) // a user's algorithm goes through update
+	}
 	l.systemClock = l.clock == clock.System
 	name := l.name
 	if name == "" {
@@ -434,7 +436,9 @@ func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorit
 	return l.update(ctx, t.alg, k, req, d)
 }
 
-// update runs alg through the store's atomic Update.
+// update runs alg through the store's atomic Update, holding each step to
+// the contract the built-in algorithms keep (checkStep) before the store
+// writes it, so that a user's algorithm decides alike on every store.
 func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, req algorithms.Request, d *Decision) error {
 	var step algorithms.Step
 	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
@@ -442,6 +446,9 @@ func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, r
 		r.Now = now
 		var err error
 		step, err = alg.Decide(cur, r)
+		if err == nil {
+			err = checkStep(alg, r, &step)
+		}
 		if err != nil {
 			return nil, 0, err
 		}
