@@ -124,7 +124,9 @@ func everyStore(t *testing.T) map[string]ratelimit.Store {
 	if _, err := dynamo.CreateTable(ctx, dc, prefix); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix)}) })
+	t.Cleanup(func() {
+		_, _ = dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix)})
+	})
 	ds, err := dynamo.New(dc, dynamo.WithTable(prefix))
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +149,7 @@ func TestStepContractOnEveryStore(t *testing.T) {
 		defect string
 		// run makes the calls up to the one that must be refused, and
 		// returns its error.
-		run func(t *testing.T, lim *ratelimit.Limiter) error
+		run  func(t *testing.T, lim *ratelimit.Limiter) error
 		want string
 		// after checks the key's state after the refusal.
 		after func(t *testing.T, lim *ratelimit.Limiter)
