@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/internal/echo"
 )
 
 // Errors. Check them with errors.Is; messages carry the offending values.
@@ -549,12 +550,12 @@ func isNil(v any) bool {
 
 func checkName(what, name string) error {
 	if name == "" || len(name) > 64 {
-		return fmt.Errorf("%w: %s %q must be 1 to 64 characters", ErrInvalidParams, what, name)
+		return fmt.Errorf("%w: %s %s must be 1 to 64 characters", ErrInvalidParams, what, echo.Quote(name))
 	}
 	for _, c := range []byte(name) {
 		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
 		if !ok {
-			return fmt.Errorf("%w: %s %q may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, name)
+			return fmt.Errorf("%w: %s %s may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, echo.Quote(name))
 		}
 	}
 	return nil
