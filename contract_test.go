@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
@@ -70,69 +71,100 @@ func (a stepAlgorithm) Decide(state []byte, req algorithms.Request) (algorithms.
 	return st, nil
 }
 
-// everyStore returns a fresh store of each kind whose server is configured
-// (each on keys, a prefix or a table of its own).
+// storeKinds are the stores everyStore makes, memory first.
+var storeKinds = []string{"memory", "redis", "valkey", "postgres", "dynamo"}
+
+// everyStore returns a fresh store of each kind (storeKinds).
 func everyStore(t *testing.T) map[string]ratelimit.Store {
+	t.Helper()
+	stores := map[string]ratelimit.Store{}
+	for _, kind := range storeKinds {
+		stores[kind] = newStoreOf(t, kind)
+	}
+	return stores
+}
+
+// newStoreOf returns a fresh store of the given kind on the configured
+// server (keys, a prefix or a table of its own), deciding by the time the
+// limiter passes.
+func newStoreOf(t *testing.T, kind string) ratelimit.Store {
 	t.Helper()
 	ctx := context.Background()
 	prefix := fmt.Sprintf("contract-%d-%08x", time.Now().UnixNano(), rand.Uint32())
-	stores := map[string]ratelimit.Store{"memory": memory.MustNew()}
-
-	rc := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
-	t.Cleanup(func() { rc.Close() })
-	rs, err := rlredis.New(rc, rlredis.WithPrefix(prefix+"-redis"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores["redis"] = rs
-
-	vc, err := vk.NewClient(vk.ClientOption{InitAddress: []string{testserver.ValkeyAddr(t)}, DisableCache: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(vc.Close)
-	vs, err := rlvalkey.New(vc, rlvalkey.WithPrefix(prefix+"-valkey"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores["valkey"] = vs
-
-	pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	table := strings.ReplaceAll(prefix, "-", "_")
-	ps, err := postgres.New(pool, postgres.WithTable(table))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ps.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := pool.Exec(context.Background(), "DROP TABLE "+pgx.Identifier{table}.Sanitize()+" CASCADE"); err != nil {
-			t.Logf("dropping %s: %v", table, err)
+	switch kind {
+	case "memory":
+		return memory.MustNew()
+	case "redis":
+		rc := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
+		t.Cleanup(func() { rc.Close() })
+		rs, err := rlredis.New(rc, rlredis.WithPrefix(prefix), rlredis.WithServerClock(false))
+		if err != nil {
+			t.Fatal(err)
 		}
-	})
-	stores["postgres"] = ps
+		return rs
+	case "valkey":
+		vc, err := vk.NewClient(vk.ClientOption{InitAddress: []string{testserver.ValkeyAddr(t)}, DisableCache: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(vc.Close)
+		vs, err := rlvalkey.New(vc, rlvalkey.WithPrefix(prefix), rlvalkey.WithServerClock(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return vs
+	case "postgres":
+		pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		table := strings.ReplaceAll(prefix, "-", "_")
+		ps, err := postgres.New(pool, postgres.WithTable(table), postgres.WithServerClock(false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ps.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if _, err := pool.Exec(context.Background(), "DROP TABLE "+pgx.Identifier{table}.Sanitize()+" CASCADE"); err != nil {
+				t.Logf("dropping %s: %v", table, err)
+			}
+		})
+		return ps
+	case "dynamo":
+		dc := dynamodb.NewFromConfig(aws.Config{
+			Region:      "us-east-1",
+			Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
+		}, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(testserver.DynamoDBEndpoint(t)) })
+		if _, err := dynamo.CreateTable(ctx, dc, prefix); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_, _ = dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix)})
+		})
+		ds, err := dynamo.New(dc, dynamo.WithTable(prefix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ds
+	}
+	t.Fatalf("unknown store kind %q", kind)
+	return nil
+}
 
-	dc := dynamodb.NewFromConfig(aws.Config{
-		Region:      "us-east-1",
-		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
-	}, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(testserver.DynamoDBEndpoint(t)) })
-	if _, err := dynamo.CreateTable(ctx, dc, prefix); err != nil {
-		t.Fatal(err)
+// TestRunAlgorithmOnEveryStore runs a user's algorithm through
+// conformance.RunAlgorithm on every store, as docs/writing-an-algorithm.md
+// tells users to.
+func TestRunAlgorithmOnEveryStore(t *testing.T) {
+	for _, kind := range storeKinds {
+		t.Run(kind, func(t *testing.T) {
+			conformance.RunAlgorithm(t, stepAlgorithm{"none", 5}, func(t *testing.T) conformance.Harness {
+				return conformance.Harness{Store: newStoreOf(t, kind)}
+			})
+		})
 	}
-	t.Cleanup(func() {
-		_, _ = dc.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: aws.String(prefix)})
-	})
-	ds, err := dynamo.New(dc, dynamo.WithTable(prefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stores["dynamo"] = ds
-	return stores
 }
 
 // TestStepContractOnEveryStore runs a user's algorithm that breaks the
@@ -190,7 +222,7 @@ func TestStepContractOnEveryStore(t *testing.T) {
 		t.Run(c.defect, func(t *testing.T) {
 			alg := stepAlgorithm{c.defect, limit}
 			var first string
-			for _, name = range []string{"memory", "redis", "valkey", "postgres", "dynamo"} {
+			for _, name = range storeKinds {
 				lim, err := ratelimit.New(stores[name], alg, ratelimit.WithName("contract"))
 				if err != nil {
 					t.Fatal(err)
