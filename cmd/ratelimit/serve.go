@@ -162,7 +162,9 @@ func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, er
 			return nil, fmt.Errorf("ratelimit serve: -trust-proxy: %w", err)
 		}
 		for _, p := range proxies {
-			if p, err := netip.ParsePrefix(strings.TrimSpace(p)); err == nil && p.Bits() == 0 {
+			// An IPv4-mapped prefix counts as the IPv4 prefix it maps, as
+			// TrustProxies reads it: ::ffff:0.0.0.0/96 is 0.0.0.0/0.
+			if p, err := netip.ParsePrefix(strings.TrimSpace(p)); err == nil && (p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96) {
 				d.warnings = append(d.warnings, fmt.Sprintf("-trust-proxy %s trusts every address: any client can choose its own key with an X-Forwarded-For header and escape its limit; name your proxies' addresses instead", p))
 			}
 		}

@@ -504,7 +504,9 @@ func TestServeTrustProxy(t *testing.T) {
 		{" 10.0.0.0/8 ,2001:db8::/32 ", false},
 		{"0.0.0.0/0", true},
 		{"10.0.0.0/8, ::/0", true},
-		{"::ffff:0.0.0.0/96", false},
+		{"::ffff:0.0.0.0/96", true}, // 0.0.0.0/0, as TrustProxies reads it
+		{"::ffff:10.0.0.0/104", false},
+		{"0.0.0.0/1", false},
 	} {
 		cfg, err := parseServeFlags([]string{"-trust-proxy", c.trust})
 		if err != nil {
