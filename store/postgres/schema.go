@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/template"
 
@@ -61,7 +62,8 @@ const migrateLock = 0x726c6d6967726174 // "rlmigrat"
 // up to date, in one transaction. It is idempotent: run it at every start
 // or once from a deployment step. It executes SchemaSQL, then checks the
 // table: a table of that name that already existed with a column of
-// another type, or without its primary key on key, is an error that names
+// another type, a NOT NULL column of its own that an INSERT does not set,
+// or without its primary key on key, is an error that names
 // the table, the column, the type found and wanted, and the fix, and
 // Migrate commits nothing.
 func (s *Store) Migrate(ctx context.Context) error {
@@ -269,12 +271,14 @@ var columns = []struct{ name, typ string }{
 	{"dec", "bigint[]"},
 }
 
-// schemaCheckSQL reads the table's columns with their types and whether
-// key is its primary key (or another unique, non-partial index on key
+// schemaCheckSQL reads the table's columns with their types, whether each
+// must be given a value by an INSERT (NOT NULL without a default), and
+// whether key is its primary key (or another unique, non-partial index on key
 // alone, which the upserts' ON CONFLICT (key) needs). $1 is the table's
 // quoted name, resolved on the search_path as the statements resolve it.
 const schemaCheckSQL = `SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}'),
        coalesce(array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum), '{}'),
+       coalesce(array_agg(a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' ORDER BY a.attnum), '{}'),
        EXISTS (SELECT FROM pg_index i JOIN pg_attribute k ON k.attrelid = i.indrelid AND k.attnum = i.indkey[0]
                WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnkeyatts = 1
                  AND i.indpred IS NULL AND k.attname = 'key')
@@ -288,15 +292,17 @@ var errSchema = errors.New("schema")
 // checkSchema reads the table's columns and key through q and returns an
 // error wrapping errSchema, naming the table, the first wrong column, the
 // type found and wanted, and the fix, when they are not what schema.sql
-// creates; nil when they are. An error reading the catalog is returned as
+// creates (columns of the user's own are fine unless an INSERT must set
+// them: NOT NULL without a default); nil when they are. An error reading the catalog is returned as
 // a store error.
 func (s *Store) checkSchema(ctx context.Context, q interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }) error {
 	table := s.ident(s.table)
 	var names, types []string
+	var required []bool
 	var keyed bool
-	if err := q.QueryRow(ctx, schemaCheckSQL, table).Scan(&names, &types, &keyed); err != nil {
+	if err := q.QueryRow(ctx, schemaCheckSQL, table).Scan(&names, &types, &required, &keyed); err != nil {
 		return fmt.Errorf("postgres: schema check of %s: %w", table, err) // not through fail, which calls checkSchema
 	}
 	found := make(map[string]string, len(names))
@@ -315,6 +321,13 @@ func (s *Store) checkSchema(ctx context.Context, q interface {
 				errSchema, table, c.name, typ, c.typ, table, c.name, c.typ, c.name, c.typ, rebuild)
 		}
 	}
+	for i, n := range names {
+		ours := slices.ContainsFunc(columns, func(c struct{ name, typ string }) bool { return c.name == n })
+		if required[i] && !ours {
+			return fmt.Errorf("postgres: %w: table %s column %s is NOT NULL without a default, and the store's INSERT gives it no value: run ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL (or SET DEFAULT), %s",
+				errSchema, table, n, table, n, rebuild)
+		}
+	}
 	if !keyed {
 		return fmt.Errorf("postgres: %w: table %s has no primary key on column key (each key's row must be unique): run ALTER TABLE %s ADD PRIMARY KEY (key), %s",
 			errSchema, table, table, rebuild)
@@ -322,13 +335,13 @@ func (s *Store) checkSchema(ctx context.Context, q interface {
 	return nil
 }
 
-// typeError reports whether code, a SQLSTATE, is one a table whose column
-// has another type than the statements expect can cause: an integer out of
-// range (a bigint written to an integer column), a datatype mismatch, or an
-// undefined column.
+// typeError reports whether code, a SQLSTATE, is one a table whose columns
+// are not what the statements expect can cause: an integer out of range (a
+// bigint written to an integer column), a datatype mismatch, an undefined
+// column, a NOT NULL column the INSERT does not set.
 func typeError(code string) bool {
 	switch code {
-	case numericOutOfRange, "42804", "42703", "42P08", "22P02":
+	case numericOutOfRange, "42804", "42703", "42P08", "22P02", "23502":
 		return true
 	}
 	return false
