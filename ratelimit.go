@@ -26,6 +26,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/internal/echo"
 )
 
 // Errors. Check them with errors.Is; messages carry the offending values.
@@ -230,7 +231,9 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if sc, ok := store.(ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
 		return nil, fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
 	}
-	l.decider, _ = store.(Decider)
+	if !ownAlgorithm(alg) {
+		l.decider, _ = store.(Decider) // a user's algorithm goes through update
+	}
 	l.systemClock = l.clock == clock.System
 	name := l.name
 	if name == "" {
@@ -434,7 +437,9 @@ func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorit
 	return l.update(ctx, t.alg, k, req, d)
 }
 
-// update runs alg through the store's atomic Update.
+// update runs alg through the store's atomic Update, holding each step to
+// the contract the built-in algorithms keep (checkStep) before the store
+// writes it, so that a user's algorithm decides alike on every store.
 func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, req algorithms.Request, d *Decision) error {
 	var step algorithms.Step
 	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
@@ -442,6 +447,9 @@ func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, r
 		r.Now = now
 		var err error
 		step, err = alg.Decide(cur, r)
+		if err == nil {
+			err = checkStep(alg, r, &step)
+		}
 		if err != nil {
 			return nil, 0, err
 		}
@@ -542,12 +550,12 @@ func isNil(v any) bool {
 
 func checkName(what, name string) error {
 	if name == "" || len(name) > 64 {
-		return fmt.Errorf("%w: %s %q must be 1 to 64 characters", ErrInvalidParams, what, name)
+		return fmt.Errorf("%w: %s %s must be 1 to 64 characters", ErrInvalidParams, what, echo.Quote(name))
 	}
 	for _, c := range []byte(name) {
 		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
 		if !ok {
-			return fmt.Errorf("%w: %s %q may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, name)
+			return fmt.Errorf("%w: %s %s may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, echo.Quote(name))
 		}
 	}
 	return nil

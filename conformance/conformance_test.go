@@ -61,7 +61,7 @@ func (s *brokenStore) Update(ctx context.Context, key ratelimit.Key, now int64, 
 	s.mu.Lock()
 	it, ok := s.items[k]
 	var cur []byte
-	if ok && (it.expires == 0 || it.expires > now) {
+	if ok && (it.expires == 0 || it.expires > now || s.defect == "stale-state") {
 		cur = append([]byte(nil), it.state...)
 	}
 	if s.defect == "not-atomic" {
@@ -259,6 +259,7 @@ var brokenCases = []struct {
 	{"ttl-dropped", "Expiry/update", "every key written carries an expiry"},
 	{"clock-ignored", "Boundaries/update", "the store uses the time it is given"},
 	{"state-lost", "Differential/update", "a write that returns nil is stored"},
+	{"stale-state", "StaleState/expired", "Update hands fn no state once its TTL has passed"},
 	{"keys-collide", "Keys/update", "limiters with different names do not share state"},
 	{"delete-ignored", "Reset", "Delete removes the key's state"},
 	{"context-ignored", "Context", "a store gives up when the context ends"},

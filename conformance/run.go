@@ -500,8 +500,24 @@ func shortVersion(alg algorithms.Algorithm) algorithms.Algorithm {
 // testStaleState checks that decisions stay right when the backend keeps
 // state past its TTL: with the fake clock moved far ahead, real time has
 // not passed, so a backend that expires by real time still holds the old
-// state, and the algorithm must recognise it as stale.
+// state, and the algorithm must recognise it as stale. The built-ins carry
+// their own timestamps and would decide right on expired state too; the
+// "expired" subtest uses an algorithm whose state holds no time (a count
+// that only its TTL ends), so it fails a store whose Update hands back
+// state its TTL has passed.
 func testStaleState(t *testing.T, newHarness func(*testing.T) Harness) {
+	t.Run("expired", func(t *testing.T) {
+		h := newHarness(t)
+		a := ownAlgorithm{limit: 3}
+		f := newFixture(t, h.Store, a, ratelimit.WithName("stale"))
+		f.exhaust("stale", int(a.limit))
+		f.clock.Advance(time.Hour) // the count's TTL: it has passed now
+		d := f.expect("stale", 1, true)
+		if d.Remaining != int(a.limit)-1 {
+			t.Errorf("lim.Allow(key) of a count with a 1h TTL, 1h after it was written = remaining %d, want %d (rule: Update hands fn nil when the state's TTL has passed)",
+				d.Remaining, a.limit-1)
+		}
+	})
 	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
 		f.exhaust("stale", a.limit)
@@ -692,6 +708,9 @@ func (a ownAlgorithm) Decide(state []byte, req algorithms.Request) (algorithms.S
 		n += req.Cost
 	}
 	d.Remaining = a.limit - n
+	if !d.Allowed {
+		d.RetryAfter = d.ResetAfter // at most: the count lives an hour
+	}
 	if !d.Allowed || req.Peek {
 		return algorithms.Step{Decision: d}, nil
 	}

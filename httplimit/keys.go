@@ -8,6 +8,8 @@ import (
 	"net/textproto"
 	"strconv"
 	"strings"
+
+	"github.com/ratelimitkit/ratelimit/internal/echo"
 )
 
 // KeyFunc returns the key a request is counted under. An error (wrapping
@@ -34,16 +36,19 @@ func newIPKey() *ipKey { return &ipKey{header: "X-Forwarded-For", bits4: 32, bit
 type IPOption func(*ipKey) error
 
 // TrustProxies names the proxies, as addresses or CIDR prefixes
-// ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7"), whose word about the
-// client's address is believed. Without it, proxy headers are ignored.
+// ("10.0.0.0/8", "2001:db8::/32", "192.0.2.7"; spaces around each are
+// ignored), whose word about the client's address is believed. Without it,
+// proxy headers are ignored. A prefix of length 0 ("0.0.0.0/0", "::/0")
+// trusts every address, so that any client can name its own address.
 func TrustProxies(cidrs ...string) IPOption {
 	return func(k *ipKey) error {
 		for _, c := range cidrs {
+			c = strings.TrimSpace(c) // "10.0.0.0/8, 192.0.2.7" split at the commas
 			p, err := netip.ParsePrefix(c)
 			if err != nil {
 				a, aerr := netip.ParseAddr(c)
 				if aerr != nil || a.Zone() != "" {
-					return fmt.Errorf("%w: trusted proxy %q is neither an address nor a CIDR prefix", ErrInvalidConfig, c)
+					return fmt.Errorf("%w: trusted proxy %s is neither an address nor a CIDR prefix", ErrInvalidConfig, echo.Quote(c))
 				}
 				p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 			}
@@ -131,7 +136,7 @@ type ipKey struct {
 func (k *ipKey) key(r *http.Request) (string, error) {
 	addr, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return "", fmt.Errorf("%w: RemoteAddr %q is not an IP address and port", ErrNoKey, r.RemoteAddr)
+		return "", fmt.Errorf("%w: RemoteAddr %s is not an IP address and port", ErrNoKey, echo.Quote(r.RemoteAddr))
 	}
 	client := addr.Addr().Unmap().WithZone("")
 	if !k.trusts(client) {
@@ -149,7 +154,7 @@ func (k *ipKey) key(r *http.Request) (string, error) {
 			}
 			a, ok := k.parseHop(hop)
 			if !ok {
-				return "", fmt.Errorf("%w: %s hop %q is not an IP address", ErrNoKey, k.header, hop)
+				return "", fmt.Errorf("%w: %s hop %s is not an IP address", ErrNoKey, k.header, echo.Quote(hop))
 			}
 			client = a
 			if !k.trusts(a) {

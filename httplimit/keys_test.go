@@ -218,3 +218,30 @@ func FuzzClientIP(f *testing.F) {
 		}
 	})
 }
+
+// TestTrustProxiesSpaces checks that spaces around each trusted proxy are
+// ignored, as a list split at its commas ("10.0.0.0/8, 192.0.2.7") has.
+func TestTrustProxiesSpaces(t *testing.T) {
+	key := mustClientIP(t, httplimit.TrustProxies(" 10.0.0.0/8", "192.0.2.7 ", "\t2001:db8::/32 "))
+	checkKeys(t, "spaces", key, []keyCase{
+		{"10.1.2.3:1", []string{"X-Forwarded-For", "203.0.113.9"}, "203.0.113.9", "10.0.0.0/8 trusted despite the leading space"},
+		{"192.0.2.7:1", []string{"X-Forwarded-For", "203.0.113.9"}, "203.0.113.9", "192.0.2.7 trusted despite the trailing space"},
+		{"[2001:db8::1]:1", []string{"X-Forwarded-For", "203.0.113.9"}, "203.0.113.9", "2001:db8::/32 trusted despite the tab"},
+	})
+}
+
+// TestKeyErrorsShort checks that a key or configuration error repeats at
+// most a short prefix of an oversized input: a header of a megabyte would
+// otherwise reach every log line that reports the error.
+func TestKeyErrorsShort(t *testing.T) {
+	long := strings.Repeat("z", 1<<20)
+	key := mustClientIP(t, httplimit.TrustProxies("10.0.0.0/8"))
+	_, hopErr := key(request(keyCase{remote: "10.0.0.1:1", header: []string{"X-Forwarded-For", long}}))
+	_, addrErr := key(request(keyCase{remote: long}))
+	_, cfgErr := httplimit.ClientIP(httplimit.TrustProxies(long))
+	for _, err := range []error{hopErr, addrErr, cfgErr} {
+		if err == nil || len(err.Error()) > 200 || !strings.Contains(err.Error(), "(1048576 bytes)") {
+			t.Errorf("error for a 1 MiB input: %.300q (%d bytes), want a short one giving the length", err, len(err.Error()))
+		}
+	}
+}

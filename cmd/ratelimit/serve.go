@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +22,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/httplimit"
+	"github.com/ratelimitkit/ratelimit/internal/echo"
 )
 
 // serveConfig is the parsed command line of serve.
@@ -47,10 +52,10 @@ func parseServeFlags(args []string) (serveConfig, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			return cfg, errHelp
 		}
-		return cfg, fmt.Errorf("ratelimit serve: %v", err)
+		return cfg, fmt.Errorf("ratelimit serve: %s", clipEchoes(err.Error(), args...))
 	}
 	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("ratelimit serve: unexpected argument %q (flags come as -name value)", fs.Arg(0))
+		return cfg, fmt.Errorf("ratelimit serve: unexpected argument %s (flags come as -name value)", echo.Quote(fs.Arg(0)))
 	}
 	fs.Visit(func(f *flag.Flag) { cfg.burstSet = cfg.burstSet || f.Name == "burst" })
 	if !cfg.burstSet {
@@ -82,6 +87,9 @@ func runServe(args []string, stdout, stderr io.Writer, getenv func(string) strin
 	if err != nil {
 		fmt.Fprintf(stderr, "%v\nrun 'ratelimit help' for usage\n", err)
 		return exitUsage
+	}
+	for _, w := range h.warnings {
+		fmt.Fprintf(stderr, "ratelimit serve: warning: %s\n", w)
 	}
 	if err := h.check(ctx); err != nil {
 		fmt.Fprintf(stderr, "ratelimit serve: store %s does not answer: %v\n", redact(cfg.store), err)
@@ -134,6 +142,9 @@ type demo struct {
 	endpoints []endpoint
 	limiters  []*ratelimit.Limiter
 	mux       *http.ServeMux
+	// warnings are said on start: a configuration that works but is
+	// probably not what was meant.
+	warnings []string
 }
 
 // ServeHTTP implements http.Handler.
@@ -145,9 +156,17 @@ func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, er
 	algs := newAlgorithms(config{limit: cfg.limit, period: cfg.period, burst: cfg.burst})
 	key := httplimit.RemoteIP
 	if cfg.trust != "" {
+		proxies := strings.Split(cfg.trust, ",")
 		var err error
-		if key, err = httplimit.ClientIP(httplimit.TrustProxies(strings.Split(cfg.trust, ",")...)); err != nil {
+		if key, err = httplimit.ClientIP(httplimit.TrustProxies(proxies...)); err != nil {
 			return nil, fmt.Errorf("ratelimit serve: -trust-proxy: %w", err)
+		}
+		for _, p := range proxies {
+			// An IPv4-mapped prefix counts as the IPv4 prefix it maps, as
+			// TrustProxies reads it: ::ffff:0.0.0.0/96 is 0.0.0.0/0.
+			if p, err := netip.ParsePrefix(strings.TrimSpace(p)); err == nil && (p.Bits() == 0 || p.Addr().Is4In6() && p.Bits() <= 96) {
+				d.warnings = append(d.warnings, fmt.Sprintf("-trust-proxy %s trusts every address: any client can choose its own key with an X-Forwarded-For header and escape its limit; name your proxies' addresses instead", p))
+			}
 		}
 	}
 	for _, alg := range algs {
@@ -252,18 +271,33 @@ var compareParams = map[string]string{
 // compare answers /compare: the same simulation as `ratelimit compare`,
 // as the HTML page or as JSON (Accept: application/json or
 // ?format=json). The parameters default to the service's own numbers.
+//
+// A query it cannot parse (a bad escape, more parameters than Go's URL
+// parser takes) is answered 400, not run on defaults; error messages
+// repeat at most a short prefix of any parameter (echo.Quote).
 func (d *demo) compare(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
+	q, qerr := url.ParseQuery(r.URL.RawQuery)
 	asJSON := q.Get("format") == "json" || q.Get("format") == "" && strings.Contains(r.Header.Get("Accept"), "application/json")
 	fail := func(err error) {
-		msg := strings.TrimPrefix(err.Error(), "ratelimit compare: ")
+		var inputs []string
+		for name, values := range q {
+			inputs = append(append(inputs, name), values...)
+		}
+		msg := clipEchoes(strings.TrimPrefix(err.Error(), "ratelimit compare: "), inputs...)
 		if asJSON {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, "{\"error\":%q}\n", msg)
+			b, _ := json.Marshal(struct {
+				Error string `json:"error"`
+			}{msg})
+			w.Write(append(b, '\n'))
 			return
 		}
 		http.Error(w, msg, http.StatusBadRequest)
+	}
+	if qerr != nil {
+		fail(fmt.Errorf("query not understood: %w", qerr))
+		return
 	}
 	args := []string{"-limit", fmt.Sprint(d.cfg.limit), "-period", d.cfg.period.String()}
 	if d.cfg.burstSet && q.Get("burst") == "" && q.Get("limit") == "" {
@@ -273,17 +307,17 @@ func (d *demo) compare(w http.ResponseWriter, r *http.Request) {
 		flagName, ok := compareParams[name]
 		if name == "format" {
 			if v := q.Get("format"); v != "json" && v != "html" {
-				fail(fmt.Errorf("format %q must be json or html", v))
+				fail(fmt.Errorf("format %s must be json or html", echo.Quote(v)))
 				return
 			}
 			continue
 		}
 		if !ok {
-			fail(fmt.Errorf("unknown parameter %q; use pattern, n, delay, limit, period, burst, start, seed or format", name))
+			fail(fmt.Errorf("unknown parameter %s; use pattern, n, delay, limit, period, burst, start, seed or format", echo.Quote(name)))
 			return
 		}
 		if len(values) != 1 {
-			fail(fmt.Errorf("parameter %q given %d times", name, len(values)))
+			fail(fmt.Errorf("parameter %s given %d times", echo.Quote(name), len(values)))
 			return
 		}
 		args = append(args, flagName, values[0])
@@ -307,4 +341,20 @@ func (d *demo) compare(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	renderHTML(w, res)
+}
+
+// clipEchoes returns msg with every input longer than echo.Max that it
+// repeats, quoted or bare, shortened as echo.Quote shortens it: for
+// messages built by code that quotes whole values (the flag package's
+// "invalid value ... for flag").
+func clipEchoes(msg string, inputs ...string) string {
+	for _, in := range inputs {
+		if len(in) <= echo.Max {
+			continue
+		}
+		short := echo.Quote(in)
+		msg = strings.ReplaceAll(msg, strconv.Quote(in), short)
+		msg = strings.ReplaceAll(msg, in, short)
+	}
+	return msg
 }

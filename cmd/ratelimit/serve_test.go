@@ -452,3 +452,119 @@ func absDiff(a, b uint8) int {
 	}
 	return int(b - a)
 }
+
+// TestServeCompareBadQuery sends /compare queries it cannot use: each is
+// answered 400 with a message that repeats at most a short prefix of the
+// input (rule: a query that cannot be parsed is not run on defaults, and
+// an answer does not echo 512 KB of its request).
+func TestServeCompareBadQuery(t *testing.T) {
+	long := strings.Repeat("9", 256<<10)
+	many := strings.Repeat("n=1&", 10_000) + "n=1"
+	for _, c := range []struct{ name, query, say string }{
+		{"10,001 parameters", many, "query parameters exceeded limit"},
+		{"bad escape", "n=%zz", "invalid URL escape"},
+		{"semicolon", "n=1;limit=2", "semicolon"},
+		{"long value", "n=" + long, "(262144 bytes) for flag -n"},
+		{"long pattern", "pattern=" + long, "unknown -pattern"},
+		{"long name", long + "=1", "unknown parameter"},
+		{"long format", "format=" + long, "must be json or html"},
+	} {
+		srv := startDemo(t, memory.MustNew()) // /compare's own limit: 10 at once
+		for _, format := range []string{"html", "json"} {
+			header := []string{"Accept", "text/html"}
+			if format == "json" {
+				header = []string{"Accept", "application/json"}
+			}
+			r := fetch(t, srv.URL+"/compare?"+c.query, header...)
+			if r.status != http.StatusBadRequest || !strings.Contains(r.body, c.say) {
+				t.Errorf("/compare with %s (%s): %d %.200q, want 400 saying %q", c.name, format, r.status, r.body, c.say)
+			}
+			if len(r.body) > 400 {
+				t.Errorf("/compare with %s (%s): a %d-byte answer, want a short one: %.300q", c.name, format, len(r.body), r.body)
+			}
+			if format == "json" && r.status == http.StatusBadRequest && !strings.HasPrefix(c.query, "format=") {
+				var v struct{ Error string }
+				if err := json.Unmarshal([]byte(r.body), &v); err != nil || v.Error == "" {
+					t.Errorf("/compare with %s: JSON answer %.200q does not decode: %v", c.name, r.body, err)
+				}
+			}
+		}
+	}
+}
+
+// TestServeTrustProxy checks -trust-proxy's list: spaces after the commas
+// are accepted, and a prefix of length 0, which lets every client choose
+// its own key, is accepted with a warning on start.
+func TestServeTrustProxy(t *testing.T) {
+	for _, c := range []struct {
+		trust string
+		warn  bool
+	}{
+		{"10.0.0.0/8, 192.0.2.7", false},
+		{" 10.0.0.0/8 ,2001:db8::/32 ", false},
+		{"0.0.0.0/0", true},
+		{"10.0.0.0/8, ::/0", true},
+		{"::ffff:0.0.0.0/96", true}, // 0.0.0.0/0, as TrustProxies reads it
+		{"::ffff:10.0.0.0/104", false},
+		{"0.0.0.0/1", false},
+	} {
+		cfg, err := parseServeFlags([]string{"-trust-proxy", c.trust})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := newDemo(cfg, memory.MustNew(), nil)
+		if err != nil {
+			t.Errorf("-trust-proxy %q: %v, want it accepted", c.trust, err)
+			continue
+		}
+		warned := len(d.warnings) > 0 && strings.Contains(d.warnings[0], "every address")
+		if warned != c.warn {
+			t.Errorf("-trust-proxy %q: warnings %q, want a warning that every address is trusted: %v", c.trust, d.warnings, c.warn)
+		}
+	}
+	// The warning reaches stderr when the service starts.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RATELIMIT_CMD_TEST_MAIN=1",
+		"RATELIMIT_CMD_TEST_ARGS=serve -addr 127.0.0.1:0 -trust-proxy ::/0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	if !bufio.NewScanner(stdout).Scan() {
+		t.Fatalf("no output; stderr: %s", stderr.String())
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, stdout)
+	cmd.Wait()
+	if !strings.Contains(stderr.String(), "warning: -trust-proxy ::/0 trusts every address") {
+		t.Errorf("serve -trust-proxy ::/0 said %q on stderr, want a warning that every client can spoof its address", stderr.String())
+	}
+}
+
+// TestServeFlagErrorsShort gives serve oversized flag values: the error
+// repeats at most a short prefix of each.
+func TestServeFlagErrorsShort(t *testing.T) {
+	long := strings.Repeat("x", 512<<10)
+	for _, args := range [][]string{
+		{"serve", "-limit", long},
+		{"serve", "-" + long},
+		{"serve", long},
+		{"serve", "-trust-proxy", long},
+		{"serve", "-trust-proxy", "10.0.0.0/8, " + long},
+		{"serve", "-name", long},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(args, &stdout, &stderr, noEnv)
+		if code != exitUsage || stderr.Len() > 400 || !strings.Contains(stderr.String(), " bytes)") {
+			t.Errorf("ratelimit %.40s…: exit %d, %d bytes on stderr: %.300q; want exit %d, a short message giving the length", strings.Join(args, " "), code, stderr.Len(), stderr.String(), exitUsage)
+		}
+	}
+}

@@ -568,8 +568,15 @@ func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err erro
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch _, deadline := ctx.Deadline(); {
-		case pe.Code == algorithms.SQLErrCorrupt, pe.Code == numericOutOfRange && op == "decide":
+		case pe.Code == algorithms.SQLErrCorrupt:
 			return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+		case typeError(pe.Code):
+			if se := s.schemaFault(ctx); se != nil {
+				return fmt.Errorf("%s: %w: %w", what, se, err) // not corrupt state: a store failure
+			}
+			if pe.Code == numericOutOfRange && op == "decide" {
+				return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+			}
 		case pe.Code == lockNotAvailable && deadline:
 			// The lock wait was bounded by the context's deadline.
 			return fmt.Errorf("%s: %w: %w", what, context.DeadlineExceeded, err)

@@ -3,9 +3,13 @@ package postgres
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"text/template"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
@@ -56,7 +60,12 @@ const migrateLock = 0x726c6d6967726174 // "rlmigrat"
 
 // Migrate creates the store's table and functions, or brings the functions
 // up to date, in one transaction. It is idempotent: run it at every start
-// or once from a deployment step. It executes SchemaSQL.
+// or once from a deployment step. It executes SchemaSQL, then checks the
+// table: a table of that name that already existed with a column of
+// another type, a NOT NULL column of its own that an INSERT does not set,
+// or without its primary key on key, is an error that names
+// the table, the column, the type found and wanted, and the fix, and
+// Migrate commits nothing.
 func (s *Store) Migrate(ctx context.Context) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
@@ -68,6 +77,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 	}
 	if _, err := tx.Exec(ctx, s.SchemaSQL()); err != nil {
 		return s.fail(ctx, "migrate", zeroKey, err)
+	}
+	// CREATE TABLE IF NOT EXISTS keeps a table of the same name whatever
+	// its columns: one the statements cannot use is refused here, before
+	// the functions that would use it are committed.
+	if err := s.checkSchema(ctx, tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return s.fail(ctx, "migrate", zeroKey, err)
@@ -244,4 +259,102 @@ func (s *Store) rowDecideSQL(f sqlForm, nargs int, wait bool) string {
 	}
 	b.WriteString(" RETURNING r.dec")
 	return b.String()
+}
+
+// columns are the store's table's columns with the types its statements
+// rely on (as format_type spells them), in schema.sql's order.
+var columns = []struct{ name, typ string }{
+	{"key", "bytea"},
+	{"vals", "bigint[]"},
+	{"state", "bytea"},
+	{"expires_at", "bigint"},
+	{"dec", "bigint[]"},
+}
+
+// schemaCheckSQL reads the table's columns with their types, whether each
+// must be given a value by an INSERT (NOT NULL without a default), and
+// whether key is its primary key (or another unique, non-partial index on key
+// alone, which the upserts' ON CONFLICT (key) needs). $1 is the table's
+// quoted name, resolved on the search_path as the statements resolve it.
+const schemaCheckSQL = `SELECT coalesce(array_agg(a.attname::text ORDER BY a.attnum), '{}'),
+       coalesce(array_agg(format_type(a.atttypid, a.atttypmod) ORDER BY a.attnum), '{}'),
+       coalesce(array_agg(a.attnotnull AND NOT a.atthasdef AND a.attidentity = '' ORDER BY a.attnum), '{}'),
+       EXISTS (SELECT FROM pg_index i JOIN pg_attribute k ON k.attrelid = i.indrelid AND k.attnum = i.indkey[0]
+               WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indnkeyatts = 1
+                 AND i.indpred IS NULL AND k.attname = 'key')
+FROM pg_attribute a
+WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped`
+
+// errSchema is wrapped by the error of a table whose columns or key are
+// not the ones the store's statements rely on (see checkSchema).
+var errSchema = errors.New("schema")
+
+// checkSchema reads the table's columns and key through q and returns an
+// error wrapping errSchema, naming the table, the first wrong column, the
+// type found and wanted, and the fix, when they are not what schema.sql
+// creates (columns of the user's own are fine unless an INSERT must set
+// them: NOT NULL without a default); nil when they are. An error reading the catalog is returned as
+// a store error.
+func (s *Store) checkSchema(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) error {
+	table := s.ident(s.table)
+	var names, types []string
+	var required []bool
+	var keyed bool
+	if err := q.QueryRow(ctx, schemaCheckSQL, table).Scan(&names, &types, &required, &keyed); err != nil {
+		return fmt.Errorf("postgres: schema check of %s: %w", table, err) // not through fail, which calls checkSchema
+	}
+	found := make(map[string]string, len(names))
+	for i, n := range names {
+		found[n] = types[i]
+	}
+	const rebuild = "or drop the table and run Migrate again (it holds only rate-limit state: keys start afresh)"
+	for _, c := range columns {
+		typ, ok := found[c.name]
+		switch {
+		case !ok:
+			return fmt.Errorf("postgres: %w: table %s has no column %s (want %s): run ALTER TABLE %s ADD COLUMN %s %s, %s",
+				errSchema, table, c.name, c.typ, table, c.name, c.typ, rebuild)
+		case typ != c.typ:
+			return fmt.Errorf("postgres: %w: table %s column %s is %s, want %s: run ALTER TABLE %s ALTER COLUMN %s TYPE %s USING %s::%s, %s",
+				errSchema, table, c.name, typ, c.typ, table, c.name, c.typ, c.name, c.typ, rebuild)
+		}
+	}
+	for i, n := range names {
+		ours := slices.ContainsFunc(columns, func(c struct{ name, typ string }) bool { return c.name == n })
+		if required[i] && !ours {
+			return fmt.Errorf("postgres: %w: table %s column %s is NOT NULL without a default, and the store's INSERT gives it no value: run ALTER TABLE %s ALTER COLUMN %s DROP NOT NULL (or SET DEFAULT), %s",
+				errSchema, table, n, table, n, rebuild)
+		}
+	}
+	if !keyed {
+		return fmt.Errorf("postgres: %w: table %s has no primary key on column key (each key's row must be unique): run ALTER TABLE %s ADD PRIMARY KEY (key), %s",
+			errSchema, table, table, rebuild)
+	}
+	return nil
+}
+
+// typeError reports whether code, a SQLSTATE, is one a table whose columns
+// are not what the statements expect can cause: an integer out of range (a
+// bigint written to an integer column), a datatype mismatch, an undefined
+// column, a NOT NULL column the INSERT does not set.
+func typeError(code string) bool {
+	switch code {
+	case numericOutOfRange, "42804", "42703", "42P08", "22P02", "23502":
+		return true
+	}
+	return false
+}
+
+// schemaFault returns checkSchema's error when the table's schema is not
+// the one the statements rely on, for fail to report a statement's type
+// error as what it is (a schema problem, a store failure) rather than as
+// corrupt state; nil when the schema is right or cannot be read (a failing
+// connection, an aborted transaction), and fail goes on as before.
+func (s *Store) schemaFault(ctx context.Context) error {
+	if err := s.checkSchema(ctx, s.db); errors.Is(err, errSchema) {
+		return err
+	}
+	return nil
 }
