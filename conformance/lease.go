@@ -452,6 +452,26 @@ func testLeaseContext(t *testing.T, newHarness func(*testing.T) Harness) {
 			t.Errorf("locker.TryAcquire(free key) with a canceled context = lease %v, error %v; want context.Canceled", le != nil, err)
 		}
 		f.acquire(f.lk, "ctx-free") // the canceled call took nothing
+
+		// The store itself, below the locker: the locker stops waiting for
+		// a store whose context has ended either way, but a store that
+		// goes on with the request holds a connection and may take the key.
+		k := ratelimit.Key{Namespace: f.lk.Namespace(), ID: "ctx-store"}
+		req := lease.Request{Op: lease.OpAcquire, Owner: lease.Token{1}, TTL: int64(time.Hour / time.Microsecond)}
+		now := f.clock.Now().UnixMicro()
+		var err error
+		if r, ok := s.(lease.Runner); ok {
+			_, err = r.RunLease(canceled, k, now, req)
+		} else {
+			err = s.Update(canceled, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
+				next, ttl, _, err := lease.Step(cur, now, req)
+				return next, ttl, err
+			})
+		}
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the store's lease call with a canceled context = %v, want context.Canceled", err)
+		}
+		f.acquire(f.lk, "ctx-store") // the canceled call took nothing
 	})
 }
 

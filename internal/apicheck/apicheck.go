@@ -5,11 +5,8 @@
 // examples/ or bench/) and fails when the listing differs, so a change of
 // surface is always a diff somebody reads.
 //
-// After a deliberate change of API, regenerate the listing with
-//
-//	go test ./internal/apicheck -update
-//
-// and commit it with the change.
+// After a deliberate change of API, regenerate the listing by running this
+// package's test with the -update flag, and commit it with the change.
 package apicheck
 
 import (
