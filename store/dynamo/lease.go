@@ -23,5 +23,10 @@ func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req 
 		res = r
 		return next, ttl, err
 	}, true)
-	return res, err
+	if err != nil {
+		// The queue's worker may still be running the transition for a
+		// caller that stopped waiting: res is not ours to read.
+		return lease.Result{}, err
+	}
+	return res, nil
 }
