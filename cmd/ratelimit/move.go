@@ -228,7 +228,7 @@ func (e *end) finish() error {
 	if e.w == nil {
 		return nil
 	}
-	if err := e.w.Flush(); err != nil {
+	if err := e.w.Close(); err != nil {
 		return err
 	}
 	if err := e.f.Sync(); err != nil {

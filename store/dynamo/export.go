@@ -33,7 +33,9 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	if !ok {
 		return fmt.Errorf("dynamo: export: a %T cannot scan the table: %w", s.client, ratelimit.ErrUnsupported)
 	}
-	prefix := []byte(s.prefix)
+	// Every key of the store starts with its encoded prefix (EncodeKey):
+	// nothing without one, NUL prefix NUL with one.
+	prefix := s.keyPrefix()
 	if namespace != "" {
 		prefix = append(prefix, namespace+":"...)
 	}
@@ -88,10 +90,19 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 }
 
-// decodeKey is the inverse of EncodeKey: the prefix, then the Key's
-// String form.
+// keyPrefix returns what EncodeKey puts before every key: nothing, or a
+// NUL byte, the store's prefix and another NUL byte.
+func (s *Store) keyPrefix() []byte {
+	if s.prefix == "" {
+		return nil
+	}
+	return append(append([]byte{0}, s.prefix...), 0)
+}
+
+// decodeKey is the inverse of EncodeKey: the encoded prefix, then the
+// Key's String form.
 func (s *Store) decodeKey(pk []byte) (ratelimit.Key, bool) {
-	rest, ok := bytes.CutPrefix(pk, []byte(s.prefix))
+	rest, ok := bytes.CutPrefix(pk, s.keyPrefix())
 	if !ok {
 		return ratelimit.Key{}, false
 	}
