@@ -103,12 +103,12 @@ const ExportTimeout = time.Second
 
 // Bounded runs call with a context that ends ExportTimeout from now, and
 // returns its error or, when the time passes first, an error wrapping
-// context.DeadlineExceeded that names what, without waiting for call: a
+// context.DeadlineExceeded, without waiting for call: a
 // client that does not honour the context's deadline (go-redis without
 // ContextTimeoutEnabled) goes on in call's goroutine until its own read
 // timeout, and its outcome is dropped. call must not touch what the caller
 // reads after Bounded returns early.
-func Bounded(ctx context.Context, what string, call func(context.Context) error) error {
+func Bounded(ctx context.Context, call func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, ExportTimeout)
 	defer cancel()
 	done := make(chan error, 1)
@@ -117,7 +117,7 @@ func Bounded(ctx context.Context, what string, call func(context.Context) error)
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("%s: no reply within %v: %w", what, ExportTimeout, ctx.Err())
+		return fmt.Errorf("no reply within %v: %w", ExportTimeout, ctx.Err())
 	}
 }
 
@@ -145,13 +145,13 @@ func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield 
 	}
 	if e.serverClock {
 		var t int64
-		err := Bounded(ctx, e.name+": read the server's clock", func(ctx context.Context) error {
+		err := Bounded(ctx, func(ctx context.Context) error {
 			var err error
 			t, err = e.clock(ctx, now)
 			return err
 		})
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: export: %w", e.name, err)
 		}
 		now = t
 	}
@@ -207,7 +207,7 @@ func (e *Engine) readStates(ctx context.Context, namespace string, now int64, na
 	}
 	// The calls are this goroutine's again only when Bounded returns the
 	// pipeline's own outcome.
-	err := Bounded(ctx, fmt.Sprintf("%s: export %d keys", e.name, len(calls)), func(ctx context.Context) error {
+	err := Bounded(ctx, func(ctx context.Context) error {
 		p, ok := e.backend.(Pipeliner)
 		if !ok {
 			for _, c := range calls {
@@ -229,7 +229,7 @@ func (e *Engine) readStates(ctx context.Context, namespace string, now int64, na
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: export %d keys: %w", e.name, len(calls), err)
 	}
 	out := make([]ratelimit.Entry, 0, len(calls))
 	for i, c := range calls {

@@ -28,7 +28,7 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 		for {
 			var keys []string
 			var next uint64
-			err := redisengine.Bounded(ctx, "redis: scan "+c.Options().Addr, func(ctx context.Context) error {
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
 				var err error
 				keys, next, err = c.Scan(ctx, cursor, match, redisengine.ScanBatch).Result()
 				return err

@@ -29,7 +29,7 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 	for addr, c := range nodes {
 		if b.c.Mode() == vk.ClientModeCluster {
 			var role []vk.ValkeyMessage
-			err := redisengine.Bounded(ctx, "valkey: role of "+addr, func(ctx context.Context) error {
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
 				var err error
 				role, err = c.Do(ctx, c.B().Role().Build()).ToArray()
 				return err
@@ -47,7 +47,7 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 		var cursor uint64
 		for {
 			var e vk.ScanEntry
-			err := redisengine.Bounded(ctx, "valkey: scan "+addr, func(ctx context.Context) error {
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
 				var err error
 				e, err = c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(redisengine.ScanBatch).Build()).AsScanEntry()
 				return err
