@@ -517,3 +517,63 @@ func checkTTLs(t *testing.T, ctx context.Context, nodes []*goredis.Client, prefi
 		t.Fatalf("no keys under %q: nothing was imported", prefix)
 	}
 }
+
+// TestCountManyKeys counts 10,000 keys on Redis, Redis Cluster and Valkey,
+// which read the keys of each SCAN batch with one pipeline, not one round
+// trip per key (1-6 s before): the best of three counts must take under a
+// second. It logs the figures docs/moving-state.md quotes.
+func TestCountManyKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills three servers with 10,000 keys each")
+	}
+	s := startServers(t)
+	ctx := context.Background()
+	const keys = 10_000
+	alg := algorithms.GCRA(10, time.Hour, 10)
+	now := time.Now().UnixMicro()
+	st, err := alg.Decide(nil, algorithms.Request{Now: now, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		store ratelimit.Store
+	}{{"redis", s.redis}, {"cluster", s.cluster}, {"valkey", s.valkey}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for w := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; i < keys; i += 16 {
+						e := ratelimit.Entry{Key: ratelimit.Key{Namespace: "many:gcra", ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL}
+						if _, err := ratelimit.Import(ctx, tc.store, alg, e, now); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			best := time.Hour
+			for range 3 {
+				start := time.Now()
+				n, err := ratelimit.Count(ctx, tc.store, "many:gcra", time.Now().UnixMicro())
+				took := time.Since(start)
+				if err != nil || n != keys {
+					t.Fatalf("Count = %d, %v; want %d", n, err, keys)
+				}
+				best = min(best, took)
+			}
+			t.Logf("Count of %d keys on %s: %v (best of 3)", keys, tc.name, best.Round(time.Millisecond))
+			if best > time.Second {
+				t.Errorf("Count of %d keys on %s took %v, want well under a second", keys, tc.name, best)
+			}
+		})
+	}
+}

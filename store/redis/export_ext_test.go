@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -94,4 +96,55 @@ func mustNew(t *testing.T, c goredis.UniversalClient, opts ...redis.Option) *red
 		t.Fatal(err)
 	}
 	return s
+}
+
+// roundTrips counts the commands and pipelines a go-redis client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestCountRoundTrips checks that Count reads keys in batches: 10,000 keys
+// on a private server take a few dozen round trips (a SCAN and one
+// pipeline per batch), not one or two per key as before.
+func TestCountRoundTrips(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := mustNew(t, c, redis.WithPrefix("rt"), redis.WithServerClock(false))
+	ctx := context.Background()
+	alg := algorithms.GCRA(10, time.Hour, 10)
+	lim, err := ratelimit.New(s, alg, ratelimit.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 10_000
+	for i := range keys {
+		// Half the keys written by decisions (the Lua forms' key), half as
+		// a user's algorithm's are (the Update key).
+		if i%2 == 0 {
+			lim.Allow(ctx, fmt.Sprint("user-", i))
+			continue
+		}
+		if _, err := ratelimit.Import(ctx, s, nil, ratelimit.Entry{Key: ratelimit.Key{Namespace: "api:gcra", ID: fmt.Sprint("user-", i)},
+			State: make([]byte, 24), Expires: time.Now().Add(time.Hour).UnixMicro()}, time.Now().UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rt roundTrips
+	c.AddHook(&rt)
+	n, err := lim.Count(ctx)
+	if n != keys || err != nil {
+		t.Fatalf("Count = %d, %v; want %d", n, err, keys)
+	}
+	// SCAN's COUNT is a hint: allow twice the batches it asks for.
+	if max := int64(2 * 2 * keys / redisengine.ScanBatch); rt.n.Load() > max {
+		t.Errorf("Count of %d keys took %d round trips, want at most %d (a SCAN and a pipeline per batch)", keys, rt.n.Load(), max)
+	}
+	t.Logf("Count of %d keys: %d round trips", keys, rt.n.Load())
 }
