@@ -371,13 +371,10 @@ func storeIdentity(raw string) string {
 	if err != nil {
 		return raw
 	}
-	kind := strings.TrimSuffix(u.Scheme, "s")
-	switch kind {
-	case "valkey", "redis+cluster":
-		kind = "redis"
-	case "postgresql":
-		kind = "postgres"
-	}
+	kind := map[string]string{
+		"redis": "redis", "rediss": "redis", "redis+cluster": "redis", "valkey": "redis", "valkeys": "redis",
+		"postgres": "postgres", "postgresql": "postgres", "dynamodb": "dynamodb", "dynamodbs": "dynamodb",
+	}[u.Scheme]
 	hosts := strings.Split(strings.ToLower(u.Host), ",")
 	slices.Sort(hosts)
 	q := u.Query()

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -577,5 +579,184 @@ func TestCountManyKeys(t *testing.T) {
 				t.Errorf("Count of %d keys on %s took %v, want well under a second", keys, tc.name, best)
 			}
 		})
+	}
+}
+
+// writeState writes a state file of n GCRA keys under ns at path, each
+// allowed once, live for an hour, and returns the file's bytes.
+func writeState(t *testing.T, path, ns string, n int) []byte {
+	t.Helper()
+	alg := algorithms.GCRA(10, time.Hour, 10)
+	now := time.Now().UnixMicro()
+	st, err := alg.Decide(nil, algorithms.Request{Now: now, Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w := ratelimit.NewEntryWriter(&buf)
+	for i := range n {
+		w.Write(ratelimit.Entry{Key: ratelimit.Key{Namespace: ns, ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL})
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// TestMoveFiles checks what move does to files and with nothing to move:
+// a move to itself is refused (the same path, written another way, a
+// link, the same store); a destination file is replaced only once the
+// source was read to its end (an unreachable source, a file cut short, an
+// empty source leave it as it was); an unknown namespace or an empty
+// source is an error unless -allow-empty.
+func TestMoveFiles(t *testing.T) {
+	s := startServers(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.jsonl")
+	srcData := writeState(t, src, "api:gcra", 20)
+	dst := filepath.Join(dir, "dst.jsonl")
+	old := writeState(t, dst, "old:gcra", 3)
+	link := filepath.Join(dir, "link.jsonl")
+	if err := os.Symlink(src, link); err != nil {
+		t.Fatal(err)
+	}
+	untouched := func(t *testing.T, what string) {
+		t.Helper()
+		if got, _ := os.ReadFile(dst); !bytes.Equal(got, old) {
+			t.Fatalf("%s: the destination file changed: %q", what, got)
+		}
+		if tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp")); len(tmps) != 0 {
+			t.Fatalf("%s: temporary files left behind: %v", what, tmps)
+		}
+	}
+	// Refused as the same: exit 2, nothing written.
+	for _, pair := range [][2]string{
+		{"file:" + src, "file:" + src},
+		{"file:" + src, "file:" + filepath.Join(dir, ".", "src.jsonl")},
+		{"file:" + src, "file:" + filepath.Join(dir, "sub", "..", "src.jsonl")},
+		{"file:" + link, "file:" + src},
+		{s.redisURL, s.redisURL},
+		{s.redisURL, strings.Replace(s.redisURL, "redis://", "valkey://", 1)},
+		{s.postgresURL, strings.Replace(s.postgresURL, "postgres://", "postgresql://", 1)},
+		{s.dynamoURL, s.dynamoURL + "&region=us-east-1"},
+	} {
+		code, _, errOut := runCmd("move", "-from", pair[0], "-to", pair[1])
+		if code != exitUsage || !strings.Contains(errOut, "are the same store") {
+			t.Errorf("move -from %s -to %s = %d, %q; want exit %d, refused as the same store", pair[0], pair[1], code, errOut, exitUsage)
+		}
+	}
+	if got, _ := os.ReadFile(src); !bytes.Equal(got, srcData) {
+		t.Fatalf("a refused move changed the source file")
+	}
+	// Different prefixes on one server are different stores.
+	if same, _ := sameEnd(s.redisURL, s.redisURL+"x"); same {
+		t.Errorf("sameEnd(%s, %sx) = true, want false", s.redisURL, s.redisURL)
+	}
+
+	// An unreachable source: an error, the destination as it was.
+	code, _, errOut := runCmd("move", "-from", "redis://127.0.0.1:1?clock=request", "-to", "file:"+dst)
+	if code != exitError {
+		t.Errorf("move from an unreachable server = %d, %q; want exit %d", code, errOut, exitError)
+	}
+	untouched(t, "unreachable source")
+
+	// A source file cut at a line boundary: an error, nothing written.
+	cut := filepath.Join(dir, "cut.jsonl")
+	lines := strings.SplitAfter(string(srcData), "\n")
+	os.WriteFile(cut, []byte(strings.Join(lines[:11], "")), 0o600)
+	for _, to := range []string{"file:" + dst, s.redisURL} {
+		code, out, errOut := runCmd("move", "-from", "file:"+cut, "-to", to)
+		if code != exitError || !strings.Contains(errOut, "cut short") {
+			t.Errorf("move of a file cut short to %s = %d, %q, %q; want an error saying it was cut short, before any key", to, code, out, errOut)
+		}
+	}
+	untouched(t, "source cut short")
+	if n, err := ratelimit.Count(context.Background(), s.redis, "", time.Now().UnixMicro()); n != 0 || err != nil {
+		t.Fatalf("a move of a file cut short wrote %d keys into redis, %v", n, err)
+	}
+
+	// An unknown namespace, an empty source: an error unless -allow-empty.
+	empty := filepath.Join(dir, "empty.jsonl")
+	writeState(t, empty, "api:gcra", 0)
+	for _, args := range [][]string{
+		{"-from", "file:" + src, "-to", "file:" + dst, "-namespace", "apj:gcra"},
+		{"-from", "file:" + empty, "-to", "file:" + dst},
+		{"-from", s.redisURL, "-to", "file:" + dst},
+		{"-from", s.postgresURL, "-to", "file:" + dst, "-namespace", "api:gcra"},
+		{"-from", s.dynamoURL, "-dry-run"},
+	} {
+		code, out, errOut := runCmd(append([]string{"move"}, args...)...)
+		if code != exitError || !strings.Contains(errOut, "holds no live key") || !strings.Contains(errOut, "-allow-empty") {
+			t.Errorf("move %v = %d, %q, %q; want exit %d saying the source holds no live key", args, code, out, errOut, exitError)
+		}
+		untouched(t, fmt.Sprint(args))
+		code, out, errOut = runCmd(append([]string{"move", "-allow-empty"}, args...)...)
+		if code != exitOK || !strings.Contains(out, "0 ") {
+			t.Errorf("move -allow-empty %v = %d, %q, %q; want exit 0", args, code, out, errOut)
+		}
+		os.WriteFile(dst, old, 0o600) // an empty move wrote an empty file
+	}
+
+	// A whole move replaces the file, with no temporary file left.
+	if code, out, errOut := runCmd("move", "-from", "file:"+src, "-to", "file:"+dst); code != exitOK || !strings.Contains(out, "20 keys read, 20 written") {
+		t.Fatalf("move = %d, %q, %q", code, out, errOut)
+	}
+	if got, _ := os.ReadFile(dst); !bytes.Equal(got, srcData) {
+		t.Errorf("the moved file differs from its source:\n%s\nwant\n%s", got, srcData)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp")); len(tmps) != 0 {
+		t.Errorf("temporary files left behind: %v", tmps)
+	}
+}
+
+// TestMoveProgress checks -progress's plain lines (stderr is not a
+// terminal here): from a file, and from a store, which counts its keys
+// beside the move, each line has the total, the percentage, the rate and
+// the time left.
+func TestMoveProgress(t *testing.T) {
+	s := startServers(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src.jsonl")
+	writeState(t, src, "prog:gcra", 3000)
+	line := regexp.MustCompile(`^(\d+) of 3000 keys read \((\d+\.\d)%\), (\d+) keys/s, (\d+(\.\d+)?[a-z]+) left; (\d+) written, (\d+) kept$`)
+	for _, hop := range [][2]string{{"file:" + src, s.redisURL}, {s.redisURL, s.postgresURL}} {
+		code, out, errOut := runCmd("move", "-from", hop[0], "-to", hop[1], "-progress", "1ns")
+		if code != exitOK || !strings.Contains(out, "3000 keys read, 3000 written") {
+			t.Fatalf("move %s → %s = %d, %q, %q", hop[0], hop[1], code, out, errOut)
+		}
+		if strings.Contains(errOut, "\r") {
+			t.Errorf("progress on a file or pipe refreshes a line (\\r): %q", errOut)
+		}
+		matched := 0
+		for _, l := range strings.Split(strings.TrimSpace(errOut), "\n") {
+			m := line.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			matched++
+			read, _ := strconv.Atoi(m[1])
+			pct, _ := strconv.ParseFloat(m[2], 64)
+			if want := float64(read) * 100 / 3000; pct < want-0.1 || pct > want+0.1 {
+				t.Errorf("progress line %q: %.1f%%, want %.1f%%", l, pct, want)
+			}
+		}
+		// From a store the total is known once it is counted.
+		if matched < 100 {
+			t.Errorf("move %s → %s -progress 1ns: %d lines with a total, percentage, rate and time left, want most of 3000: %q...",
+				hop[0], hop[1], matched, errOut[:min(len(errOut), 500)])
+		}
+	}
+	// On a terminal, the line is refreshed in place.
+	var buf bytes.Buffer
+	p := newProgress(&buf, time.Nanosecond, false)
+	p.tty = true
+	p.setTotal(10)
+	p.report(moveStats{read: 5, written: 5}, true)
+	p.end()
+	if got := buf.String(); !strings.HasPrefix(got, "\r5 of 10 keys read (50.0%)") || !strings.HasSuffix(got, "\x1b[K\n") {
+		t.Errorf("progress on a terminal = %q, want a line refreshed with \\r and cleared to its end", got)
 	}
 }
