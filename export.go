@@ -54,6 +54,12 @@ type Entry struct {
 //
 // A store that cannot enumerate its keys in some configuration returns an
 // error wrapping ErrUnsupported that says why.
+//
+// Export bounds each of its round trips to the backend (a page, a batch of
+// keys) whatever ctx allows, so that a store that hangs fails Count and
+// Export within about one bound, and a long export of a live store is not
+// cut off: the built-in stores give each round trip a second
+// (their ExportTimeout).
 type Exporter interface {
 	Export(ctx context.Context, namespace string, now int64, yield func(Entry) error) error
 }
@@ -75,7 +81,8 @@ type Importer interface {
 
 // Count returns how many keys under namespace hold live state at now in
 // store. It returns an error wrapping ErrUnsupported when store is not an
-// Exporter or cannot enumerate its keys.
+// Exporter or cannot enumerate its keys. On a built-in store that hangs it
+// fails within about a second (see Exporter).
 func Count(ctx context.Context, store Store, namespace string, now int64) (int, error) {
 	n := 0
 	err := Export(ctx, store, namespace, now, func(Entry) error { n++; return nil })
@@ -85,6 +92,8 @@ func Count(ctx context.Context, store Store, namespace string, now int64) (int, 
 // Export calls yield for every key under namespace (every key when
 // namespace is "") that holds live state at now in store; see Exporter. It
 // returns an error wrapping ErrUnsupported when store is not an Exporter.
+// On a built-in store that hangs it fails within about a second, however
+// long ctx allows.
 func Export(ctx context.Context, store Store, namespace string, now int64, yield func(Entry) error) error {
 	x, ok := store.(Exporter)
 	if !ok {
