@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 )
 
 const moveUsage = `ratelimit move copies rate-limit state from one store to another, so that
@@ -280,11 +281,44 @@ func (e *end) each(ctx context.Context, ns string, fn func(ratelimit.Entry) erro
 	})
 }
 
+// Each key's import, and the probe of a destination before its table is
+// made, is bounded by one second (redisengine.ExportTimeout, each round
+// trip's budget in a count or an export too), as the limiter's store
+// budget bounds each decision, whether or not the store's client honours a
+// context's deadline: a destination that hangs fails the move in about a
+// second.
+
+// openTimeout bounds opening a store that answered the probe: creating a
+// destination's table where it is missing (DynamoDB waits for the new
+// table to be active).
+const openTimeout = 30 * time.Second
+
 func (e *end) put(ctx context.Context, en ratelimit.Entry) (bool, error) {
-	if e.store != nil {
-		return ratelimit.Import(ctx, e.store, ratelimit.AlgorithmOf(en.Key.Namespace), en, time.Now().UnixMicro())
+	if e.store == nil {
+		return true, e.w.Write(en)
 	}
-	return true, e.w.Write(en)
+	var wrote bool
+	err := redisengine.Bounded(ctx, func(ctx context.Context) error {
+		var err error
+		wrote, err = ratelimit.Import(ctx, e.store, ratelimit.AlgorithmOf(en.Key.Namespace), en, time.Now().UnixMicro())
+		return err
+	})
+	if err != nil {
+		// wrote may still be written by an abandoned call: not read.
+		return false, fmt.Errorf("import %q: %w", en.Key.String(), err)
+	}
+	return wrote, nil
+}
+
+// probe asks s for a key's state, writing nothing, within the bound, and
+// returns an error wrapping context.DeadlineExceeded when it does not
+// answer in time. Other errors (a missing table) are the caller's to
+// judge.
+func probe(ctx context.Context, s ratelimit.Store) error {
+	return redisengine.Bounded(ctx, func(ctx context.Context) error {
+		key := ratelimit.Key{Namespace: "ratelimit-move:probe", ID: "reachable"}
+		return s.Update(ctx, key, time.Now().UnixMicro(), func([]byte, int64) ([]byte, int64, error) { return nil, 0, nil })
+	})
 }
 
 // finish completes a destination file: the end line, on disk, then renamed
@@ -424,9 +458,24 @@ func openEnd(ctx context.Context, raw string, dst bool, getenv func(string) stri
 		}
 		return e, nil
 	}
+	// A destination must answer within the bound before its table, if
+	// missing, is made (which may take longer).
+	if dst {
+		s, closeStore, err := openStoreFor(ctx, raw, getenv, false)
+		if err != nil {
+			return nil, err
+		}
+		err = probe(ctx, s)
+		closeStore()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%s does not answer: %w", redact(raw), err)
+		}
+	}
 	// A source's table is never created: a mistyped name is an error, not
 	// an empty store.
-	s, closeStore, err := openStoreFor(ctx, raw, getenv, dst)
+	octx, cancel := context.WithTimeout(ctx, openTimeout)
+	defer cancel()
+	s, closeStore, err := openStoreFor(octx, raw, getenv, dst)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -13,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -888,4 +891,147 @@ func TestMovePairs(t *testing.T) {
 			})
 		}
 	}
+}
+
+// hangProxy forwards TCP connections to a server until hang is called;
+// from then on it forwards nothing, in either direction, as a server that
+// accepts connections and never answers (a stopped process, a partition).
+type hangProxy struct {
+	ln   net.Listener
+	hung atomic.Bool
+}
+
+func startHangProxy(t *testing.T, target string) *hangProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &hangProxy{ln: ln}
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	var open []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		conns.Wait()
+	})
+	pipe := func(dst, src net.Conn) {
+		defer conns.Done()
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := src.Read(buf)
+			for p.hung.Load() {
+				time.Sleep(10 * time.Millisecond)
+				if _, err := src.Read(buf[:0]); err != nil { // closed while hung
+					return
+				}
+			}
+			if n > 0 {
+				if _, werr := dst.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				dst.Close()
+				return
+			}
+		}
+	}
+	conns.Add(1)
+	go func() {
+		defer conns.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			open = append(open, c, s)
+			mu.Unlock()
+			conns.Add(2)
+			go pipe(s, c)
+			go pipe(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *hangProxy) addr() string { return p.ln.Addr().String() }
+
+// TestMoveBoundedOnHungStore checks that move fails within seconds, with a
+// non-zero exit, when its source or its destination stops answering (a
+// frozen Redis, PostgreSQL and DynamoDB behind a proxy that stops
+// forwarding): each round trip of a count or export, and each key's
+// import, has its own bound.
+func TestMoveBoundedOnHungStore(t *testing.T) {
+	s := startServers(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "state.jsonl")
+	writeState(t, file, "hung:gcra", 50)
+	// Some keys in each store, to export.
+	for _, st := range []ratelimit.Store{s.postgres, s.dynamo} {
+		if code, out, errOut := runCmd("move", "-from", "file:"+file, "-to", map[ratelimit.Store]string{s.postgres: s.postgresURL, s.dynamo: s.dynamoURL}[st]); code != 0 {
+			t.Fatalf("filling %T = %d, %q, %q", st, code, out, errOut)
+		}
+	}
+	redisSrv := testserver.StartRedis(t)
+	redisURL := "redis://" + redisSrv.Addr() + "?clock=request"
+	if code, out, errOut := runCmd("move", "-from", "file:"+file, "-to", redisURL); code != 0 {
+		t.Fatalf("filling redis = %d, %q, %q", code, out, errOut)
+	}
+	pgURL, err := url.Parse(s.postgresURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pgProxy := startHangProxy(t, pgURL.Host)
+	pgURL.Host = pgProxy.addr()
+	dynProxy := startHangProxy(t, strings.TrimPrefix(testserver.DynamoDBEndpoint(t), "http://"))
+	dynURL := strings.Replace(s.dynamoURL, strings.TrimPrefix(testserver.DynamoDBEndpoint(t), "http://"), dynProxy.addr(), 1)
+	for _, tc := range []struct {
+		name      string
+		url       string
+		hang, end func()
+	}{
+		{"redis", redisURL, redisSrv.Freeze, redisSrv.Thaw},
+		{"postgres", pgURL.String(), func() { pgProxy.hung.Store(true) }, func() { pgProxy.hung.Store(false) }},
+		{"dynamo", dynURL, func() { dynProxy.hung.Store(true) }, func() { dynProxy.hung.Store(false) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Through the proxy, before it hangs, the store answers.
+			if code, out, errOut := runCmd("move", "-from", tc.url, "-dry-run"); code != 0 || !strings.Contains(out, "50 live keys") {
+				t.Fatalf("move -from %s -dry-run = %d, %q, %q", tc.url, code, out, errOut)
+			}
+			tc.hang()
+			defer tc.end()
+			for _, args := range [][]string{
+				{"-from", tc.url, "-dry-run"},
+				{"-from", tc.url, "-to", "file:" + filepath.Join(dir, tc.name+".jsonl")},
+				{"-from", "file:" + file, "-to", tc.url},
+			} {
+				start := time.Now()
+				code, _, errOut := runCmd(append([]string{"move"}, args...)...)
+				took := time.Since(start)
+				t.Logf("move %v on a hung %s: exit %d after %v: %s", args, tc.name, code, took.Round(time.Millisecond), lastLine(errOut))
+				if code != exitError || took > 5*time.Second {
+					t.Errorf("move %v on a hung %s = exit %d after %v, %q; want exit %d within a few seconds", args, tc.name, code, took, errOut, exitError)
+				}
+			}
+		})
+	}
+}
+
+// lastLine returns s's last non-empty line.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
