@@ -449,6 +449,10 @@ func openEnd(ctx context.Context, raw string, dst bool, getenv func(string) stri
 		if err != nil {
 			return nil, err
 		}
+		// A file it replaces keeps its permissions (a new one is 0600).
+		if fi, err := os.Stat(path); err == nil {
+			f.Chmod(fi.Mode().Perm())
+		}
 		e := &end{path: path, f: f, w: ratelimit.NewEntryWriter(f)}
 		e.close = func() {
 			if e.w != nil { // not renamed into place: gone
