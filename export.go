@@ -2,13 +2,16 @@ package ratelimit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
@@ -51,6 +54,12 @@ type Entry struct {
 //
 // A store that cannot enumerate its keys in some configuration returns an
 // error wrapping ErrUnsupported that says why.
+//
+// Export bounds each of its round trips to the backend (a page, a batch of
+// keys) whatever ctx allows, so that a store that hangs fails Count and
+// Export within about one bound, and a long export of a live store is not
+// cut off: the built-in stores give each round trip a second
+// (their ExportTimeout).
 type Exporter interface {
 	Export(ctx context.Context, namespace string, now int64, yield func(Entry) error) error
 }
@@ -72,7 +81,8 @@ type Importer interface {
 
 // Count returns how many keys under namespace hold live state at now in
 // store. It returns an error wrapping ErrUnsupported when store is not an
-// Exporter or cannot enumerate its keys.
+// Exporter or cannot enumerate its keys. On a built-in store that hangs it
+// fails within about a second (see Exporter).
 func Count(ctx context.Context, store Store, namespace string, now int64) (int, error) {
 	n := 0
 	err := Export(ctx, store, namespace, now, func(Entry) error { n++; return nil })
@@ -82,6 +92,8 @@ func Count(ctx context.Context, store Store, namespace string, now int64) (int, 
 // Export calls yield for every key under namespace (every key when
 // namespace is "") that holds live state at now in store; see Exporter. It
 // returns an error wrapping ErrUnsupported when store is not an Exporter.
+// On a built-in store that hangs it fails within about a second, however
+// long ctx allows.
 func Export(ctx context.Context, store Store, namespace string, now int64, yield func(Entry) error) error {
 	x, ok := store.(Exporter)
 	if !ok {
@@ -101,8 +113,16 @@ func Export(ctx context.Context, store Store, namespace string, now int64, yield
 // was either copied by an earlier, interrupted run of the same move (and is
 // the same) or written by decisions made since the switch, which a copy
 // must not undo. Running a move twice therefore loses no admission.
+//
+// When alg is not nil, e.State must decode as alg's state: alg decides a
+// peek on it at now, and a state it cannot read is refused, before
+// anything is written, with an error wrapping ErrCorruptState that names
+// the key.
 func Import(ctx context.Context, store Store, alg algorithms.Algorithm, e Entry, now int64) (bool, error) {
 	if err := checkEntry(e); err != nil {
+		return false, err
+	}
+	if err := checkState(alg, e, now); err != nil {
 		return false, err
 	}
 	if im, ok := store.(Importer); ok {
@@ -140,18 +160,116 @@ func ParseKey(s string) (Key, bool) {
 	return k, true
 }
 
-// AlgorithmOf returns a built-in algorithm of the kind that namespace
-// ("<limiter name>:<algorithm name>") names, or nil when its algorithm is
-// not a built-in. Its numbers are placeholders: it tells Import which form
-// the state takes, nothing more.
+// AlgorithmOf returns an algorithm of the kind that namespace ("<limiter
+// name>:<algorithm name>") names, or nil when it cannot tell: a built-in,
+// or a composite (algorithms.All) of built-ins, whose name "all-<hash>" it
+// matches against every sequence of up to algorithms.MaxParts built-ins.
+// Its numbers are placeholders (a limit of 1 over algorithms.MaxPeriod): it
+// tells Import which form the state takes and lets Import check that the
+// state decodes, nothing more. A composite with a part of the user's own is
+// nil, like the user's own algorithm: its state goes where Update keeps it,
+// which is where its decisions read it on every store.
 func AlgorithmOf(namespace string) algorithms.Algorithm {
 	_, name, _ := strings.Cut(namespace, ":")
 	for _, b := range algorithms.Builtins() {
 		if b.Name == name {
-			return b.New(1, 1e9, 1)
+			return placeholder(b)
 		}
 	}
+	if strings.HasPrefix(name, "all-") {
+		return compositeOf(name)
+	}
 	return nil
+}
+
+// placeholder returns b with placeholder numbers.
+func placeholder(b *algorithms.Builtin) algorithms.Algorithm {
+	return b.New(1, algorithms.MaxPeriod, 1)
+}
+
+// composites caches compositeOf's answers, up to maxComposites names.
+var composites struct {
+	sync.Mutex
+	m map[string]algorithms.Algorithm
+}
+
+const maxComposites = 1024
+
+// compositeOf returns a composite of built-ins named name, or nil when no
+// sequence of built-ins has that name. The name is an FNV-64a hash of the
+// parts' names, each followed by a NUL byte (see algorithms.All), so it
+// walks every sequence of up to algorithms.MaxParts built-ins depth first,
+// hashing each prefix once: about two million sequences, some 30 ms, once
+// per name.
+func compositeOf(name string) algorithms.Algorithm {
+	composites.Lock()
+	alg, ok := composites.m[name]
+	composites.Unlock()
+	if ok {
+		return alg
+	}
+	want, err := strconv.ParseUint(strings.TrimPrefix(name, "all-"), 16, 64)
+	if err == nil && len(name) == len("all-")+16 {
+		bs := algorithms.Builtins()
+		var path []*algorithms.Builtin
+		var walk func(h uint64) bool
+		walk = func(h uint64) bool {
+			for _, b := range bs {
+				g := h
+				for i := 0; i < len(b.Name); i++ {
+					g = (g ^ uint64(b.Name[i])) * fnvPrime
+				}
+				g *= fnvPrime // the NUL byte: g ^ 0 == g
+				path = append(path, b)
+				if g == want || (len(path) < algorithms.MaxParts && walk(g)) {
+					return true
+				}
+				path = path[:len(path)-1]
+			}
+			return false
+		}
+		if walk(fnvOffset) {
+			parts := make([]algorithms.Algorithm, len(path))
+			for i, b := range path {
+				parts[i] = placeholder(b)
+			}
+			if c := algorithms.All(parts...); c.Name() == name {
+				alg = c
+			}
+		}
+	}
+	composites.Lock()
+	if composites.m == nil {
+		composites.m = make(map[string]algorithms.Algorithm)
+	}
+	if len(composites.m) < maxComposites {
+		composites.m[name] = alg
+	}
+	composites.Unlock()
+	return alg
+}
+
+// FNV-64a's parameters (hash/fnv).
+const (
+	fnvOffset uint64 = 14695981039346656037
+	fnvPrime  uint64 = 1099511628211
+)
+
+// checkState returns an error wrapping ErrCorruptState when alg (if not
+// nil) cannot read e's state: a peek at now on it fails.
+func checkState(alg algorithms.Algorithm, e Entry, now int64) error {
+	if alg == nil {
+		return nil
+	}
+	_, err := alg.Decide(e.State, algorithms.Request{Now: now, Cost: 1, Peek: true})
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrCorruptState):
+		return fmt.Errorf("ratelimit: entry for %q is not %s state: %w", e.Key.String(), alg.Name(), err)
+	default:
+		return fmt.Errorf("%w: entry for %q is not %s state: %w", ErrCorruptState, e.Key.String(), alg.Name(), err)
+	}
 }
 
 func checkEntry(e Entry) error {
@@ -183,21 +301,29 @@ func checkNamespace(ns string) error {
 	return nil
 }
 
-// The state file format: JSON Lines, one Entry per line,
+// The state file format: JSON Lines. The first line is a header,
+//
+//	{"format":"ratelimit-state","version":2}
+//
+// then one Entry per line, in any order,
 //
 //	{"ns":"api:gcra","id":"dXNlci00Mg==","state":"AAAA...","expires":1767225600000000}
 //
 // with ns the namespace, id and state in standard base64 (an ID may hold
-// any bytes), and expires in microseconds since the Unix epoch. Lines may
-// come in any order; an empty line is skipped. The first line may instead
-// be a header, {"format":"ratelimit-state","version":1}, which
-// EntryWriter writes and EntryReader checks.
+// any bytes), and expires in microseconds since the Unix epoch; and last an
+// end line with the number of entries,
+//
+//	{"end":2}
+//
+// so that a file cut short, even at a line boundary, is an error, not a
+// smaller state. Empty lines are skipped. Version 1 files (no end line,
+// header optional) are refused: no release wrote them.
 
 // FormatName and FormatVersion identify the state file format in its
 // header line.
 const (
 	FormatName    = "ratelimit-state"
-	FormatVersion = 1
+	FormatVersion = 2
 )
 
 type fileHeader struct {
@@ -212,31 +338,48 @@ type fileEntry struct {
 	Expires int64  `json:"expires"`
 }
 
+type fileEnd struct {
+	End int64 `json:"end"`
+}
+
 // EntryWriter writes entries in the state file format. Create it with
-// NewEntryWriter, call Write for each entry, and Flush at the end. It is
-// not safe for concurrent use.
+// NewEntryWriter, call Write for each entry, and Close at the end, which
+// writes the end line: a file without it reads as cut short. It is not
+// safe for concurrent use.
 type EntryWriter struct {
 	w      *bufio.Writer
 	header bool
+	closed bool
+	n      int64
 }
 
 // NewEntryWriter returns a writer of the state file format to w.
 func NewEntryWriter(w io.Writer) *EntryWriter { return &EntryWriter{w: bufio.NewWriter(w)} }
 
-// Write writes one entry, after the header line if it is the first.
+// Write writes one entry, after the header line if it is the first. It
+// returns an error after Close.
 func (w *EntryWriter) Write(e Entry) error {
-	if !w.header {
-		w.header = true
-		if err := w.line(fileHeader{FormatName, FormatVersion}); err != nil {
-			return err
-		}
+	if w.closed {
+		return errors.New("ratelimit: write state: the writer is closed")
 	}
+	if err := w.writeHeader(); err != nil {
+		return err
+	}
+	w.n++
 	return w.line(fileEntry{
 		NS:      e.Key.Namespace,
 		ID:      base64.StdEncoding.EncodeToString([]byte(e.Key.ID)),
 		State:   base64.StdEncoding.EncodeToString(e.State),
 		Expires: e.Expires,
 	})
+}
+
+func (w *EntryWriter) writeHeader() error {
+	if w.header {
+		return nil
+	}
+	w.header = true
+	return w.line(fileHeader{FormatName, FormatVersion})
 }
 
 func (w *EntryWriter) line(v any) error {
@@ -251,14 +394,20 @@ func (w *EntryWriter) line(v any) error {
 	return nil
 }
 
-// Flush writes out whatever the writer buffers; a header alone when no
-// entry was written, so that an empty export is still a valid file.
-func (w *EntryWriter) Flush() error {
-	if !w.header {
-		w.header = true
-		if err := w.line(fileHeader{FormatName, FormatVersion}); err != nil {
-			return err
-		}
+// Close ends the file: it writes the header if no entry was written (an
+// empty export is still a valid file), the end line with the number of
+// entries, and whatever the writer buffers. It does not close the
+// underlying writer. Calling it again does nothing.
+func (w *EntryWriter) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if err := w.writeHeader(); err != nil {
+		return err
+	}
+	if err := w.line(fileEnd{w.n}); err != nil {
+		return err
 	}
 	if err := w.w.Flush(); err != nil {
 		return fmt.Errorf("ratelimit: write state: %w", err)
@@ -268,28 +417,50 @@ func (w *EntryWriter) Flush() error {
 
 // ReadEntries reads the state file format from r and calls fn for each
 // entry, in file order, stopping at the first error fn returns. A line
-// that is not a valid entry is an error wrapping ErrCorruptState that
-// names the line; entries before it have been passed to fn.
+// that is not a valid entry, a missing or wrong header, and a file that
+// does not end with its end line holding the number of entries (a file
+// cut short) are errors wrapping ErrCorruptState that say where; the
+// entries before the fault have been passed to fn. To refuse a file
+// before acting on any of it, read it twice: once with a fn that does
+// nothing.
 func ReadEntries(r io.Reader, fn func(Entry) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
-	for n := 1; sc.Scan(); n++ {
+	var entries int64
+	header, ended := false, false
+	n := 0
+	for sc.Scan() {
+		n++
 		line := sc.Bytes()
-		if len(strings.TrimSpace(string(line))) == 0 {
+		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if n == 1 && strings.Contains(string(line), `"format"`) {
+		switch {
+		case ended:
+			return fmt.Errorf("%w: state file line %d: a line after the end line", ErrCorruptState, n)
+		case !header:
 			var h fileHeader
 			if err := json.Unmarshal(line, &h); err != nil || h.Format != FormatName {
-				return fmt.Errorf("%w: state file line 1: not a %s header", ErrCorruptState, FormatName)
+				return fmt.Errorf("%w: state file line %d: not a %s header", ErrCorruptState, n, FormatName)
 			}
 			if h.Version != FormatVersion {
 				return fmt.Errorf("%w: state file version %d, want %d", ErrCorruptState, h.Version, FormatVersion)
 			}
+			header = true
+			continue
+		case bytes.HasPrefix(line, []byte(`{"end":`)):
+			var end fileEnd
+			if err := json.Unmarshal(line, &end); err != nil {
+				return fmt.Errorf("%w: state file line %d: %w", ErrCorruptState, n, err)
+			}
+			if end.End != entries {
+				return fmt.Errorf("%w: state file line %d: the end line counts %d entries, the file holds %d", ErrCorruptState, n, end.End, entries)
+			}
+			ended = true
 			continue
 		}
 		var fe fileEntry
-		dec := json.NewDecoder(strings.NewReader(string(line)))
+		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&fe); err != nil {
 			return fmt.Errorf("%w: state file line %d: %w", ErrCorruptState, n, err)
@@ -303,12 +474,19 @@ func ReadEntries(r io.Reader, fn func(Entry) error) error {
 		if err := checkEntry(e); err != nil {
 			return fmt.Errorf("state file line %d: %w", n, err)
 		}
+		entries++
 		if err := fn(e); err != nil {
 			return err
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("ratelimit: read state: %w", err)
+	}
+	switch {
+	case !header:
+		return fmt.Errorf("%w: state file is empty: not even a header", ErrCorruptState)
+	case !ended:
+		return fmt.Errorf("%w: state file ends after %d entries without its end line: it was cut short", ErrCorruptState, entries)
 	}
 	return nil
 }
@@ -334,7 +512,7 @@ func (l *Limiter) Export(ctx context.Context, w io.Writer) (int, error) {
 	if err != nil {
 		return n, err
 	}
-	return n, ew.Flush()
+	return n, ew.Close()
 }
 
 // Import reads the state file format from r and writes each entry under

@@ -130,9 +130,10 @@ func TestStateFile(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := w.Flush(); err != nil {
+	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
+	full := buf.String()
 	var out []ratelimit.Entry
 	if err := ratelimit.ReadEntries(&buf, func(e ratelimit.Entry) error { out = append(out, e); return nil }); err != nil {
 		t.Fatal(err)
@@ -142,42 +143,138 @@ func TestStateFile(t *testing.T) {
 	}
 
 	buf.Reset()
-	ratelimit.NewEntryWriter(&buf).Flush()
-	if buf.String() != `{"format":"ratelimit-state","version":1}`+"\n" {
-		t.Errorf("empty export = %q, want the header alone", buf.String())
+	ratelimit.NewEntryWriter(&buf).Close()
+	if buf.String() != `{"format":"ratelimit-state","version":2}`+"\n"+`{"end":0}`+"\n" {
+		t.Errorf("empty export = %q, want the header and the end line alone", buf.String())
 	}
 	n := 0
 	if err := ratelimit.ReadEntries(&buf, func(ratelimit.Entry) error { n++; return nil }); err != nil || n != 0 {
 		t.Errorf("reading an empty export = %d entries, %v", n, err)
 	}
 
-	const good = `{"ns":"a:gcra","id":"aw==","state":"AQ==","expires":5}`
-	for _, tc := range []struct{ file, want string }{
-		{`{"format":"other","version":1}`, "line 1"},
-		{`{"format":"ratelimit-state","version":2}`, "version 2"},
-		{good + "\n{", "line 2"},
-		{`{"ns":"a:gcra","id":"!!","state":"AQ==","expires":5}`, "line 1"},
-		{`{"ns":"a:gcra","id":"aw==","state":"AQ==","expires":5,"extra":1}`, "line 1"},
-		{`{"ns":"a","id":"aw==","state":"AQ==","expires":5}`, "line 1"},
-		{`{"ns":"a:gcra","id":"aw==","state":"","expires":5}`, "line 1"},
+	const (
+		head = `{"format":"ratelimit-state","version":2}` + "\n"
+		good = `{"ns":"a:gcra","id":"aw==","state":"AQ==","expires":5}` + "\n"
+	)
+	lines := strings.SplitAfter(full, "\n")
+	for _, tc := range []struct{ rule, file, want string }{
+		{"another format", `{"format":"other","version":1}`, "line 1"},
+		{"another version", `{"format":"ratelimit-state","version":3}`, "version 3"},
+		{"version 1, which had no end line", `{"format":"ratelimit-state","version":1}` + "\n" + good, "version 1"},
+		{"no header", good + `{"end":1}`, "line 1: not a ratelimit-state header"},
+		{"nothing at all", "", "empty"},
+		{"a bad line", head + good + "{", "line 3"},
+		{"bad base64", head + `{"ns":"a:gcra","id":"!!","state":"AQ==","expires":5}`, "line 2"},
+		{"an unknown field", head + `{"ns":"a:gcra","id":"aw==","state":"AQ==","expires":5,"extra":1}`, "line 2"},
+		{"a bad namespace", head + `{"ns":"a","id":"aw==","state":"AQ==","expires":5}`, "line 2"},
+		{"no state", head + `{"ns":"a:gcra","id":"aw==","state":"","expires":5}`, "line 2"},
+		// Cut at a line boundary, each line parses: only the end line
+		// tells.
+		{"cut after the first entry", strings.Join(lines[:2], ""), "ends after 1 entries without its end line"},
+		{"cut after the header", lines[0], "ends after 0 entries without its end line"},
+		{"an end line that miscounts", head + good + `{"end":2}`, "counts 2 entries, the file holds 1"},
+		{"a line after the end line", head + `{"end":0}` + "\n" + good, "line 3: a line after the end line"},
 	} {
 		n := 0
 		err := ratelimit.ReadEntries(strings.NewReader(tc.file), func(ratelimit.Entry) error { n++; return nil })
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ReadEntries(%q) = %v, want an error naming %q", tc.file, err, tc.want)
+		if !(errors.Is(err, ratelimit.ErrCorruptState) || errors.Is(err, ratelimit.ErrInvalidKey)) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: ReadEntries(%q) = %v, want ErrCorruptState (ErrInvalidKey for a bad key) naming %q", tc.rule, tc.file, err, tc.want)
 		}
-		if strings.HasPrefix(tc.file, good) && n != 1 {
-			t.Errorf("ReadEntries(%q) passed %d entries before the bad line, want 1", tc.file, n)
+		if strings.HasPrefix(tc.file, head+good) && n != 1 {
+			t.Errorf("%s: ReadEntries(%q) passed %d entries before the fault, want 1", tc.rule, tc.file, n)
 		}
 	}
 }
+
+// TestImportChecksState checks that Import refuses, before writing, an
+// entry whose state its algorithm cannot decode, naming the key, and takes
+// one it can.
+func TestImportChecksState(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+	comp := algorithms.All(algorithms.GCRA(10, time.Hour, 10), algorithms.FixedWindow(20, time.Hour))
+	good := func(alg algorithms.Algorithm) []byte {
+		st, err := alg.Decide(nil, algorithms.Request{Now: now, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Next
+	}
+	for _, tc := range []struct {
+		alg   algorithms.Algorithm
+		state []byte
+		ok    bool
+	}{
+		{algorithms.GCRA(10, time.Hour, 10), good(algorithms.GCRA(10, time.Hour, 10)), true},
+		{algorithms.GCRA(10, time.Hour, 10), []byte("1234567"), false},
+		{algorithms.TokenBucket(10, time.Hour, 10), make([]byte, 24), false}, // unit 0
+		{algorithms.SlidingLog(10, time.Hour), good(algorithms.SlidingLog(10, time.Hour)), true},
+		{algorithms.SlidingLog(10, time.Hour), make([]byte, 17), false},
+		{comp, good(comp), true},
+		{comp, good(algorithms.GCRA(10, time.Hour, 10)), false},
+	} {
+		for _, alg := range []algorithms.Algorithm{tc.alg, ratelimit.AlgorithmOf("api:" + tc.alg.Name())} {
+			s := memory.MustNew()
+			e := ratelimit.Entry{ratelimit.Key{"api:" + tc.alg.Name(), "user"}, tc.state, now + 1e9}
+			wrote, err := ratelimit.Import(ctx, s, alg, e, now)
+			if tc.ok && (err != nil || !wrote) {
+				t.Errorf("Import of %v state %x = %v, %v; want written", alg, tc.state, wrote, err)
+			}
+			if !tc.ok && (!errors.Is(err, ratelimit.ErrCorruptState) || !strings.Contains(err.Error(), `"api:`+tc.alg.Name()+`:user"`) || wrote || s.Len() != 0) {
+				t.Errorf("Import of %v state %x = %v, %v, %d keys stored; want ErrCorruptState naming the key, nothing written", alg, tc.state, wrote, err, s.Len())
+			}
+		}
+	}
+}
+
+// TestAlgorithmOf checks that a namespace tells the kind of its algorithm,
+// composites of built-ins included (whose names are hashes of their
+// parts'), and that it says nil for what no built-in or composite of
+// built-ins is.
+func TestAlgorithmOf(t *testing.T) {
+	var algs []algorithms.Algorithm
+	for _, b := range algorithms.Builtins() {
+		algs = append(algs, b.New(5, time.Minute, 5))
+	}
+	algs = append(algs,
+		algorithms.All(algorithms.GCRA(10, time.Hour, 10), algorithms.FixedWindow(20, time.Hour)),
+		algorithms.All(algorithms.SlidingLog(3, time.Second), algorithms.GCRA(1, time.Second, 1), algorithms.SlidingLog(9, time.Hour)),
+		algorithms.All(algorithms.FixedWindow(1, time.Second), algorithms.FixedWindow(2, time.Second), algorithms.FixedWindow(3, time.Second),
+			algorithms.FixedWindow(4, time.Second), algorithms.FixedWindow(5, time.Second), algorithms.FixedWindow(6, time.Second),
+			algorithms.FixedWindow(7, time.Second), algorithms.TokenBucket(8, time.Second, 8)),
+	)
+	for _, alg := range algs {
+		got := ratelimit.AlgorithmOf("api:" + alg.Name())
+		if got == nil || got.Name() != alg.Name() || fmt.Sprintf("%T", got) != fmt.Sprintf("%T", alg) {
+			t.Errorf("AlgorithmOf(%q) = %v, want one of the kind of %v", "api:"+alg.Name(), got, alg)
+			continue
+		}
+		if c, ok := alg.(algorithms.Composite); ok {
+			for i, p := range got.(algorithms.Composite).Parts() {
+				if algorithms.BuiltinOf(p) != algorithms.BuiltinOf(c.Parts()[i]) {
+					t.Errorf("AlgorithmOf(%q) part %d = %v, want %v", alg.Name(), i+1, p, c.Parts()[i])
+				}
+			}
+		}
+	}
+	for _, ns := range []string{"api:mine", "api:all-0123456789abcdef", "api:all-invalid", "api:all-", "nocolon", "api:" + algorithms.All(mine{algorithms.GCRA(1, time.Second, 1)}, algorithms.GCRA(1, time.Second, 1)).Name()} {
+		if got := ratelimit.AlgorithmOf(ns); got != nil {
+			t.Errorf("AlgorithmOf(%q) = %v, want nil", ns, got)
+		}
+	}
+}
+
+// mine is a user's own algorithm.
+type mine struct{ algorithms.Algorithm }
+
+func (mine) Name() string { return "mine" }
 
 func TestLimiterImportOtherNamespace(t *testing.T) {
 	ctx := context.Background()
 	var buf bytes.Buffer
 	w := ratelimit.NewEntryWriter(&buf)
 	w.Write(ratelimit.Entry{ratelimit.Key{"other:gcra", "k"}, []byte("12345678"), 1 << 51})
-	w.Flush()
+	w.Close()
 	lim, _ := ratelimit.New(memory.MustNew(), algorithms.GCRA(1, time.Second, 1), ratelimit.WithName("api"))
 	if n, err := lim.Import(ctx, &buf); !errors.Is(err, ratelimit.ErrInvalidKey) || n != 0 {
 		t.Fatalf("Import of another namespace's entry = %d, %v; want ErrInvalidKey", n, err)

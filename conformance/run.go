@@ -59,6 +59,7 @@ var cases = []testCase{
 	{"OwnAlgorithm", testOwnAlgorithm},
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
+	{"Export", testExport},
 }
 
 // epoch is the fake clock's starting time: a multiple of every period the

@@ -501,6 +501,11 @@ func state(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, er
 	if err != nil {
 		return nil, 0, wrap(ctx, e.name, fmt.Sprintf("read state of %q", key.String()), err)
 	}
+	return decodeState(e, key, r)
+}
+
+// decodeState decodes stateScript's reply r for key.
+func decodeState(e *Engine, key ratelimit.Key, r any) ([]byte, int64, error) {
 	arr, _ := r.([]any)
 	if len(arr) == 0 {
 		return nil, 0, nil

@@ -94,22 +94,66 @@ func (e *Engine) clock(ctx context.Context, now int64) (int64, error) {
 	return serverTime(arr[0], arr[1])
 }
 
-// existsScript replies whether KEYS[1] exists.
-var existsScript = NewScript("exists", `return redis.call('EXISTS', KEYS[1])`, 0)
+// ExportTimeout bounds each round trip of Export (and so of
+// ratelimit.Count): one SCAN, one pipeline of state reads, the read of the
+// server's clock. A server that hangs fails an export within about one
+// ExportTimeout, however many keys it holds, and a slow but live one is
+// not cut off part way through a long export.
+const ExportTimeout = time.Second
+
+// Bounded runs call with a context that ends ExportTimeout from now, and
+// returns its error or, when the time passes first, an error wrapping
+// context.DeadlineExceeded, without waiting for call: a
+// client that does not honour the context's deadline (go-redis without
+// ContextTimeoutEnabled) goes on in call's goroutine until its own read
+// timeout, and its outcome is dropped. call must not touch what the caller
+// reads after Bounded returns early.
+func Bounded(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, ExportTimeout)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- call(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("no reply within %v: %w", ExportTimeout, ctx.Err())
+	}
+}
+
+// exportScript is stateScript for a key name SCAN returned: ARGV[1] is "2"
+// when the name is the Update key, and then, when the decision's Lua forms'
+// key exists too, it replies {}: that key's own name yields the state,
+// once.
+var exportScript = NewScript("export", `if ARGV[1] == '2' and redis.call('EXISTS', KEYS[1]) == 1 then return {} end
+`+stateScript.Src, 0)
+
+// argUpdate is exportScript's ARGV[1] for an Update key's name.
+var argUpdate any = "2"
 
 // Export implements ratelimit.Exporter with SCAN over every master, reading
-// each key's state as StateReader does (which prefers the Lua forms' key to
-// the Update key when a decision has both, so such a key is yielded once).
-// Keys whose state has expired by now (the server's clock when the
-// engine reads it, taken once at the start) are skipped.
+// each batch of keys SCAN returns with one pipeline of scripts, each
+// reading a key's state as StateReader does (which prefers the Lua forms'
+// key to the Update key when a decision has both, so such a key is yielded
+// once): two round trips per ScanBatch keys. Keys whose state has expired
+// by now (the server's clock when the engine reads it, taken once at the
+// start) are skipped. Each round trip is bounded by ExportTimeout.
 func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
 	sc, ok := e.backend.(Scanner)
 	if !ok {
 		return fmt.Errorf("%s: the client cannot scan keys: %w", e.name, ratelimit.ErrUnsupported)
 	}
-	now, err := e.clock(ctx, now)
-	if err != nil {
-		return err
+	if e.serverClock {
+		var t int64
+		err := Bounded(ctx, func(ctx context.Context) error {
+			var err error
+			t, err = e.clock(ctx, now)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("%s: export: %w", e.name, err)
+		}
+		now = t
 	}
 	match := globEscape(e.prefix) + ":{*"
 	if namespace != "" {
@@ -118,36 +162,18 @@ func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield 
 	// fn may run on one goroutine per master; yield is called from one at
 	// a time.
 	yields := make(chan struct{}, 1)
-	err = sc.Scan(ctx, match, func(keys []string) error {
-		for _, name := range keys {
-			key, update, ok := parseStateKey(e.prefix, name)
-			if !ok || (namespace != "" && key.Namespace != namespace) {
-				continue
-			}
-			if update {
-				// The decision's other key, when it exists, is read (and
-				// yielded) in its place.
-				r, err := e.run(ctx, existsScript, []string{StateKey(e.prefix, key)}, nil)
-				if err != nil {
-					return wrap(ctx, e.name, fmt.Sprintf("export %q", key.String()), err)
-				}
-				if n, _ := r.(int64); n != 0 {
-					continue
-				}
-			}
-			st, expires, err := state(ctx, e, key)
-			if err != nil {
-				return err
-			}
-			if st == nil || expires <= now {
-				continue
-			}
+	return sc.Scan(ctx, match, func(names []string) error {
+		entries, err := e.readStates(ctx, namespace, now, names)
+		if err != nil {
+			return err
+		}
+		for _, en := range entries {
 			select {
 			case yields <- struct{}{}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			err = yield(ratelimit.Entry{Key: key, State: st, Expires: expires})
+			err = yield(en)
 			<-yields
 			if err != nil {
 				return err
@@ -155,10 +181,71 @@ func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield 
 		}
 		return nil
 	})
-	if err != nil {
-		return err
+}
+
+// readStates reads the live states of the keys names (as SCAN returned
+// them) under namespace, with one pipeline of exportScript, or one call
+// per key on a backend that is not a Pipeliner.
+func (e *Engine) readStates(ctx context.Context, namespace string, now int64, names []string) ([]ratelimit.Entry, error) {
+	keys := make([]ratelimit.Key, 0, len(names))
+	calls := make([]*Call, 0, len(names))
+	for _, name := range names {
+		key, update, ok := parseStateKey(e.prefix, name)
+		if !ok || (namespace != "" && key.Namespace != namespace) {
+			continue
+		}
+		k := StateKey(e.prefix, key)
+		c := &Call{Script: exportScript, Keys: []string{k, k + UpdateSuffix}, Args: []any{argFalse}}
+		if update {
+			c.Args[0] = argUpdate
+		}
+		keys = append(keys, key)
+		calls = append(calls, c)
 	}
-	return nil
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	// The calls are this goroutine's again only when Bounded returns the
+	// pipeline's own outcome.
+	err := Bounded(ctx, func(ctx context.Context) error {
+		p, ok := e.backend.(Pipeliner)
+		if !ok {
+			for _, c := range calls {
+				c.Reply, c.Err = e.run(ctx, c.Script, c.Keys, c.Args)
+			}
+			return nil
+		}
+		p.Pipeline(ctx, calls)
+		var again []*Call // the server had not cached the script
+		for _, c := range calls {
+			if c.Err != nil && e.backend.NoScript(c.Err) {
+				c.ByText = true
+				again = append(again, c)
+			}
+		}
+		if len(again) > 0 {
+			p.Pipeline(ctx, again)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: export %d keys: %w", e.name, len(calls), err)
+	}
+	out := make([]ratelimit.Entry, 0, len(calls))
+	for i, c := range calls {
+		if c.Err != nil {
+			return nil, wrap(ctx, e.name, fmt.Sprintf("export %q", keys[i].String()), c.Err)
+		}
+		st, expires, err := decodeState(e, keys[i], c.Reply)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil || expires <= now {
+			continue
+		}
+		out = append(out, ratelimit.Entry{Key: keys[i], State: st, Expires: expires})
+	}
+	return out, nil
 }
 
 // importScript writes a state unless the decision's keys hold live state:

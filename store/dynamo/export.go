@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -21,10 +22,19 @@ type Scanner interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
+// ExportPage is how many items one Scan request of Export reads, and
+// ExportTimeout bounds each page (with its retries): a table that does not
+// answer fails an export within about one ExportTimeout.
+const (
+	ExportPage    = 1000
+	ExportTimeout = time.Second
+)
+
 // Export implements ratelimit.Exporter with a Scan of the table, filtered
 // on the server to the store's items under namespace (every item of the
-// store when namespace is "") whose expires_us is after now, one page at a
-// time (strongly consistent reads), retried like every other call. A scan
+// store when namespace is "") whose expires_us is after now, one page of
+// ExportPage items at a time (strongly consistent reads), retried like
+// every other call within ExportTimeout a page. A scan
 // reads the whole table, and is billed so, however few items it returns. A
 // Client that is not a Scanner is unsupported. Importing needs nothing of
 // the store's own: ratelimit.Import writes through Update.
@@ -33,13 +43,16 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	if !ok {
 		return fmt.Errorf("dynamo: export: a %T cannot scan the table: %w", s.client, ratelimit.ErrUnsupported)
 	}
-	prefix := []byte(s.prefix)
+	// Every key of the store starts with its encoded prefix (EncodeKey):
+	// nothing without one, NUL prefix NUL with one.
+	prefix := s.keyPrefix()
 	if namespace != "" {
 		prefix = append(prefix, namespace+":"...)
 	}
 	in := &dynamodb.ScanInput{
 		TableName:                aws.String(s.table),
 		ConsistentRead:           aws.Bool(true),
+		Limit:                    aws.Int32(ExportPage),
 		FilterExpression:         aws.String("#e > :now"),
 		ExpressionAttributeNames: map[string]string{"#e": AttrExpires},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -53,11 +66,16 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 	for {
 		var out *dynamodb.ScanOutput
-		err := s.retry(ctx, func(ctx context.Context) error {
+		pctx, cancel := context.WithTimeout(ctx, ExportTimeout)
+		err := s.retry(pctx, func(ctx context.Context) error {
 			var err error
 			out, err = sc.Scan(ctx, in)
 			return err
 		})
+		if err != nil && ctx.Err() == nil && pctx.Err() != nil {
+			err = fmt.Errorf("no page within %v: %w", ExportTimeout, err)
+		}
+		cancel()
 		if err != nil {
 			return fmt.Errorf("dynamo: export from table %s: %w", s.table, err)
 		}
@@ -88,10 +106,19 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 }
 
-// decodeKey is the inverse of EncodeKey: the prefix, then the Key's
-// String form.
+// keyPrefix returns what EncodeKey puts before every key: nothing, or a
+// NUL byte, the store's prefix and another NUL byte.
+func (s *Store) keyPrefix() []byte {
+	if s.prefix == "" {
+		return nil
+	}
+	return append(append([]byte{0}, s.prefix...), 0)
+}
+
+// decodeKey is the inverse of EncodeKey: the encoded prefix, then the
+// Key's String form.
 func (s *Store) decodeKey(pk []byte) (ratelimit.Key, bool) {
-	rest, ok := bytes.CutPrefix(pk, []byte(s.prefix))
+	rest, ok := bytes.CutPrefix(pk, s.keyPrefix())
 	if !ok {
 		return ratelimit.Key{}, false
 	}

@@ -68,18 +68,20 @@ func (s *Store) Snapshot(ctx context.Context, w io.Writer, now time.Time) (int, 
 	if err != nil {
 		return n, err
 	}
-	return n, ew.Flush()
+	return n, ew.Close()
 }
 
 // Restore reads the state file format from r (a Snapshot, or an export
 // from any store) and writes every entry still live at now into the store,
 // except for keys that already hold live state, which keep it. It returns
-// how many keys it wrote. A line that is not a valid entry stops it with an
-// error wrapping ratelimit.ErrCorruptState; the entries before it are kept.
+// how many keys it wrote. A line that is not a valid entry, or an entry
+// whose state its algorithm cannot read (when ratelimit.AlgorithmOf knows
+// the algorithm), stops it with an error wrapping ratelimit.ErrCorruptState;
+// the entries before it are kept.
 func (s *Store) Restore(ctx context.Context, r io.Reader, now time.Time) (int, error) {
 	n := 0
 	err := ratelimit.ReadEntries(r, func(e ratelimit.Entry) error {
-		wrote, err := ratelimit.Import(ctx, s, nil, e, now.UnixMicro())
+		wrote, err := ratelimit.Import(ctx, s, ratelimit.AlgorithmOf(e.Key.Namespace), e, now.UnixMicro())
 		if wrote {
 			n++
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +26,7 @@ const ExportBatch = 1000
 // (every row when namespace is "") whose expires_at is after now (the
 // server's clock unless the store was built WithRequestClock), in key
 // order, ExportBatch rows per query, holding no connection while yield
-// runs. State a built-in algorithm's SQL form wrote (vals) is yielded in
+// runs, each query bounded by ExportTimeout. State a built-in algorithm's SQL form wrote (vals) is yielded in
 // the Go form's encoding. Importing needs nothing of the store's own:
 // ratelimit.Import writes through Update, whose state the SQL forms read.
 // A DB that is not a Queryer is unsupported.
@@ -50,35 +51,9 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	// real key is just ns ":").
 	after := from
 	for {
-		var batch []ratelimit.Entry
-		var last []byte
-		rows, err := q.Query(ctx, sql, after, to, clock, ExportBatch)
+		batch, last, err := s.exportBatch(ctx, q, sql, after, to, clock)
 		if err != nil {
-			return s.fail(ctx, "export", zeroKey, err)
-		}
-		for rows.Next() {
-			var (
-				k, state []byte
-				vals     []int64
-				expires  int64
-			)
-			if err := rows.Scan(&k, &state, &vals, &expires); err != nil {
-				rows.Close()
-				return s.fail(ctx, "export", zeroKey, err)
-			}
-			last = k
-			key, ok := ratelimit.ParseKey(string(k))
-			if !ok {
-				continue // not a row a Limiter writes
-			}
-			if state == nil {
-				state = encodeVals(vals)
-			}
-			batch = append(batch, ratelimit.Entry{Key: key, State: state, Expires: expires})
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return s.fail(ctx, "export", zeroKey, err)
+			return err
 		}
 		for _, e := range batch {
 			if err := yield(e); err != nil {
@@ -90,4 +65,53 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 		}
 		after = bytes.Clone(last)
 	}
+}
+
+// ExportTimeout bounds each query of Export (and so of ratelimit.Count),
+// with reading its rows: a server that hangs fails an export within about
+// one ExportTimeout, however many rows the table holds.
+const ExportTimeout = time.Second
+
+// exportBatch runs one query of Export, bounded by ExportTimeout, and
+// returns its entries and the last key it read (nil when it read none).
+func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, to []byte, clock any) ([]ratelimit.Entry, []byte, error) {
+	qctx, cancel := context.WithTimeout(ctx, ExportTimeout)
+	defer cancel()
+	fail := func(err error) error {
+		if ctx.Err() == nil && qctx.Err() != nil {
+			err = fmt.Errorf("no reply within %v: %w", ExportTimeout, err)
+		}
+		return s.fail(ctx, "export", zeroKey, err)
+	}
+	var batch []ratelimit.Entry
+	var last []byte
+	rows, err := q.Query(qctx, sql, after, to, clock, ExportBatch)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			k, state []byte
+			vals     []int64
+			expires  int64
+		)
+		if err := rows.Scan(&k, &state, &vals, &expires); err != nil {
+			return nil, nil, fail(err)
+		}
+		last = k
+		key, ok := ratelimit.ParseKey(string(k))
+		if !ok {
+			continue // not a row a Limiter writes
+		}
+		if state == nil {
+			state = encodeVals(vals)
+		}
+		batch = append(batch, ratelimit.Entry{Key: key, State: state, Expires: expires})
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fail(err)
+	}
+	return batch, last, nil
 }

@@ -17,7 +17,8 @@ var (
 )
 
 // Scan implements the engine's Scanner: SCAN on the server, or on every
-// master of a cluster client, or every shard of a ring. Any other client
+// master of a cluster client, or every shard of a ring, each SCAN bounded
+// by redisengine.ExportTimeout. Any other client
 // (one of the caller's own implementing UniversalClient) cannot be known
 // to reach every node, so it is unsupported.
 func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) error) error {
@@ -25,7 +26,13 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 	scan := func(ctx context.Context, c *goredis.Client) error {
 		var cursor uint64
 		for {
-			keys, next, err := c.Scan(ctx, cursor, match, redisengine.ScanBatch).Result()
+			var keys []string
+			var next uint64
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
+				var err error
+				keys, next, err = c.Scan(ctx, cursor, match, redisengine.ScanBatch).Result()
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("redis: scan %s: %w", c.Options().Addr, err)
 			}

@@ -3,11 +3,17 @@ package redis_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -28,4 +34,117 @@ func TestExportUnsupported(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrUnsupported) {
 		t.Fatalf("Export through a %T = %v, want ErrUnsupported", ownClient{}, err)
 	}
+}
+
+// TestExportBoundedOnFrozenServer checks that Count and Export on a server
+// that accepts connections and never answers (SIGSTOP) fail within about
+// one round trip's budget (redisengine.ExportTimeout, 1 s), on a client
+// built with go-redis's defaults (which do not honour a context's deadline
+// while reading, and retry), and that they work again once it answers.
+func TestExportBoundedOnFrozenServer(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s, err := redis.New(c, redis.WithPrefix("frozen"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lim, err := ratelimit.New(s, algorithms.GCRA(10, time.Hour, 10), ratelimit.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := lim.Allow(ctx, fmt.Sprint("user-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := lim.Count(ctx); n != 50 || err != nil {
+		t.Fatalf("Count = %d, %v; want 50", n, err)
+	}
+	// Once with the server's clock (one more round trip before the scan),
+	// once without.
+	for _, st := range []ratelimit.Store{s, mustNew(t, c, redis.WithPrefix("frozen"), redis.WithServerClock(false))} {
+		srv.Freeze()
+		start := time.Now()
+		n, err := ratelimit.Count(ctx, st, "", time.Now().UnixMicro())
+		took := time.Since(start)
+		srv.Thaw()
+		if err == nil || !errors.Is(err, context.DeadlineExceeded) || took > 2500*time.Millisecond {
+			t.Errorf("Count on a frozen server = %d, %v after %v; want a deadline error within about 1s", n, err, took)
+		}
+		t.Logf("Count on a frozen server failed after %v: %v", took.Round(time.Millisecond), err)
+	}
+	// The frozen calls' replies may still be in flight on old connections.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := lim.Count(ctx)
+		if err == nil && n == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Count after the thaw = %d, %v; want 50", n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func mustNew(t *testing.T, c goredis.UniversalClient, opts ...redis.Option) *redis.Store {
+	t.Helper()
+	s, err := redis.New(c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// roundTrips counts the commands and pipelines a go-redis client sends.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) DialHook(next goredis.DialHook) goredis.DialHook { return next }
+func (r *roundTrips) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook {
+	return func(ctx context.Context, cmd goredis.Cmder) error { r.n.Add(1); return next(ctx, cmd) }
+}
+func (r *roundTrips) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []goredis.Cmder) error { r.n.Add(1); return next(ctx, cmds) }
+}
+
+// TestCountRoundTrips checks that Count reads keys in batches: 10,000 keys
+// on a private server take a few dozen round trips (a SCAN and one
+// pipeline per batch), not one or two per key as before.
+func TestCountRoundTrips(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
+	t.Cleanup(func() { c.Close() })
+	s := mustNew(t, c, redis.WithPrefix("rt"), redis.WithServerClock(false))
+	ctx := context.Background()
+	alg := algorithms.GCRA(10, time.Hour, 10)
+	lim, err := ratelimit.New(s, alg, ratelimit.WithName("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const keys = 10_000
+	for i := range keys {
+		// Half the keys written by decisions (the Lua forms' key), half as
+		// a user's algorithm's are (the Update key).
+		if i%2 == 0 {
+			lim.Allow(ctx, fmt.Sprint("user-", i))
+			continue
+		}
+		if _, err := ratelimit.Import(ctx, s, nil, ratelimit.Entry{Key: ratelimit.Key{Namespace: "api:gcra", ID: fmt.Sprint("user-", i)},
+			State: make([]byte, 24), Expires: time.Now().Add(time.Hour).UnixMicro()}, time.Now().UnixMicro()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var rt roundTrips
+	c.AddHook(&rt)
+	n, err := lim.Count(ctx)
+	if n != keys || err != nil {
+		t.Fatalf("Count = %d, %v; want %d", n, err, keys)
+	}
+	// SCAN's COUNT is a hint: allow twice the batches it asks for.
+	if max := int64(2 * 2 * keys / redisengine.ScanBatch); rt.n.Load() > max {
+		t.Errorf("Count of %d keys took %d round trips, want at most %d (a SCAN and a pipeline per batch)", keys, rt.n.Load(), max)
+	}
+	t.Logf("Count of %d keys: %d round trips", keys, rt.n.Load())
 }

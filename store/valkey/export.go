@@ -18,7 +18,8 @@ var (
 
 // Scan implements the engine's Scanner: SCAN on every node the client
 // knows that is a primary (ROLE), so that a cluster's replicas do not
-// yield their primaries' keys twice.
+// yield their primaries' keys twice; each command bounded by
+// redisengine.ExportTimeout.
 func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) error) error {
 	nodes := b.c.Nodes()
 	if b.c.Mode() != vk.ClientModeCluster {
@@ -27,7 +28,12 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 	var mu sync.Mutex
 	for addr, c := range nodes {
 		if b.c.Mode() == vk.ClientModeCluster {
-			role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+			var role []vk.ValkeyMessage
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
+				var err error
+				role, err = c.Do(ctx, c.B().Role().Build()).ToArray()
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("valkey: role of %s: %w", addr, err)
 			}
@@ -40,7 +46,12 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 		}
 		var cursor uint64
 		for {
-			e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(redisengine.ScanBatch).Build()).AsScanEntry()
+			var e vk.ScanEntry
+			err := redisengine.Bounded(ctx, func(ctx context.Context) error {
+				var err error
+				e, err = c.Do(ctx, c.B().Scan().Cursor(cursor).Match(match).Count(redisengine.ScanBatch).Build()).AsScanEntry()
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("valkey: scan %s: %w", addr, err)
 			}
