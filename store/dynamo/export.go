@@ -22,19 +22,19 @@ type Scanner interface {
 	Scan(ctx context.Context, in *dynamodb.ScanInput, opts ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
-// ExportPage is how many items one Scan request of Export reads, and
-// ExportTimeout bounds each page (with its retries): a table that does not
-// answer fails an export within about one ExportTimeout.
+// exportPage is how many items one Scan request of Export reads, and
+// exportTimeout bounds each page (with its retries): a table that does not
+// answer fails an export within about one exportTimeout.
 const (
-	ExportPage    = 1000
-	ExportTimeout = time.Second
+	exportPage    = 1000
+	exportTimeout = time.Second
 )
 
 // Export implements ratelimit.Exporter with a Scan of the table, filtered
 // on the server to the store's items under namespace (every item of the
 // store when namespace is "") whose expires_us is after now, one page of
-// ExportPage items at a time (strongly consistent reads), retried like
-// every other call within ExportTimeout a page. A scan
+// 1000 items at a time (strongly consistent reads), retried like
+// every other call within one second a page. A scan
 // reads the whole table, and is billed so, however few items it returns. A
 // Client that is not a Scanner is unsupported. Importing needs nothing of
 // the store's own: ratelimit.Import writes through Update.
@@ -52,7 +52,7 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	in := &dynamodb.ScanInput{
 		TableName:                aws.String(s.table),
 		ConsistentRead:           aws.Bool(true),
-		Limit:                    aws.Int32(ExportPage),
+		Limit:                    aws.Int32(exportPage),
 		FilterExpression:         aws.String("#e > :now"),
 		ExpressionAttributeNames: map[string]string{"#e": AttrExpires},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -66,14 +66,14 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 	for {
 		var out *dynamodb.ScanOutput
-		pctx, cancel := context.WithTimeout(ctx, ExportTimeout)
+		pctx, cancel := context.WithTimeout(ctx, exportTimeout)
 		err := s.retry(pctx, func(ctx context.Context) error {
 			var err error
 			out, err = sc.Scan(ctx, in)
 			return err
 		})
 		if err != nil && ctx.Err() == nil && pctx.Err() != nil {
-			err = fmt.Errorf("no page within %v: %w", ExportTimeout, err)
+			err = fmt.Errorf("no page within %v: %w", exportTimeout, err)
 		}
 		cancel()
 		if err != nil {

@@ -26,7 +26,7 @@ const ExportBatch = 1000
 // (every row when namespace is "") whose expires_at is after now (the
 // server's clock unless the store was built WithRequestClock), in key
 // order, ExportBatch rows per query, holding no connection while yield
-// runs, each query bounded by ExportTimeout. State a built-in algorithm's SQL form wrote (vals) is yielded in
+// runs, each query bounded by one second. State a built-in algorithm's SQL form wrote (vals) is yielded in
 // the Go form's encoding. Importing needs nothing of the store's own:
 // ratelimit.Import writes through Update, whose state the SQL forms read.
 // A DB that is not a Queryer is unsupported.
@@ -67,19 +67,19 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 }
 
-// ExportTimeout bounds each query of Export (and so of ratelimit.Count),
+// exportTimeout bounds each query of Export (and so of ratelimit.Count),
 // with reading its rows: a server that hangs fails an export within about
-// one ExportTimeout, however many rows the table holds.
-const ExportTimeout = time.Second
+// one exportTimeout, however many rows the table holds.
+const exportTimeout = time.Second
 
-// exportBatch runs one query of Export, bounded by ExportTimeout, and
+// exportBatch runs one query of Export, bounded by exportTimeout, and
 // returns its entries and the last key it read (nil when it read none).
 func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, to []byte, clock any) ([]ratelimit.Entry, []byte, error) {
-	qctx, cancel := context.WithTimeout(ctx, ExportTimeout)
+	qctx, cancel := context.WithTimeout(ctx, exportTimeout)
 	defer cancel()
 	fail := func(err error) error {
 		if ctx.Err() == nil && qctx.Err() != nil {
-			err = fmt.Errorf("no reply within %v: %w", ExportTimeout, err)
+			err = fmt.Errorf("no reply within %v: %w", exportTimeout, err)
 		}
 		return s.fail(ctx, "export", zeroKey, err)
 	}
