@@ -33,6 +33,10 @@ type proc struct {
 	// stopSig ends the process cleanly (SIGTERM when zero); SIGKILL
 	// follows when it does not end in time.
 	stopSig syscall.Signal
+	// tied, for a test's private server, ends the process when this one
+	// ends (Linux), cleanups run or not. The shared servers Up starts
+	// outlive it.
+	tied bool
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when the process has exited
@@ -48,7 +52,8 @@ var portTakenRE = regexp.MustCompile(`(?i)address already in use|could not bind|
 
 // start starts the process in a process group of its own (so that a
 // terminal's Ctrl-C does not reach a server meant to outlive the command
-// that started it, and Freeze stops every process of the server) and waits
+// that started it, and Freeze stops every process of the server; a tied
+// one dies with this process instead) and waits
 // up to timeout for ready. On failure it kills what it started and returns
 // an error that carries the end of the log.
 func (p *proc) start(ctx context.Context, timeout time.Duration) error {
@@ -63,6 +68,9 @@ func (p *proc) start(ctx context.Context, timeout time.Duration) error {
 	cmd.Dir = p.dir
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: p.cred}
+	if p.tied {
+		tie(cmd.SysProcAttr)
+	}
 	err = cmd.Start()
 	logf.Close() // the child has its own copy
 	if err != nil {

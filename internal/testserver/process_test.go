@@ -1,13 +1,17 @@
 package testserver
 
 import (
+	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -212,5 +216,87 @@ func TestDownStopsScriptState(t *testing.T) {
 	}
 	if err := Down(state); err != nil {
 		t.Errorf("Down twice: %v", err)
+	}
+}
+
+// TestReuseScriptState: a state directory the shell scripts before Up
+// wrote (a "postgres USER BINDIR DATADIR" line among them) whose servers
+// run is reused, not restarted; once one is gone, it is not.
+func TestReuseScriptState(t *testing.T) {
+	srv := StartRedis(t)
+	pid := srv.proc.cmd.Process.Pid
+	state, data := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(data, "postmaster.pid"), []byte(strconv.Itoa(pid)+"\n"+data+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	started := "tmpdir /nonexistent/ratelimit-servers.x\npid " + strconv.Itoa(pid) + " redis\npostgres postgres /usr/lib/postgresql/15/bin " + data + "\n"
+	for name, body := range map[string]string{"started": started, "env": "export RATELIMIT_REDIS_ADDR='" + srv.Addr() + "'\n"} {
+		if err := os.WriteFile(filepath.Join(state, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !allAlive(state) {
+		t.Fatal("allAlive = false for a script's state whose servers run")
+	}
+	var log strings.Builder
+	if err := Up(context.Background(), state, &log); err != nil || !strings.Contains(log.String(), "reusing") {
+		t.Fatalf("Up on a running script's state = %v, log %q; want it reused", err, log.String())
+	}
+	if !srv.Running() {
+		t.Fatal("Up stopped a server of the state it should reuse")
+	}
+	srv.Stop()
+	if allAlive(state) {
+		t.Error("allAlive = true after the recorded server stopped")
+	}
+}
+
+// TestPrivateServerDiesWithTest: a test binary killed before its cleanups
+// run (SIGKILL, a time-out's panic) does not leave its private servers
+// running.
+func TestPrivateServerDiesWithTest(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the parent-death signal is Linux's")
+	}
+	if os.Getenv("TESTSERVER_HELPER") != "" {
+		srv := StartRedis(t)
+		fmt.Println("pid", srv.proc.cmd.Process.Pid)
+		time.Sleep(time.Minute)
+		return
+	}
+	if _, err := redisBinary(); err != nil {
+		missing(t, err.Error())
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPrivateServerDiesWithTest$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "TESTSERVER_HELPER=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var pid int
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if n, ok := strings.CutPrefix(sc.Text(), "pid "); ok {
+			pid, _ = strconv.Atoi(n)
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatal("the helper test printed no server pid")
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	for end := time.Now().Add(5 * time.Second); alive(pid) && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("the private redis-server (pid %d) outlived the test process killed with SIGKILL", pid)
 	}
 }

@@ -62,7 +62,12 @@ func StartDynalite(t testing.TB) *Server {
 // startServer starts the proc mk builds on a free port, for t.
 func startServer(t testing.TB, mk func(port int) *proc) *Server {
 	t.Helper()
-	p, port, err := startOnPort(context.Background(), startTimeout, 0, false, nil, mk)
+	tied := func(port int) *proc {
+		p := mk(port)
+		p.tied = true
+		return p
+	}
+	p, port, err := startOnPort(context.Background(), startTimeout, 0, false, nil, tied)
 	if err != nil {
 		t.Fatalf("testserver: %v", err)
 	}
