@@ -20,6 +20,11 @@ var sourceDir = func() string {
 	return filepath.Dir(file)
 }()
 
+// moduleRoot returns the repository's root directory, found from this
+// package's path at build time: the dynalite the scripts install lives
+// there.
+func moduleRoot() string { return filepath.Join(sourceDir, "..", "..") }
+
 // dynaliteCLI returns the path of the dynalite that scripts/servers.sh
 // installs (npm ci in scripts/dynalite, the version its lockfile pins), and
 // checks that node is on PATH to run it.

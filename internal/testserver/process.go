@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -239,10 +238,4 @@ func startOnPort(ctx context.Context, timeout time.Duration, base int, bus bool,
 		}
 	}
 	return nil, 0, fmt.Errorf("could not find a free port from %d", base)
-}
-
-// moduleRoot returns the repository's root directory, found from this
-// file's path at build time: the dynalite the scripts install lives there.
-func moduleRoot() string {
-	return filepath.Join(sourceDir, "..", "..")
 }

@@ -192,7 +192,8 @@ func (u *upper) startRedisLike(ctx context.Context, name, bin string, base int, 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	port, err := u.startProc(ctx, base, len(extra) > 0, func(port int) *proc { return redisProc(name, bin, dir, port, extra...) })
+	bus := slices.Contains(extra, "--cluster-enabled") // a cluster node needs port+10000 too
+	port, err := u.startProc(ctx, base, bus, func(port int) *proc { return redisProc(name, bin, dir, port, extra...) })
 	if err != nil {
 		return "", err
 	}
@@ -263,10 +264,11 @@ func (u *upper) startDynalite(ctx context.Context) (string, error) {
 	return "http://127.0.0.1:" + strconv.Itoa(port), nil
 }
 
+// passwordRE matches the password of a URL's user information.
+var passwordRE = regexp.MustCompile(`://([^:/@]*):[^@/]*@`)
+
 // redactURL hides a password in a URL for the log.
-func redactURL(v string) string {
-	return regexp.MustCompile(`://([^:/@]*):[^@/]*@`).ReplaceAllString(v, "://$1:xxx@")
-}
+func redactURL(v string) string { return passwordRE.ReplaceAllString(v, "://$1:xxx@") }
 
 // writeEnv writes stateDir/env atomically, each value single-quoted.
 func writeEnv(stateDir string, env map[string]string) error {
