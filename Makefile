@@ -1,8 +1,10 @@
 # Developer entry points. `make test` is the project's test command: it starts
 # real servers (Redis, a Redis Cluster, Valkey or Redis, PostgreSQL, dynalite)
 # on loopback ports, runs the Go tests against them with -race, and stops
-# them again. See scripts/servers.sh for the RATELIMIT_* variables that point
-# the tests at servers of your own instead.
+# them again. scripts/servers.sh installs the servers; internal/testserver
+# (Up and Down, run by its cmd/testservers) starts and stops them. See
+# scripts/servers.sh for the RATELIMIT_* variables that point the tests at
+# servers of your own instead.
 
 # Extra arguments for go test, e.g. make test TESTARGS='-run TestRedis ./...'.
 TESTARGS ?=

@@ -3,10 +3,11 @@
 #
 #   scripts/with-servers.sh COMMAND [ARGS...]
 #
-# Starts the servers (scripts/servers.sh) in a fresh state directory, exports
-# their RATELIMIT_* variables, runs COMMAND from the repository root, stops
-# every server it started on exit (also on failure or interrupt), and exits
-# with COMMAND's status. Variables already set name servers that run and are
+# Starts the servers (scripts/servers.sh installs them, internal/testserver
+# starts them) in a fresh state directory, exports their RATELIMIT_*
+# variables, runs COMMAND from the repository root, stops every server it
+# started on exit (also on failure or interrupt), and exits with COMMAND's
+# status. Variables already set name servers that run and are
 # left alone. Example: scripts/with-servers.sh env | grep RATELIMIT
 set -euo pipefail
 

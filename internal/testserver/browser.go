@@ -10,7 +10,7 @@ import (
 )
 
 // EnvChromium names the headless browser binary, Debian's chromium;
-// scripts/servers.sh installs it and sets the variable. When it is unset,
+// scripts/servers.sh installs it and Up sets the variable. When it is unset,
 // Chromium looks for chromium on PATH.
 const EnvChromium = "RATELIMIT_CHROMIUM"
 

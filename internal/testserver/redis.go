@@ -1,134 +1,102 @@
 package testserver
 
 import (
+	"bufio"
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
-	"testing"
-	"time"
+	"strings"
 )
 
-// Redis is a private redis-server process that one test owns: it can stop
-// it, start it again on the same port (with nothing persisted, so the data
-// is gone, as after a restart of a server without persistence), and freeze
-// and thaw it (SIGSTOP, SIGCONT), which a client sees as a server that
-// accepts connections and never answers. Tests that need none of that use
-// the shared server of RedisAddr instead.
-type Redis struct {
-	t    testing.TB
-	bin  string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
+// redisBinary returns the path of redis-server, or of valkey-server when
+// only that is installed.
+func redisBinary() (string, error) {
+	if bin, err := exec.LookPath("redis-server"); err == nil {
+		return bin, nil
+	}
+	if bin, err := exec.LookPath("valkey-server"); err == nil {
+		return bin, nil
+	}
+	return "", errors.New("no redis-server or valkey-server on PATH: run `make test` (scripts/servers.sh installs it)")
 }
 
-// StartRedis starts a private redis-server (or valkey-server) on a free
-// loopback port in a temporary directory and stops it when the test ends.
-// Without a server binary on PATH the test skips, or fails when CI is set;
-// `make test` installs one.
-func StartRedis(t testing.TB) *Redis {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
+// redisProc returns a Redis-compatible server bin on port, empty and
+// without persistence, that keeps its files in dir. It is ready once the
+// server on port says its process id is the one started, so another server
+// already on the port is never taken for it.
+func redisProc(name, bin, dir string, port int, extra ...string) *proc {
+	args := append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--dir", dir, "--save", "", "--appendonly", "no",
+		"--daemonize", "no", "--logfile", "",
+	}, extra...)
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	return &proc{
+		name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, "server.log"),
+		ready: func(ctx context.Context, pid int) error {
+			info, err := redisDo(ctx, addr, "INFO", "server")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(info, "\nprocess_id:"+strconv.Itoa(pid)+"\r") {
+				return fmt.Errorf("the server on %s is not process %d", addr, pid)
+			}
+			return nil
+		},
+	}
+}
+
+// redisDo sends one command to the Redis-compatible server at addr and
+// returns its reply as text: a status, an integer or a bulk string. An
+// error reply is returned as an error. It is the few lines of the protocol
+// that starting, checking and forming a cluster need.
+func redisDo(ctx context.Context, addr string, args ...string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		bin, err = exec.LookPath("valkey-server")
+		return "", err
 	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "*%d\r\n", len(args))
+	for _, a := range args {
+		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := io.WriteString(c, b.String()); err != nil {
+		return "", err
+	}
+	r := bufio.NewReader(c)
+	line, err := r.ReadString('\n')
 	if err != nil {
-		msg := "no redis-server or valkey-server on PATH: run `make test` (scripts/servers.sh installs it)"
-		if os.Getenv(EnvCI) != "" {
-			t.Fatal(msg + " (CI is set, so a missing server fails instead of skipping)")
+		return "", err
+	}
+	line = strings.TrimRight(line, "\r\n")
+	if line == "" {
+		return "", errors.New("empty reply")
+	}
+	switch line[0] {
+	case '+', ':':
+		return line[1:], nil
+	case '-':
+		return "", errors.New(line[1:])
+	case '$':
+		n, err := strconv.Atoi(line[1:])
+		if err != nil || n < 0 {
+			return "", fmt.Errorf("bad bulk reply %q", line)
 		}
-		t.Skip(msg)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	r := &Redis{t: t, bin: bin, port: port, dir: t.TempDir()}
-	r.Start()
-	t.Cleanup(r.Stop)
-	return r
-}
-
-// Addr returns the server's host:port.
-func (r *Redis) Addr() string { return "127.0.0.1:" + strconv.Itoa(r.port) }
-
-// Start starts the server on its port, empty. Starting a running server
-// fails the test.
-func (r *Redis) Start() {
-	r.t.Helper()
-	if r.cmd != nil {
-		r.t.Fatal("testserver: redis already running")
-	}
-	logPath := filepath.Join(r.dir, "redis.log")
-	r.cmd = exec.Command(r.bin,
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(r.port),
-		"--dir", r.dir, "--save", "", "--appendonly", "no",
-		"--logfile", logPath, "--daemonize", "no")
-	if err := r.cmd.Start(); err != nil {
-		r.cmd = nil
-		r.t.Fatalf("testserver: starting %s: %v", r.bin, err)
-	}
-	r.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { _ = cmd.Wait(); close(done) }(r.cmd, r.done)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", r.Addr(), 100*time.Millisecond); err == nil {
-			c.Close()
-			return
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
 		}
-		select {
-		case <-r.done:
-			b, _ := os.ReadFile(logPath)
-			r.cmd = nil
-			r.t.Fatalf("testserver: %s exited at start: %s", r.bin, b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			r.t.Fatalf("testserver: %s did not listen on %s within 30s", r.bin, r.Addr())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return string(buf[:n]), nil
 	}
-}
-
-// Stop kills the server and waits for it to exit; its data is lost.
-// Stopping a stopped server does nothing.
-func (r *Redis) Stop() {
-	if r.cmd == nil {
-		return
-	}
-	_ = r.cmd.Process.Signal(syscall.SIGCONT) // a frozen process must run to die
-	_ = r.cmd.Process.Kill()
-	<-r.done
-	r.cmd = nil
-}
-
-// Restart stops the server and starts an empty one on the same port.
-func (r *Redis) Restart() {
-	r.t.Helper()
-	r.Stop()
-	r.Start()
-}
-
-// Freeze stops the server process (SIGSTOP) without closing its sockets:
-// connections stay open and requests get no answer until Thaw.
-func (r *Redis) Freeze() { r.signal(syscall.SIGSTOP) }
-
-// Thaw resumes a frozen server (SIGCONT).
-func (r *Redis) Thaw() { r.signal(syscall.SIGCONT) }
-
-func (r *Redis) signal(sig syscall.Signal) {
-	r.t.Helper()
-	if r.cmd == nil {
-		r.t.Fatal("testserver: redis is not running")
-	}
-	if err := r.cmd.Process.Signal(sig); err != nil {
-		r.t.Fatal(fmt.Errorf("testserver: signal %v to redis: %w", sig, err))
-	}
+	return "", fmt.Errorf("unexpected reply %q", line)
 }

@@ -1,14 +1,28 @@
-// Package testserver tells tests where the real servers they talk to are
-// running.
+// Package testserver owns every server process the tests talk to: the
+// one place that picks a free loopback port, starts a server, decides that
+// it serves, shows its log when it fails, and stops, restarts, freezes and
+// thaws it.
 //
-// Tests in this module use real Redis, Valkey, PostgreSQL and DynamoDB-compatible
-// servers, never mocks. `make test` (scripts/test.sh) starts them as plain
-// processes on loopback ports and passes their addresses in environment
-// variables; anyone can instead point the tests at servers of their own by
-// setting those variables before running `go test`.
+// Tests in this module use real Redis, Valkey, PostgreSQL and
+// DynamoDB-compatible servers, never mocks, in two ways:
 //
-// Each function reads one variable. When it is empty, the function skips the
-// test with a message saying how to get a server, unless the CI variable is
+//   - Shared servers, for most tests. `make test` (scripts/test.sh, through
+//     scripts/with-servers.sh and scripts/servers.sh, which install the
+//     programs) runs Up, which starts a standalone Redis, a 3-master Redis
+//     Cluster, Valkey when installed, a throwaway PostgreSQL cluster and
+//     dynalite, and writes their addresses as RATELIMIT_* variables for the
+//     tests; Down stops them. Tests read the variables with RedisAddr,
+//     RedisClusterAddrs, ValkeyAddr, PostgresURL and DynamoDBEndpoint.
+//     Anyone can instead point the tests at servers of their own by setting
+//     those variables: a variable that is set names a server that runs, and
+//     Up starts nothing for it.
+//   - Private servers, for the tests that stop, restart or freeze one:
+//     StartRedis and StartDynalite start one that the test alone uses and
+//     that stops when it ends. Never freeze or stop a shared server: other
+//     packages' tests (and other people) use it at the same time.
+//
+// When a variable is empty or a server program is missing, the test skips
+// with a message saying how to get a server, unless the CI variable is
 // non-empty: in CI a missing server fails the test, so CI can never pass by
 // skipping.
 package testserver
@@ -19,9 +33,9 @@ import (
 	"testing"
 )
 
-// The environment variables read by this package. scripts/servers.sh writes
-// them; a variable that is already set names a server that is running, and
-// the scripts do not start another one.
+// The environment variables read by this package. Up writes them; a
+// variable that is already set names a server that is running, and Up does
+// not start another one.
 const (
 	// EnvRedisAddr is a standalone Redis server, as host:port.
 	EnvRedisAddr = "RATELIMIT_REDIS_ADDR"

@@ -9,9 +9,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -31,94 +28,6 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
-
-// dynalite is a private dynalite process that a test starts, stops and
-// starts again on the same loopback port.
-type dynalite struct {
-	t    *testing.T
-	bin  string
-	port int
-	dir  string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startDynalite starts a private dynalite on a free loopback port, from the
-// copy scripts/servers.sh installs. Without it the test skips (fails in CI).
-func startDynalite(t *testing.T) *dynalite {
-	t.Helper()
-	bin, err := filepath.Abs(filepath.Join("..", "..", "scripts", "dynalite", "node_modules", ".bin", "dynalite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, errBin := os.Stat(bin)
-	_, errNode := exec.LookPath("node")
-	if errBin != nil || errNode != nil {
-		msg := fmt.Sprintf("no dynalite at %s or no node on PATH: run `make test` (scripts/servers.sh installs it)", bin)
-		if os.Getenv(testserver.EnvCI) != "" {
-			t.Fatal(msg + " (CI is set)")
-		}
-		t.Skip(msg)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	d := &dynalite{t: t, bin: bin, port: port, dir: t.TempDir()}
-	d.start()
-	t.Cleanup(d.stop)
-	return d
-}
-
-func (d *dynalite) endpoint() string { return "http://127.0.0.1:" + strconv.Itoa(d.port) }
-
-func (d *dynalite) start() {
-	d.t.Helper()
-	log, err := os.Create(filepath.Join(d.dir, "dynalite.log"))
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer log.Close()
-	d.cmd = exec.Command(d.bin, "--host", "127.0.0.1", "--port", strconv.Itoa(d.port),
-		"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
-	d.cmd.Dir = d.dir
-	d.cmd.Stdout, d.cmd.Stderr = log, log
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatalf("starting dynalite: %v", err)
-	}
-	d.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(d.cmd, d.done)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", d.endpoint()[len("http://"):], 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-d.done:
-			b, _ := os.ReadFile(filepath.Join(d.dir, "dynalite.log"))
-			d.t.Fatalf("dynalite exited at start: %s", b)
-		default:
-		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("dynalite did not listen on port %d within 30s", d.port)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// stop kills the process and waits for it; stopping twice is harmless.
-func (d *dynalite) stop() {
-	if d.cmd == nil {
-		return
-	}
-	d.cmd.Process.Kill()
-	<-d.done
-	d.cmd = nil
-}
 
 // workers counts the store's queue workers still running.
 func workers() int {
@@ -145,9 +54,9 @@ func checkNoWorkers(t *testing.T) {
 // in memory loses everything) and the table is recreated, the store
 // recovers.
 func TestServerStopped(t *testing.T) {
-	srv := startDynalite(t)
+	srv := testserver.StartDynalite(t)
 	// No SDK retries: the store's own retries are under test.
-	client := newClient(srv.endpoint(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
+	client := newClient("http://"+srv.Addr(), func(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} })
 	ctx := context.Background()
 	const table = "ratelimit-fault"
 	if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
@@ -169,7 +78,7 @@ func TestServerStopped(t *testing.T) {
 		}
 	}
 
-	srv.stop()
+	srv.Stop()
 	for _, c := range []struct {
 		lim   *ratelimit.Limiter
 		allow bool
@@ -212,7 +121,7 @@ func TestServerStopped(t *testing.T) {
 		t.Errorf("store.Delete with the server down and no deadline = %v, want a gave-up error after 4 attempts", err)
 	}
 
-	srv.start()
+	srv.Start()
 	if _, err := dynamo.CreateTable(ctx, client, table); err != nil {
 		t.Fatalf("CreateTable after restart: %v", err)
 	}
@@ -233,8 +142,8 @@ func TestServerStopped(t *testing.T) {
 // "aborted" error); the store's retries are cut short so that the test
 // ends quickly either way.
 func TestNoGoroutineLeak(t *testing.T) {
-	srv := startDynalite(t)
-	client := newClient(srv.endpoint())
+	srv := testserver.StartDynalite(t)
+	client := newClient("http://" + srv.Addr())
 	table := newTable(t, client)
 	s, err := dynamo.New(client, dynamo.WithTable(table), dynamo.WithMaxRetries(1), dynamo.WithBackoff(time.Millisecond, 5*time.Millisecond))
 	if err != nil {
@@ -261,10 +170,8 @@ func TestNoGoroutineLeak(t *testing.T) {
 	}
 	wg.Wait()
 	checkNoWorkers(t)
-	select {
-	case <-srv.done:
+	if !srv.Running() {
 		t.Logf("dynalite crashed when a client aborted a request (a known dynalite defect)")
-	default:
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
@@ -19,8 +20,8 @@ import (
 // numbers, and storetest.CoalescedKeys. The server's own count of EVALSHA calls says how many script
 // runs the decisions cost.
 func TestCoalescedEqualSequential(t *testing.T) {
-	srv := storetest.StartServer(t)
-	c := newClient(t, srv.Addr)
+	srv := testserver.StartRedis(t)
+	c := newClient(t, srv.Addr())
 	q := storetest.Queue{
 		Hold: func(t *testing.T) func() {
 			srv.Freeze()

@@ -1,17 +1,12 @@
 package storetest
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,103 +14,6 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
-
-// Server is a private redis-server process on a loopback port, which a test
-// stops, freezes and starts again.
-type Server struct {
-	// Addr is the server's host:port; it stays the same across restarts.
-	Addr string
-	t    *testing.T
-	bin  string
-	dir  string
-	port int
-	cmd  *exec.Cmd
-}
-
-// StartServer starts a redis-server (valkey-server when that is on PATH
-// and redis-server is not) on a free loopback port. It skips the test when
-// neither is installed, or fails it when CI is set. The server is killed
-// when the test ends.
-func StartServer(t *testing.T) *Server {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if bin, err = exec.LookPath("valkey-server"); err != nil {
-			msg := "redis-server is not on PATH: install the Debian package redis-server (scripts/servers.sh does)"
-			if os.Getenv(testserver.EnvCI) != "" {
-				t.Fatal(msg)
-			}
-			t.Skip(msg)
-		}
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), t: t, bin: bin, dir: t.TempDir(), port: port}
-	t.Cleanup(s.kill)
-	s.Start()
-	return s
-}
-
-// Start starts the server process again on the same port, empty: no keys
-// and no scripts.
-func (s *Server) Start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(s.port), "--dir", s.dir,
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--logfile", "")
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("starting %s: %v", s.bin, err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ping(s.Addr) {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	s.t.Fatalf("%s on %s did not answer PING within 10s", s.bin, s.Addr)
-}
-
-// Stop kills the server process and waits for it to exit.
-func (s *Server) Stop() {
-	s.t.Helper()
-	s.kill()
-}
-
-// Freeze stops the process with SIGSTOP: connections stay open and requests
-// are accepted, but nothing answers. Thaw resumes it.
-func (s *Server) Freeze() { _ = s.cmd.Process.Signal(syscall.SIGSTOP) }
-
-// Thaw resumes a frozen server.
-func (s *Server) Thaw() { _ = s.cmd.Process.Signal(syscall.SIGCONT) }
-
-func (s *Server) kill() {
-	if s.cmd == nil || s.cmd.Process == nil {
-		return
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGCONT)
-	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
-	s.cmd = nil
-}
-
-// ping reports whether a server answers PING on addr.
-func ping(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return false
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return false
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
-}
 
 // Failure checks a store against a private server that stops, freezes and
 // comes back: errors come back within the context's deadline, prefixed with
@@ -128,8 +26,8 @@ func ping(addr string) bool {
 // function that closes the client.
 func Failure(t *testing.T, name string, newStore func(t *testing.T, addr string) (ratelimit.Store, func())) {
 	before := runtime.NumGoroutine()
-	srv := StartServer(t)
-	s, closeClient := newStore(t, srv.Addr)
+	srv := testserver.StartRedis(t)
+	s, closeClient := newStore(t, srv.Addr())
 
 	alg := algorithms.GCRA(10, time.Second, 5)
 	open, err := ratelimit.New(s, alg, ratelimit.WithName("open"), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
