@@ -122,6 +122,9 @@ func (c counter) Decide(state []byte, req algorithms.Request) (algorithms.Step, 
 	n := int64(len(state))
 	ttl := cmp.Or(c.ttl, 2*time.Second)
 	d := algorithms.Decision{Limit: c.limit, Allowed: n+req.Cost <= c.limit, ResetAfter: int64(ttl / time.Microsecond)}
+	if !d.Allowed {
+		d.RetryAfter = d.ResetAfter // at most: the state is gone by then
+	}
 	if !d.Allowed || req.Peek {
 		d.Remaining = c.limit - n
 		return algorithms.Step{Decision: d}, nil
