@@ -410,3 +410,38 @@ func TestDefaultStoreBudget(t *testing.T) {
 		t.Errorf("WithStoreTimeout(0): lim.Allow with a %v context on a frozen server took %v, error %v; want the whole context and its error", ratelimit.DefaultStoreTimeout+700*time.Millisecond, took, err)
 	}
 }
+
+// BenchmarkStoreBudget measures what the default store budget costs a
+// decision on Redis: the same limiter with the budget off and on.
+func BenchmarkStoreBudget(b *testing.B) {
+	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(b), ContextTimeoutEnabled: true})
+	defer c.Close()
+	store, err := rlredis.New(c, rlredis.WithPrefix(uniqueName("budget")))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, bc := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"off", []ratelimit.Option{ratelimit.WithStoreTimeout(0)}},
+		{"default", nil},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			lim, err := ratelimit.New(store, algorithms.GCRA(1e9, time.Second, 1e9), bc.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					if _, err := lim.Allow(ctx, "k"); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
