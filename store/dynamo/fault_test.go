@@ -279,7 +279,9 @@ func TestOneRetryPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, _ := ratelimit.New(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("one-policy"))
+	// No store budget: without a deadline, WithMaxRetries alone bounds the
+	// attempts (with one, the store retries until the deadline).
+	lim, _ := ratelimit.New(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("one-policy"), ratelimit.WithStoreTimeout(0))
 	if _, err := lim.Allow(context.Background(), "k"); err == nil {
 		t.Fatal("lim.Allow while always throttled = no error")
 	}
