@@ -59,6 +59,12 @@ var cases = []testCase{
 	{"OwnAlgorithm", testOwnAlgorithm},
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
+	// The fault groups (faultgroups.go).
+	{"FaultHungStore", testFaultHungStore},
+	{"FaultBreaker", testFaultBreaker},
+	{"FaultDoSlowReply", testFaultDoSlowReply},
+	{"FaultDoPanic", testFaultDoPanic},
+	{"FaultPolicy", testFaultPolicy},
 }
 
 // epoch is the fake clock's starting time: a multiple of every period the
