@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
@@ -117,12 +118,63 @@ func WithName(name string) Option {
 // WithClock makes the locker read time from c instead of the system clock:
 // for expiry on stores that use the locker's clock, and for Acquire's polls
 // and Do's renewals everywhere. Tests pass a clock.Fake.
+//
+// A store that decides by its server's clock (Redis, Valkey and PostgreSQL
+// by default; see ratelimit.ServerClocker) would ignore c's time, so New
+// refuses any clock but clock.System with such a store, as ratelimit.New
+// does: configure the store with WithServerClock(false) to use c.
 func WithClock(c clock.Clock) Option {
 	return func(l *Locker) error {
-		if c == nil {
+		if isNil(c) {
 			return fmt.Errorf("%w: lease: nil clock", ratelimit.ErrInvalidParams)
 		}
 		l.clock = c
+		return nil
+	}
+}
+
+// DefaultMargin is the least margin Do keeps by default: a locker's margin
+// is the larger of TTL/10 and DefaultMargin unless WithMargin sets it. It
+// is sized by how late timers fire on a loaded machine (docs/leases.md has
+// the measurement: up to 890 ms seen by an outside probe), so that a late
+// timer cannot let the work run past its lease.
+const DefaultMargin = time.Second
+
+// WithMargin sets how much of the lease Do keeps in hand (the larger of
+// TTL/10 and DefaultMargin otherwise): the work starts only when at least
+// this much of the lease remains when the acquire's reply arrives, and its
+// context ends this long before the lease's deadline when renewal fails.
+// It covers timers that fire late and clocks that run at slightly
+// different rates. It must be positive and at most half the TTL; New
+// refuses a TTL shorter than twice the default margin unless WithMargin
+// sets a smaller one.
+func WithMargin(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease: margin %v must be positive", ratelimit.ErrInvalidParams, d)
+		}
+		l.margin = d
+		return nil
+	}
+}
+
+// DefaultCallTimeout bounds each request a locker makes to its store
+// unless WithCallTimeout says otherwise.
+const DefaultCallTimeout = time.Second
+
+// WithCallTimeout bounds each call of TryAcquire, Extend and Release, and
+// each attempt of Acquire's polling, to d (DefaultCallTimeout otherwise),
+// and an acquire or extend also to the TTL less the margin, after which its
+// reply could no longer be used. The bound holds when the caller's context
+// has no deadline; an earlier deadline of the caller's wins. A call that
+// runs out of time returns an error wrapping context.DeadlineExceeded, even
+// when the store ignores its context (the locker stops waiting for it).
+func WithCallTimeout(d time.Duration) Option {
+	return func(l *Locker) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lease: call timeout %v must be positive", ratelimit.ErrInvalidParams, d)
+		}
+		l.callTimeout = d
 		return nil
 	}
 }
@@ -165,6 +217,10 @@ type Locker struct {
 	clock   clock.Clock
 	poll    time.Duration
 	maxHold time.Duration
+	margin  time.Duration
+	// callTimeout bounds a release; bound, an acquire or an extend.
+	callTimeout time.Duration
+	bound       time.Duration
 
 	// waiting queues, per key, the goroutines of this locker waiting in
 	// Acquire; this locker's Release of the key wakes the first.
@@ -218,21 +274,35 @@ const MinTTL = time.Millisecond
 
 // New returns a locker whose leases live in store and run out ttl after
 // they were acquired or last extended. It returns an error wrapping
-// ratelimit.ErrInvalidParams for a nil store, a TTL below MinTTL, or an
+// ratelimit.ErrInvalidParams for a nil store (typed or not), a TTL below
+// MinTTL or shorter than twice the margin (see WithMargin), a clock other
+// than clock.System with a store that decides by its server's clock, or an
 // unusable option.
 func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
-	if store == nil {
+	if isNil(store) {
 		return nil, fmt.Errorf("%w: lease: nil store", ratelimit.ErrInvalidParams)
 	}
 	if ttl < MinTTL || ttl > 365*24*time.Hour {
 		return nil, fmt.Errorf("%w: lease: TTL %v outside %v..1 year", ratelimit.ErrInvalidParams, ttl, MinTTL)
 	}
-	l := &Locker{store: store, name: DefaultName, ttl: ttl, clock: clock.System}
+	l := &Locker{store: store, name: DefaultName, ttl: ttl, clock: clock.System, callTimeout: DefaultCallTimeout}
 	for _, opt := range opts {
 		if err := opt(l); err != nil {
 			return nil, err
 		}
 	}
+	if sc, ok := store.(ratelimit.ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
+		return nil, fmt.Errorf("%w: lease: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the locker's clock", ratelimit.ErrInvalidParams)
+	}
+	if l.margin == 0 {
+		l.margin = max(ttl/10, DefaultMargin)
+		if 2*l.margin > ttl {
+			return nil, fmt.Errorf("%w: lease: TTL %v leaves no room for the default margin %v (Do keeps the larger of TTL/10 and %v in hand, for late timers); use a TTL of at least %v, or set a smaller margin with WithMargin", ratelimit.ErrInvalidParams, ttl, l.margin, DefaultMargin, 2*DefaultMargin)
+		}
+	} else if 2*l.margin > ttl {
+		return nil, fmt.Errorf("%w: lease: margin %v is more than half the TTL %v", ratelimit.ErrInvalidParams, l.margin, ttl)
+	}
+	l.bound = min(l.callTimeout, ttl-l.margin)
 	if l.poll == 0 {
 		l.poll = max(ttl/10, time.Millisecond)
 	}
@@ -250,12 +320,16 @@ func (l *Locker) Namespace() string { return l.ns }
 // Store returns the locker's store.
 func (l *Locker) Store() ratelimit.Store { return l.store }
 
+// Margin returns how much of the lease Do keeps in hand (see WithMargin).
+func (l *Locker) Margin() time.Duration { return l.margin }
+
 // TryAcquire takes key's lease if it is free, and returns at once: the
 // lease, or an error wrapping ErrHeld (a *HeldError saying when the
 // holder's lease runs out), the context's error, or the store's. A store
 // failure is retried once with the same owner token, which returns the same
 // lease if the first attempt took it; if both fail, the key may stay held
-// until the TTL passes.
+// until the TTL passes. Both attempts together take at most the call
+// timeout (see WithCallTimeout).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	if err := ratelimit.CheckKey(key); err != nil {
 		return nil, err
@@ -265,6 +339,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, fmt.Errorf("lease: owner token: %w", err)
 	}
 	k := ratelimit.Key{Namespace: l.ns, ID: key}
+	ctx, cancel := context.WithTimeout(ctx, l.bound)
+	defer cancel()
 	sent, res, err := l.run(ctx, k, Request{Op: OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
 	if err != nil {
 		return nil, err
@@ -324,17 +400,45 @@ func (l *Locker) run(ctx context.Context, k ratelimit.Key, req Request, retry bo
 	}
 }
 
+// once makes one request, and returns when it answers or ctx ends,
+// whichever comes first: a store that ignores its context (a client
+// blocked on a hung server) does not hold the caller past ctx's deadline.
+// The request goes on in its goroutine until the store returns.
 func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
-	if l.runner != nil {
-		return l.runner.RunLease(ctx, k, now, req)
+	type reply struct {
+		res Result
+		err error
 	}
-	var res Result
-	err := l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
-		next, ttl, r, err := Step(cur, now, req)
-		res = r
-		return next, ttl, err
-	})
-	return res, err
+	done := make(chan reply, 1)
+	go func() {
+		var r reply
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = fmt.Errorf("lease: store panicked on %q: %v", k.ID, p)
+			}
+			done <- r
+		}()
+		if l.runner != nil {
+			r.res, r.err = l.runner.RunLease(ctx, k, now, req)
+			return
+		}
+		r.err = l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
+			next, ttl, res, err := Step(cur, now, req)
+			r.res = res
+			return next, ttl, err
+		})
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // answered as ctx ended: keep the answer
+			return r.res, r.err
+		default:
+		}
+		return Result{}, fmt.Errorf("lease: %q: no answer from the store: %w", k.ID, context.Cause(ctx))
+	}
 }
 
 // ambiguous reports whether err leaves open whether the store applied the
@@ -402,6 +506,8 @@ func (le *Lease) Deadline() time.Time {
 // failed attempt (whose reply may have been lost) is tried once more, and
 // only that reading of the record declares the lease lost.
 func (le *Lease) Extend(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, le.l.bound)
+	defer cancel()
 	sent, res, err := le.l.run(ctx, le.key, Request{Op: OpExtend, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}, true)
 	if err != nil {
 		return err
@@ -427,6 +533,8 @@ func (le *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	req := Request{Op: OpRelease, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}
+	ctx, cancel := context.WithTimeout(ctx, le.l.callTimeout)
+	defer cancel()
 	_, res, err := le.l.run(ctx, le.key, req, false)
 	if err != nil && ctx.Err() == nil && ambiguous(err) {
 		_, res, err = le.l.run(ctx, le.key, req, false)
@@ -467,3 +575,17 @@ func (le *Lease) lost(op string, res Result) error {
 }
 
 func micros(d time.Duration) int64 { return int64(d / time.Microsecond) }
+
+// isNil reports whether v is nil or an interface holding a nil pointer,
+// map, slice, channel or func, which would panic on first use (the same
+// test ratelimit.New makes of its store and clock).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
+}
