@@ -80,14 +80,12 @@ func newSubjectLocker(t *testing.T, s ratelimit.Store, ttl time.Duration, opts .
 }
 
 const (
-	// defaultBound is the longest the suite lets a call with no options
-	// wait on a store that does not answer: the SDK's default bounds
-	// (ratelimit's store budget, the lease's) must be within it.
+	// defaultBound is the longest the suite lets a Limiter call with no
+	// options wait on a store that does not answer (a lease call: its
+	// lease.DefaultCallTimeout).
 	defaultBound = 2 * time.Second
 	// shortBound is the budget the groups set where they set one
-	// (ratelimit.WithStoreTimeout), and the TTL of their short leases: a
-	// lease's store call never waits past its TTL, which no answer could
-	// make useful.
+	// (ratelimit.WithStoreTimeout, lease.WithCallTimeout).
 	shortBound = 250 * time.Millisecond
 	// faultSlack is what the groups allow beyond a bound, for a loaded
 	// machine running the tests under -race.
@@ -153,7 +151,7 @@ func returnsWithin(t *testing.T, rule string, calls []boundedCall) {
 // hungCalls returns every Limiter and lease call on s, which is about to
 // stop answering, with the bound each must keep: with no options (the
 // SDK's default bounds) and with a budget of shortBound (the limiter's
-// WithStoreTimeout, a lease TTL of shortBound). It takes the leases that
+// WithStoreTimeout, the locker's WithCallTimeout). It takes the leases that
 // Extend and Release need while s still answers.
 func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 	t.Helper()
@@ -161,22 +159,26 @@ func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 	alg := algorithms.GCRA(10, time.Second, 10)
 	var calls []boundedCall
 	for _, v := range []struct {
-		name    string
-		bound   time.Duration
-		limOpts []ratelimit.Option
-		ttl     time.Duration
+		name              string
+		limBound, lkBound time.Duration
+		limOpts           []ratelimit.Option
+		lkOpts            []lease.Option
 	}{
-		{"no options", defaultBound, nil, leaseTTL},
-		{"store timeout", shortBound, []ratelimit.Option{ratelimit.WithStoreTimeout(shortBound), ratelimit.WithName("budget")}, shortBound},
+		{"no options", defaultBound, lease.DefaultCallTimeout, nil, nil},
+		{"store timeout", shortBound, shortBound, []ratelimit.Option{ratelimit.WithStoreTimeout(shortBound), ratelimit.WithName("budget")}, []lease.Option{lease.WithCallTimeout(shortBound)}},
 	} {
 		lim := newSubjectLimiter(t, s, alg, v.limOpts...)
-		lk := newSubjectLocker(t, s, v.ttl, lease.WithName("hung-"+strings.ReplaceAll(v.name, " ", "-")))
+		lk := newSubjectLocker(t, s, leaseTTL, append(v.lkOpts, lease.WithName("hung-"+strings.ReplaceAll(v.name, " ", "-")))...)
 		held, err := lk.TryAcquire(ctx, "held")
 		if err != nil {
 			t.Fatalf("locker.TryAcquire before the store hangs: %v", err)
 		}
 		add := func(name string, call func() error) {
-			calls = append(calls, boundedCall{fmt.Sprintf("%s: %s", v.name, name), v.bound, call})
+			bound := v.limBound
+			if !strings.HasPrefix(name, "lim.") {
+				bound = v.lkBound
+			}
+			calls = append(calls, boundedCall{fmt.Sprintf("%s: %s", v.name, name), bound, call})
 		}
 		add("lim.Allow(key)", func() error { _, err := lim.Allow(ctx, "k"); return err })
 		add("lim.Peek(key)", func() error { _, err := lim.Peek(ctx, "k"); return err })
