@@ -24,11 +24,11 @@ import (
 // What the wrapper forwards: Update, Delete, ratelimit.Decider and
 // lease.Runner, each with the fault applied, so that a limiter and a
 // locker take the same path through the wrapper as through the store
-// itself. What it hides: ratelimit.ServerClocker (the harness's Store must
-// decide by the limiter's time, which is what a store without it is taken
-// to do), the memory store's register-passing fast path (unexported: the
-// limiter then uses Decide), and ratelimit.Exporter and Importer (the
-// fault groups move no state). A user's own wrapper around a store must
+// itself, and ratelimit.ServerClocker's answer (false for a store without
+// it), so that ratelimit.New and lease.New judge the clock as they would on
+// the store. What it hides: the memory store's register-passing fast path
+// (unexported: the limiter then uses Decide), and ratelimit.Exporter and
+// Importer (the fault groups move no state). A user's own wrapper around a store must
 // forward the optional interfaces it means to keep in the same way, or a
 // limiter silently takes the slower path (see docs/writing-a-store.md).
 
@@ -182,6 +182,12 @@ type faultStore struct {
 
 func (w faultStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
 	return w.f.apply(ctx, func(ctx context.Context) error { return w.s.Update(ctx, key, now, fn) })
+}
+
+// ServerClock forwards the store's answer (false if it has none).
+func (w faultStore) ServerClock() bool {
+	sc, ok := w.s.(ratelimit.ServerClocker)
+	return ok && sc.ServerClock()
 }
 
 func (w faultStore) Delete(ctx context.Context, key ratelimit.Key) error {
