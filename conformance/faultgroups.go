@@ -197,20 +197,34 @@ func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 
 // testFaultHungStore checks that no Limiter or lease call waits on a store
 // that stops answering past its bound: the SDK's default bound with no
-// options, and the budget or TTL set. "wrapper" hangs every call in the
-// suite's fault wrapper, which gives up when the context ends, as a store
-// must; "frozen" freezes the backend itself (Harness.Freeze), where the
-// store must honour the context for the bound to hold.
+// options, and the budget set. "wrapper" hangs every call in the suite's
+// fault wrapper, which gives up when the context ends, as a store must;
+// "ignores-ctx" hangs them for good, as a store whose client ignores its
+// context would, and the SDK must still stop waiting at the bound;
+// "frozen" freezes the backend itself (Harness.Freeze), where the store
+// must honour the context for the bound to hold.
 func testFaultHungStore(t *testing.T, newHarness func(*testing.T) Harness) {
 	const rule = "no call waits on a store past a bound, by default"
+	// The two subtests wait out the same bounds: side by side, they take
+	// the time of one.
 	t.Run("wrapper", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t)
 		s, f := withFaults(t, h.Store)
 		calls := hungCalls(t, s)
 		f.set(faultHang, -1, 0, nil)
 		returnsWithin(t, rule, calls)
 	})
+	t.Run("ignores-ctx", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		s, f := withFaults(t, h.Store)
+		calls := hungCalls(t, s)
+		f.set(faultHangIgnoringCtx, -1, 0, nil)
+		returnsWithin(t, rule+", even when the store ignores its context", calls)
+	})
 	t.Run("frozen", func(t *testing.T) {
+		t.Parallel()
 		h := newHarness(t)
 		if h.Freeze == nil {
 			t.Skip("harness has no Freeze: cannot stop the backend answering")

@@ -41,6 +41,10 @@ const (
 	// error wrapped, as a store whose server stopped answering does when
 	// it honours the context.
 	faultHang
+	// faultHangIgnoringCtx blocks until the test ends, whatever the
+	// context says, as a store whose client ignores it does on a hung
+	// server.
+	faultHangIgnoringCtx
 	// faultSlow waits delay (giving up when the context ends first),
 	// then calls the store.
 	faultSlow
@@ -125,6 +129,9 @@ func (f *faults) apply(ctx context.Context, call func(ctx context.Context) error
 		case <-f.end:
 			return errHungUntilEnd
 		}
+	case faultHangIgnoringCtx:
+		<-f.end
+		return errHungUntilEnd
 	case faultSlow:
 		t := time.NewTimer(delay)
 		defer t.Stop()
