@@ -23,11 +23,15 @@ var ErrCircuitOpen = errors.New("ratelimit: circuit open")
 // open: a probe that succeeds closes the breaker, one that fails opens it
 // for another cool-down.
 //
-// What counts as a failure is an error from the store, a store timeout
-// (WithStoreTimeout) included; not the caller's context ending, and not
-// state the algorithm cannot read (ErrCorruptState). The breaker measures
-// time on the limiter's clock. Pair it with WithStoreTimeout, so that a
-// probe to a store that hangs ends within the budget.
+// What counts as a failure is an error from the store, a store call that
+// ran out of its time budget (DefaultStoreTimeout, WithStoreTimeout)
+// included; not the caller's context ending (even when the store's error
+// arrives first, the caller's deadline having passed, or the call having
+// shared a batch with callers whose deadlines ended it), and not state the
+// algorithm cannot read (ErrCorruptState). The breaker measures time on
+// the limiter's clock. The store's time budget makes a probe to a store
+// that hangs end within it; with WithStoreTimeout(0), a probe waits as long
+// as the store client lets it.
 func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("circuit breaker failures", failures); err != nil {
@@ -82,7 +86,7 @@ func (b *breaker) record(ctx context.Context, now int64, err error) {
 		if b.state.Load() == breakerProbing || b.failures.Add(1) >= b.threshold {
 			b.open(now, err)
 		}
-	case err != nil && ctx.Err() != nil:
+	case err != nil && !errors.Is(err, ErrCorruptState):
 		// The caller gave up: the store is neither blamed nor cleared. A
 		// probe that ends this way lets the next request probe.
 		b.state.CompareAndSwap(breakerProbing, breakerOpen)

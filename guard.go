@@ -141,9 +141,22 @@ func (l *Limiter) degraded(ctx context.Context, t *Tier, k Key, req algorithms.R
 
 // storeFault reports whether err, returned by a store call made under ctx,
 // is the store's fault: not the caller's context ending, and not state the
-// algorithm cannot read (which a working store returned).
+// algorithm cannot read (which a working store returned). A caller whose
+// deadline has passed on the monotonic clock is taken to have given up
+// even before its context says so: a client that set its socket's deadline
+// from the context, or a batch sent under its callers' latest deadline
+// (the Redis and Valkey stores), may hand back the error before the
+// context's timer fires. A budget that ran out (budgetError) ran out before
+// the caller's deadline, so it is the store's fault.
 func storeFault(ctx context.Context, err error) bool {
-	return err != nil && ctx.Err() == nil && !errors.Is(err, ErrCorruptState)
+	if err == nil || ctx.Err() != nil || errors.Is(err, ErrCorruptState) {
+		return false
+	}
+	if _, budget := err.(*budgetError); budget {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return !ok || time.Now().Before(dl)
 }
 
 // forget drops what the guard holds locally about key, for Reset.

@@ -28,7 +28,6 @@ func TestNewRejectsBadGuardOptions(t *testing.T) {
 		opt  ratelimit.Option
 		want string
 	}{
-		{"zero budget", gcra, ratelimit.WithStoreTimeout(0), "store timeout 0s must be positive"},
 		{"negative budget", gcra, ratelimit.WithStoreTimeout(-time.Second), "store timeout -1s"},
 		{"breaker of no failures", gcra, ratelimit.WithCircuitBreaker(0, time.Second), "circuit breaker failures 0"},
 		{"breaker without cool-down", gcra, ratelimit.WithCircuitBreaker(3, 0), "cool-down 0s"},
@@ -38,6 +37,8 @@ func TestNewRejectsBadGuardOptions(t *testing.T) {
 		{"indivisible algorithm", opaqueAlg{gcra}, ratelimit.WithFallback(memory.MustNew(), 2), "gcra cannot be divided"},
 		{"empty deny cache", gcra, ratelimit.WithDenyCache(0), "deny cache size 0"},
 		{"nil observer", gcra, ratelimit.WithObserver(nil), "nil observer"},
+		{"nil ObserverFunc", gcra, ratelimit.WithObserver(ratelimit.ObserverFunc(nil)), "nil observer"},
+		{"typed nil observer", gcra, ratelimit.WithObserver((*recorder)(nil)), "nil observer"},
 	}
 	for _, c := range cases {
 		_, err := ratelimit.New(store, c.alg, c.opt)

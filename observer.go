@@ -56,10 +56,12 @@ type Event struct {
 	Err error
 }
 
-// WithObserver has o told about every decision the limiter makes.
+// WithObserver has o told about every decision the limiter makes. A nil
+// o, a nil ObserverFunc or a nil pointer in o, which would panic on the
+// first decision, is an error wrapping ErrInvalidParams.
 func WithObserver(o Observer) Option {
 	return func(l *Limiter) error {
-		if o == nil {
+		if isNil(o) {
 			return fmt.Errorf("%w: nil observer", ErrInvalidParams)
 		}
 		guardOf(l).observer = o

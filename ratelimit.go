@@ -193,8 +193,12 @@ type Limiter struct {
 	maxCost     int64
 	// noServerForm is set once the store has said it cannot run alg.
 	noServerForm atomic.Bool
+	// timeout is WithStoreTimeout's budget, or -1 when not given
+	// (budget.go).
+	timeout time.Duration
 	// guard holds the options for store failures, the deny cache, shadow
-	// mode and the observer (guard.go); nil when none is set.
+	// mode and the observer, and the store's time budget (guard.go); nil
+	// when none is set.
 	guard *guard
 	// own is the tier of the limiter's own numbers, which Allow, AllowN,
 	// Peek and Wait decide with (tier.go).
@@ -205,6 +209,10 @@ type Limiter struct {
 // an error wrapping ErrInvalidParams when alg's parameters or an option are
 // unusable: a nil store, algorithm or clock (typed or not), or a clock other
 // than clock.System with a store that decides by its server's clock.
+//
+// Every call to a store outside the process is bounded by a time budget,
+// DefaultStoreTimeout unless WithStoreTimeout says otherwise, and a caller's
+// context that ends first is never counted against the store.
 func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
 	if isNil(store) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidParams)
@@ -218,7 +226,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if err := checkName("algorithm name", alg.Name()); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost()}
+	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost(), timeout: -1}
 	if l.maxCost <= 0 {
 		return nil, fmt.Errorf("%w: algorithm %s has max cost %d", ErrInvalidParams, alg.Name(), l.maxCost)
 	}
@@ -230,6 +238,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if sc, ok := store.(ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
 		return nil, fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
 	}
+	l.initTimeout()
 	l.decider, _ = store.(Decider)
 	l.systemClock = l.clock == clock.System
 	name := l.name

@@ -400,3 +400,30 @@ func TestNewRefusesTypedNilsAndServerClocks(t *testing.T) {
 		t.Errorf("lease.New(s, 1s, WithMargin(100ms)) = %v, want no error", err)
 	}
 }
+
+// TestDoSlowRepliesEveryStore runs Do through each store behind a wrapper
+// whose replies come later than the lease's TTL: the work never starts, in
+// 3 trials on each store.
+func TestDoSlowRepliesEveryStore(t *testing.T) {
+	const ttl, margin = 200 * time.Millisecond, 20 * time.Millisecond
+	for _, srv := range servers(t) {
+		t.Run(srv.name, func(t *testing.T) {
+			s := &slow{Store: srv.store(t)}
+			s.delay.Store(int64(ttl + ttl/4))
+			locker, err := lease.New(s, ttl, lease.WithMargin(margin))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for trial := 0; trial < 3; trial++ {
+				started := false
+				err := locker.Do(context.Background(), fmt.Sprintf("k%d", trial), func(context.Context, *lease.Lease) error {
+					started = true
+					return nil
+				})
+				if started || err == nil {
+					t.Errorf("trial %d: Do with replies %v late on a %v lease: work started %v, error %v; want not started and an error", trial, ttl+ttl/4, ttl, started, err)
+				}
+			}
+		})
+	}
+}

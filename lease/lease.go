@@ -5,9 +5,10 @@
 //
 // A Locker hands out leases on keys. TryAcquire returns at once, with a
 // Lease or an error wrapping ErrHeld; Acquire waits for the key. Do is what
-// most callers want: it acquires, renews while the work runs, cancels the
-// work's context before the lease could run out when renewal fails, and
-// releases:
+// most callers want: it acquires, starts the work only when enough of the
+// lease is left, renews while the work runs, cancels the work's context
+// before the lease could run out when renewal fails, and releases, also
+// when the work panics:
 //
 //	locker, err := lease.New(store, 30*time.Second, lease.WithName("chat-session"))
 //	...
@@ -359,7 +360,8 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 // released and it is first in line (so goroutines of one process hand a
 // hot key on in turn, one request each, without polling the store for
 // it). It returns the context's error when ctx ends first, and
-// the store's error at once when the store fails.
+// the store's error at once when the store fails. Each attempt is bounded
+// as TryAcquire is.
 func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 	for {
 		// Listen for a release by this locker before asking, so that one
@@ -504,7 +506,8 @@ func (le *Lease) Deadline() time.Time {
 // caller's (it ran out, was taken over, released, or its record was lost),
 // and the store's error when the store fails. Extend is idempotent: a
 // failed attempt (whose reply may have been lost) is tried once more, and
-// only that reading of the record declares the lease lost.
+// only that reading of the record declares the lease lost. Both attempts
+// together take at most the call timeout (see WithCallTimeout).
 func (le *Lease) Extend(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, le.l.bound)
 	defer cancel()
@@ -524,7 +527,8 @@ func (le *Lease) Extend(ctx context.Context) error {
 // lease ran out or another owner holds the key (whose lease Release leaves
 // alone), and the store's error when the store fails. When an attempt fails
 // ambiguously, Release tries once more and reads the result: a record no
-// longer held by this lease, and no one else's, counts as released.
+// longer held by this lease, and no one else's, counts as released. Both
+// attempts together take at most the call timeout (see WithCallTimeout).
 func (le *Lease) Release(ctx context.Context) error {
 	le.mu.Lock()
 	done := le.released

@@ -264,7 +264,7 @@ func contended(tb testing.TB, s ratelimit.Store, shared bool, workers, count int
 func takeover(tb testing.TB, s ratelimit.Store, ttl, poll time.Duration) time.Duration {
 	ctx := context.Background()
 	key := unique("takeover-")
-	lk, err := lease.New(s, ttl, lease.WithPollInterval(poll))
+	lk, err := lease.New(s, ttl, lease.WithPollInterval(poll), lease.WithMargin(ttl/10))
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit"
@@ -20,6 +23,43 @@ import (
 	"github.com/ratelimitkit/ratelimit/store/redis"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
+
+// The clients' own bounds, set on every client the command builds unless
+// the store URL sets them: a store that does not answer fails a command in
+// seconds, not after the clients' defaults (go-redis v9.23 dials 5 times
+// with a 5s timeout and retries a command 3 times, each read waiting up to
+// 5s). A decision's call is bounded sooner by its context, whose deadline
+// is the limiter's store budget (ratelimit.DefaultStoreTimeout): go-redis
+// honours it only with ContextTimeoutEnabled, which the command sets.
+const (
+	clientDialTimeout = 2 * time.Second // one connection attempt
+	clientIOTimeout   = 3 * time.Second // a read or write without a context deadline
+)
+
+// quietRedis silences go-redis's own log lines (a failed dial, a pool
+// error), which would otherwise fill the terminal while a store is down:
+// every error reaches the command through the call that met it.
+var quietRedis = sync.OnceFunc(func() { goredis.SetLogger(&logging.VoidLogger{}) })
+
+// boundRedis sets o's bounds where the URL left them unset.
+func boundRedis(o *goredis.Options) {
+	o.ContextTimeoutEnabled = true
+	if o.DialTimeout == 0 {
+		o.DialTimeout = clientDialTimeout
+	}
+	if o.DialerRetries == 0 {
+		o.DialerRetries = 1
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = clientIOTimeout
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = clientIOTimeout
+	}
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 1
+	}
+}
 
 // storeSchemes is what -store accepts, for help and errors.
 const storeSchemes = "memory, redis://, redis+cluster://, valkey://, postgres:// (or postgresql://), dynamodb:// (http) or dynamodbs:// (https)"
@@ -79,14 +119,22 @@ func openStoreFor(ctx context.Context, spec string, getenv func(string) string, 
 		if prefix != "" {
 			opts = append(opts, redis.WithPrefix(prefix))
 		}
+		quietRedis()
 		var c goredis.UniversalClient
 		if u.Scheme == "redis+cluster" {
-			c = goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: strings.Split(u.Host, ",")})
+			var one goredis.Options
+			boundRedis(&one)
+			c = goredis.NewClusterClient(&goredis.ClusterOptions{
+				Addrs: strings.Split(u.Host, ","), ContextTimeoutEnabled: true,
+				DialTimeout: one.DialTimeout, DialerRetries: one.DialerRetries,
+				ReadTimeout: one.ReadTimeout, WriteTimeout: one.WriteTimeout, MaxRetries: one.MaxRetries,
+			})
 		} else {
 			o, err := goredis.ParseURL(client)
 			if err != nil {
 				return nil, nil, fmt.Errorf("-store: %w", err)
 			}
+			boundRedis(o)
 			c = goredis.NewClient(o)
 		}
 		s, err := redis.New(c, opts...)
@@ -103,6 +151,12 @@ func openStoreFor(ctx context.Context, spec string, getenv func(string) string, 
 		o, err := vk.ParseURL("redis" + strings.TrimPrefix(client, "valkey"))
 		if err != nil {
 			return nil, nil, fmt.Errorf("-store: %w", err)
+		}
+		if o.Dialer.Timeout == 0 {
+			o.Dialer.Timeout = clientDialTimeout
+		}
+		if o.ConnWriteTimeout == 0 {
+			o.ConnWriteTimeout = clientIOTimeout
 		}
 		c, err := vk.NewClient(o)
 		if err != nil {
@@ -122,7 +176,14 @@ func openStoreFor(ctx context.Context, spec string, getenv func(string) string, 
 		if !serverClock {
 			opts = append(opts, postgres.WithRequestClock())
 		}
-		pool, err := pgxpool.New(ctx, client)
+		cfg, err := pgxpool.ParseConfig(client)
+		if err != nil {
+			return nil, nil, fmt.Errorf("-store %s: %w", u.Redacted(), err)
+		}
+		if q.Get("connect_timeout") == "" {
+			cfg.ConnConfig.ConnectTimeout = clientDialTimeout
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
 			return nil, nil, fmt.Errorf("-store %s: %w", u.Redacted(), err)
 		}

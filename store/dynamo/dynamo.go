@@ -214,7 +214,8 @@ func WithCacheSize(n int) Option {
 //
 // Store does not implement ratelimit.Decider: DynamoDB cannot run an
 // algorithm next to its data, so every algorithm, built-in or not, runs
-// through Update.
+// through Update. It implements lease.Runner (RunLease), so that a lease
+// never takes "held" from the cache.
 type Store struct {
 	client       Client
 	table        string
@@ -352,6 +353,12 @@ type item struct {
 // with the same value in the caller's goroutine, and the other calls
 // batched with it are unaffected.
 func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	return s.update(ctx, key, now, fn, false)
+}
+
+// update is Update; with confirm set, an outcome that writes nothing is
+// computed from the table's item (a consistent read), not from the cache.
+func (s *Store) update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc, confirm bool) error {
 	if fn == nil {
 		return fmt.Errorf("%w: dynamo: nil update function", ratelimit.ErrInvalidParams)
 	}
@@ -362,7 +369,7 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("dynamo: update %q: %w", truncate(key.String()), err)
 	}
-	o := &op{ctx: ctx, now: now, fn: fn, key: key, done: make(chan error, 1)}
+	o := &op{ctx: ctx, now: now, fn: fn, key: key, done: make(chan error, 1), confirm: confirm}
 	sh, q := s.enqueue(string(pk), o)
 	select {
 	case err := <-o.done:

@@ -26,7 +26,10 @@ type op struct {
 	key   ratelimit.Key
 	done  chan error // buffered: the worker never blocks on it
 	taken bool       // the worker has taken it (guarded by the shard's mu)
-	err   error      // fn's error in the current attempt
+	// confirm asks that an outcome that writes nothing be computed from
+	// the table, not from the cache (see RunLease).
+	confirm bool
+	err     error // fn's error in the current attempt
 	// last is the latest failed request made for it, for the error of a
 	// call whose context ends while its request is in flight.
 	last atomic.Pointer[error]
@@ -198,13 +201,20 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 	for _, o := range ops {
 		minNow = min(minNow, o.now)
 	}
+	confirm := false
+	for _, o := range ops {
+		confirm = confirm || o.confirm
+	}
 	base, known := s.cached(sh, pk)
+	// fresh: base came from the table during this call, not from the
+	// cache.
+	fresh := false
 	if !known && s.returnsItem.Load() == returnsNo {
 		var err error
 		if base, err = s.read(ctx, pk, ops); err != nil {
 			return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
 		}
-		known = true
+		known, fresh = true, true
 		s.remember(sh, pk, base, minNow)
 	}
 	conflicts := 0
@@ -215,7 +225,9 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		}
 		next, expires, writes := run(ops, from)
 		if !writes {
-			if known {
+			// A decision that writes nothing stands on the cache, unless
+			// a caller asked for it to be confirmed by the table.
+			if known && (fresh || !confirm) {
 				return nil
 			}
 			var err error
@@ -223,7 +235,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 				s.forget(sh, pk)
 				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
 			}
-			known = true
+			known, fresh = true, true
 			s.remember(sh, pk, base, minNow)
 			continue
 		}
@@ -283,7 +295,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 				s.forget(sh, pk)
 				return fmt.Errorf("dynamo: update %q: %w", name, err)
 			}
-			known = true
+			known, fresh = true, true
 			s.remember(sh, pk, base, minNow)
 		case !byVersion:
 			// Only a live item fails this condition, and the server did
@@ -294,7 +306,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		case s.returnsItem.Load() == returnsYes:
 			// The server returns the item when there is one, so the item
 			// is gone (deleted, or reclaimed by TTL).
-			base, known = &item{}, true
+			base, known, fresh = &item{}, true, true
 		default:
 			known = false
 			base = nil
@@ -304,7 +316,7 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 				s.forget(sh, pk)
 				return fmt.Errorf("dynamo: update %q: read from table %s: %w", name, s.table, err)
 			}
-			known = true
+			known, fresh = true, true
 			s.remember(sh, pk, base, minNow)
 		}
 		if base.present && base.version == version {

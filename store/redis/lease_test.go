@@ -98,7 +98,7 @@ func TestLeaseFenceAfterRestart(t *testing.T) {
 func TestLeaseDoFrozenServer(t *testing.T) {
 	srv, s := private(t)
 	const ttl = time.Second
-	locker, err := lease.New(s, ttl)
+	locker, err := lease.New(s, ttl, lease.WithMargin(ttl/10))
 	if err != nil {
 		t.Fatal(err)
 	}

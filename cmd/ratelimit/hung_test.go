@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
+)
+
+// TestServeHungStore: serve, on the Redis client the command builds, with
+// its Redis process frozen (SIGSTOP), answers 40 concurrent clients on its
+// six endpoints with 503 and a Retry-After within the limiters' default
+// store budget and a little slack, not after the clients' own timeouts and
+// retries, and queued behind one another's hung batches.
+func TestServeHungStore(t *testing.T) {
+	srv := testserver.StartRedis(t)
+	store, closeStore, err := openStore(context.Background(), "redis://"+srv.Addr(), func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeStore()
+	cfg, err := parseServeFlags(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := newDemo(cfg, store, func(*http.Request, error) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.check(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(d)
+	defer hs.Close()
+	if len(d.endpoints) != 6 {
+		t.Fatalf("the demo has %d endpoints, want 6", len(d.endpoints))
+	}
+	for _, e := range d.endpoints { // a healthy store first
+		if r := fetch(t, hs.URL+e.path); r.status != http.StatusOK {
+			t.Fatalf("GET %s with the store up: status %d, want 200", e.path, r.status)
+		}
+	}
+
+	srv.Freeze()
+	defer srv.Thaw()
+	const slack = 700 * time.Millisecond // 40 clients under -race on a loaded machine
+	client := &http.Client{Timeout: ratelimit.DefaultStoreTimeout + 10*time.Second}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var slowest time.Duration
+	for i := range 40 {
+		path := d.endpoints[i%len(d.endpoints)].path
+		wg.Go(func() {
+			start := time.Now()
+			resp, err := client.Get(hs.URL + path)
+			took := time.Since(start)
+			mu.Lock()
+			slowest = max(slowest, took)
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("GET %s on a frozen store: %v after %v", path, err, took)
+				return
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || strings.HasPrefix(resp.Header.Get("Retry-After"), "0") {
+				t.Errorf("GET %s on a frozen store: status %d, Retry-After %q; want 503 with a Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			if took > ratelimit.DefaultStoreTimeout+slack {
+				t.Errorf("GET %s on a frozen store answered after %v, want within the store budget %v + %v", path, took, ratelimit.DefaultStoreTimeout, slack)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("40 clients on 6 endpoints, store frozen: the slowest answer came after %v", slowest)
+}

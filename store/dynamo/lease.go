@@ -1,0 +1,27 @@
+package dynamo
+
+import (
+	"context"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/lease"
+)
+
+// RunLease implements lease.Runner. The lease's transition (lease.Step)
+// runs through Update, as on any store, with one difference: an outcome
+// that writes nothing (the key is held by another owner, or the caller's
+// lease is gone) is never taken from this process's cache, which cannot
+// know that another process released the key or took it over; it is
+// computed again from a consistent read of the item first. So a key
+// released by one process can be taken by another within one of its
+// polls, at the cost of one read per poll on a held key. Decisions of
+// limiters keep answering denials from the cache.
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+	var res lease.Result
+	err := s.update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
+		next, ttl, r, err := lease.Step(cur, now, req)
+		res = r
+		return next, ttl, err
+	}, true)
+	return res, err
+}
