@@ -198,6 +198,46 @@ func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 	return calls
 }
 
+// storeCalls returns the store's own calls, each under a context with a
+// deadline of shortBound, which they must keep with an error wrapping
+// context.DeadlineExceeded: the store honours its context, so the SDK's
+// bounds cost nothing but the call.
+func storeCalls(s ratelimit.Store) []boundedCall {
+	key := ratelimit.Key{Namespace: "frozen", ID: "k"}
+	alg := algorithms.GCRA(10, time.Second, 10)
+	now := epoch.UnixMicro()
+	call := func(fn func(ctx context.Context) error) func() error {
+		return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), shortBound)
+			defer cancel()
+			err := fn(ctx)
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("%w (want an error wrapping context.DeadlineExceeded: the caller's deadline ended the call)", err)
+			}
+			return err
+		}
+	}
+	calls := []boundedCall{
+		{"deadline 250ms: store.Update", shortBound, call(func(ctx context.Context) error {
+			return s.Update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) { return nil, 0, nil })
+		})},
+		{"deadline 250ms: store.Delete", shortBound, call(func(ctx context.Context) error { return s.Delete(ctx, key) })},
+	}
+	if d, ok := s.(ratelimit.Decider); ok {
+		calls = append(calls, boundedCall{"deadline 250ms: store.Decide", shortBound, call(func(ctx context.Context) error {
+			_, err := d.Decide(ctx, key, alg, algorithms.Request{Now: now, Cost: 1})
+			return err
+		})})
+	}
+	if r, ok := s.(lease.Runner); ok {
+		calls = append(calls, boundedCall{"deadline 250ms: store.RunLease", shortBound, call(func(ctx context.Context) error {
+			_, err := r.RunLease(ctx, ratelimit.Key{Namespace: "frozen" + lease.NamespaceSuffix, ID: "k"}, now, lease.Request{Op: lease.OpAcquire, Owner: lease.Token{1}, TTL: 1000})
+			return err
+		})})
+	}
+	return calls
+}
+
 // testFaultHungStore checks that no Limiter or lease call waits on a store
 // that stops answering past its bound: the SDK's default bound with no
 // options, and the budget set. "wrapper" hangs every call in the suite's
@@ -233,7 +273,7 @@ func testFaultHungStore(t *testing.T, newHarness func(*testing.T) Harness) {
 			t.Skip("harness has no Freeze: cannot stop the backend answering")
 		}
 		s, freeze := h.Freeze(t)
-		calls := hungCalls(t, s)
+		calls := append(hungCalls(t, s), storeCalls(s)...)
 		freeze()
 		returnsWithin(t, rule+"; the store honours its context when its server stops answering", calls)
 	})
