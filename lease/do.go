@@ -26,8 +26,9 @@ import (
 //     renewal fails, is refused, or gets no answer, with a cause wrapping
 //     ErrLost; and when the locker's maximum hold time passes
 //     (WithMaxHold), with cause ErrMaxHold;
-//   - when fn returns, panics or calls runtime.Goexit, it stops renewing
-//     and releases the lease (within the call timeout, whatever ctx says),
+//   - when fn returns, panics or calls runtime.Goexit, it stops renewing,
+//     ends fn's context (for whatever fn left running on it) and releases
+//     the lease (within the call timeout, whatever ctx says),
 //     so that another worker can take the key at once; a panic then goes
 //     on with its own value.
 //
@@ -81,6 +82,7 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 		if !returned {
 			close(stop)
 			<-renewed
+			cancel(nil)
 			_ = le.release(ctx) // the panic is what the caller hears of
 		}
 	}()
@@ -89,6 +91,9 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	close(stop)
 	<-renewed
 	cause := context.Cause(cctx)
+	// End the work's context before the lease goes: whatever fn started
+	// on it stops before another worker can take the key.
+	cancel(nil)
 	rerr := le.release(ctx)
 	switch {
 	case errors.Is(cause, ErrLost):

@@ -219,7 +219,8 @@ type Locker struct {
 	poll    time.Duration
 	maxHold time.Duration
 	margin  time.Duration
-	// callTimeout bounds a release; bound, an acquire or an extend.
+	// callTimeout bounds a release; bound (the call timeout, at most the
+	// TTL less the margin) an acquire or an extend.
 	callTimeout time.Duration
 	bound       time.Duration
 

@@ -2,8 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -78,4 +84,49 @@ func TestServeHungStore(t *testing.T) {
 	}
 	wg.Wait()
 	t.Logf("40 clients on 6 endpoints, store frozen: the slowest answer came after %v", slowest)
+}
+
+// TestUnreachableStoreFailsFast runs the command in a child process against
+// a Redis address nothing listens on, and against a frozen Redis: it exits
+// with an error in seconds, and go-redis's own log lines (a failed dial,
+// "redis: 2026/01/02 15:04:05 pool.go:...") stay off the terminal.
+func TestUnreachableStoreFailsFast(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	frozen := testserver.StartRedis(t)
+	frozen.Freeze()
+	defer frozen.Thaw()
+	out := filepath.Join(t.TempDir(), "state")
+	clientLog := regexp.MustCompile(`(?m)^redis: \d{4}/\d\d/\d\d |pool\.go:\d+`)
+	for _, c := range []struct {
+		what, args string
+		within     time.Duration
+	}{
+		{"serve, nothing listening", "serve -addr 127.0.0.1:0 -store redis://" + closed, 5 * time.Second},
+		{"move, nothing listening", "move -from redis://" + closed + " -to file:" + out, 5 * time.Second},
+		{"serve, frozen", "serve -addr 127.0.0.1:0 -store redis://" + frozen.Addr(), ratelimit.DefaultStoreTimeout + 3*time.Second},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "RATELIMIT_CMD_TEST_MAIN=1", "RATELIMIT_CMD_TEST_ARGS="+c.args)
+		start := time.Now()
+		timer := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() }) // the test's own bound
+		output, err := cmd.CombinedOutput()
+		timer.Stop()
+		took := time.Since(start)
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != exitError {
+			t.Errorf("%s: ratelimit %s: %v, want exit status %d; output:\n%s", c.what, c.args, err, exitError, output)
+		}
+		if took > c.within {
+			t.Errorf("%s: ratelimit %s took %v to fail, want within %v", c.what, c.args, took, c.within)
+		}
+		if clientLog.Match(output) {
+			t.Errorf("%s: ratelimit %s printed the client's own log lines:\n%s", c.what, c.args, output)
+		}
+		t.Logf("%s: failed after %v: %s", c.what, took.Round(time.Millisecond), strings.TrimSpace(string(output)))
+	}
 }

@@ -25,6 +25,7 @@ package redis
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -88,7 +89,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redis: nil client: %w", ratelimit.ErrInvalidParams)
 	}
-	e, err := redisengine.New("redis", backend{client}, opts...)
+	e, err := redisengine.New("redis", backend{client, ignoresDeadlines(client)}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -100,21 +101,88 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 func (s *Store) Client() goredis.UniversalClient { return s.client }
 
 // backend runs the engine's commands on a go-redis client.
-type backend struct{ c goredis.UniversalClient }
+type backend struct {
+	c goredis.UniversalClient
+	// detach is set for a client that does not end a call at its
+	// context's deadline (created without ContextTimeoutEnabled, so that
+	// only its own read and write timeouts bound a call): each call whose
+	// context can end then runs on a goroutine of its own, and the caller
+	// returns with the context's error when it ends first (see detached).
+	detach bool
+}
+
+// ignoresDeadlines reports whether c is a go-redis client created without
+// ContextTimeoutEnabled. A client of another kind is taken to honour its
+// context.
+func ignoresDeadlines(c goredis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *goredis.Client:
+		return !c.Options().ContextTimeoutEnabled
+	case *goredis.ClusterClient:
+		return !c.Options().ContextTimeoutEnabled
+	case *goredis.Ring:
+		return !c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// detached runs call on a goroutine of its own and returns its outcome,
+// or ctx's error as soon as ctx ends: so that a client which ignores
+// deadlines never holds a caller past its context (the limiter's store
+// budget, ratelimit.DefaultStoreTimeout, by default). The abandoned call
+// runs on until the client's own timeouts end it; call must therefore own
+// everything it reads and writes. Without detach, or for a context that
+// cannot end, it is call(ctx).
+func detached[T any](b backend, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	if !b.detach || ctx.Done() == nil {
+		return call(ctx)
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- outcome{v, err}
+	}()
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	return b.c.EvalSha(ctx, sha, keys, args...).Result()
+	if b.detach {
+		keys, args = slices.Clone(keys), slices.Clone(args)
+	}
+	return detached(b, ctx, func(ctx context.Context) (any, error) {
+		return b.c.EvalSha(ctx, sha, keys, args...).Result()
+	})
 }
 
 func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	return b.c.Eval(ctx, src, keys, args...).Result()
+	if b.detach {
+		keys, args = slices.Clone(keys), slices.Clone(args)
+	}
+	return detached(b, ctx, func(ctx context.Context) (any, error) {
+		return b.c.Eval(ctx, src, keys, args...).Result()
+	})
 }
 
 // Pipeline sends calls in one go-redis pipeline: a cluster client or a
 // ring splits it by the node each call's key lives on and sends the parts
 // at once, and follows MOVED and ASK replies; each command keeps its own
-// reply and error.
+// reply and error. On a client that ignores deadlines, the pipeline is
+// detached: when ctx ends first, every call gets ctx's error.
 func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
+	if b.detach && ctx.Done() != nil {
+		b.pipelineDetached(ctx, calls)
+		return
+	}
 	if len(calls) == 1 {
 		c := calls[0]
 		c.Reply, c.Err = b.c.Do(ctx, c.Command()...).Result()
@@ -127,6 +195,32 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 	_, _ = pipe.Exec(ctx) // every command's error is its own, read below
 	for i, c := range calls {
+		c.Reply, c.Err = cmds[i].Result()
+	}
+}
+
+// pipelineDetached is Pipeline through detached: the pipeline's commands
+// are built from copies of the calls' words, and its replies are handed to
+// the calls only if they arrive before ctx ends.
+func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call) {
+	words := make([][]any, len(calls))
+	for i, c := range calls {
+		words[i] = slices.Clone(c.Command())
+	}
+	cmds, err := detached(b, ctx, func(ctx context.Context) ([]*goredis.Cmd, error) {
+		pipe := b.c.Pipeline()
+		cmds := make([]*goredis.Cmd, len(words))
+		for i, w := range words {
+			cmds[i] = pipe.Do(ctx, w...)
+		}
+		_, _ = pipe.Exec(ctx)
+		return cmds, nil
+	})
+	for i, c := range calls {
+		if err != nil {
+			c.Reply, c.Err = nil, err
+			continue
+		}
 		c.Reply, c.Err = cmds[i].Result()
 	}
 }
@@ -146,7 +240,13 @@ func (b backend) Slot(key string) int {
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
-	return b.c.Del(ctx, keys...).Err()
+	if b.detach {
+		keys = slices.Clone(keys)
+	}
+	_, err := detached(b, ctx, func(ctx context.Context) (int64, error) {
+		return b.c.Del(ctx, keys...).Result()
+	})
+	return err
 }
 
 func (b backend) NoScript(err error) bool {
