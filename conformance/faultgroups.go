@@ -472,7 +472,8 @@ func testFaultDoPanic(t *testing.T, newHarness func(*testing.T) Harness) {
 // SourceFailurePolicy, with the store's error returned (errors.Is reaches
 // the fault, or context.DeadlineExceeded when a budget ran out); a call
 // that failed after its write consumed at most once; a lease call returns
-// the store's error, never ErrHeld.
+// the store's error, never ErrHeld; and a store that is slow but answers
+// within the bounds decides.
 func testFaultPolicy(t *testing.T, newHarness func(*testing.T) Harness) {
 	ctx := context.Background()
 	const limit = 5
@@ -531,4 +532,22 @@ func testFaultPolicy(t *testing.T, newHarness func(*testing.T) Harness) {
 			}
 		})
 	}
+	t.Run("slow-within-bound", func(t *testing.T) {
+		// A store that is slow but answers within the bounds decides:
+		// the bounds never fail a working store.
+		h := newHarness(t)
+		s, f := withFaults(t, h.Store)
+		lim := newSubjectLimiter(t, s, alg, ratelimit.WithStoreTimeout(shortBound))
+		lk := newSubjectLocker(t, s, leaseTTL, lease.WithCallTimeout(shortBound))
+		const delay = shortBound / 5
+		f.set(faultSlow, -1, delay, nil)
+		if d, err := lim.Allow(ctx, "slow"); err != nil || !d.Allowed || d.Source != ratelimit.SourceStore {
+			t.Errorf("lim.Allow(key) on a store that answers in %v, with a budget of %v = %s from %v, error %v; want allowed from the store (rule: a bound never fails a store that answers within it)", delay, shortBound, verdict(d.Allowed), d.Source, err)
+		}
+		if le, err := lk.TryAcquire(ctx, "slow"); err != nil {
+			t.Errorf("locker.TryAcquire(key) on a store that answers in %v, with a call timeout of %v = %v; want the lease (rule: a bound never fails a store that answers within it)", delay, shortBound, err)
+		} else if err := le.Release(ctx); err != nil {
+			t.Errorf("lease.Release() on a store that answers in %v, with a call timeout of %v = %v", delay, shortBound, err)
+		}
+	})
 }
