@@ -9,10 +9,12 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
-// guard is what a limiter does around its store when any of the options
-// for failures, the deny cache, shadow mode or the observer is set. A
-// limiter with none of them has a nil guard and decides exactly as before:
-// validate, ask the store, apply the failure policy.
+// guard is what a limiter does around its store when it has a store
+// budget (by default, on every store but the memory store: see
+// initTimeout) or any of the options for failures, the deny cache, shadow
+// mode or the observer is set. A limiter with none of them (one on the
+// memory store without options) has a nil guard and decides exactly as
+// before: validate, ask the store, apply the failure policy.
 //
 // Each mechanism lives in its own file: budget.go (WithStoreTimeout),
 // breaker.go (WithCircuitBreaker), fallback.go (WithFallback),
