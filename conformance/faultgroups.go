@@ -310,7 +310,7 @@ func testFaultBreaker(t *testing.T, newHarness func(*testing.T) Harness) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := 0; ; i++ {
+				for {
 					select {
 					case <-stop:
 						return

@@ -48,10 +48,10 @@ const (
 	// faultSlow waits delay (giving up when the context ends first),
 	// then calls the store.
 	faultSlow
-	// faultLate calls the store, which applies the request, and then
-	// holds the reply: for delay, whatever the context says, and until
-	// late (when set) has run. The reply reaches the caller after its
-	// deadline when delay is longer than the time it allowed.
+	// faultLate calls the store, which applies the request, whatever the
+	// context says, and then holds the reply until late has run: the
+	// groups move the caller's fake clock there, so that the reply
+	// arrives after the caller's deadline (a lease's, say).
 	faultLate
 	// faultFail fails at once with errStoreFault, touching nothing.
 	faultFail
@@ -145,14 +145,6 @@ func (f *faults) apply(ctx context.Context, call func(ctx context.Context) error
 		return call(ctx)
 	case faultLate:
 		err := call(context.WithoutCancel(ctx))
-		if delay > 0 {
-			t := time.NewTimer(delay)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-f.end:
-			}
-		}
 		if late != nil {
 			late()
 		}
