@@ -30,7 +30,13 @@
 // holds composites (algorithms.All) to the same standards on both paths
 // (boundaries, concurrency exactness with no partial consumption,
 // differential against the Go form, expiry, key isolation, bad
-// compositions).
+// compositions). Its Fault groups put the store behind a wrapper that
+// injects faults (a store that hangs, answers slowly or after the caller's
+// deadline, fails, or fails after its write took effect) and, where the
+// harness can freeze the backend (Harness.Freeze), real ones: every Limiter
+// and lease call returns within its bound, the circuit breaker opens only
+// on store faults, lease.Locker.Do never runs the work past its lease and
+// releases on a panic, and the failure policy answers as documented.
 package conformance
 
 import (
@@ -96,6 +102,16 @@ type Harness struct {
 	// exclusion between instances, as between two processes. A store with
 	// no such thing leaves it nil, and those subtests skip saying so.
 	Twin func(t *testing.T) ratelimit.Store
+
+	// Freeze, for a store whose backend the test can stop answering (a
+	// private server frozen with SIGSTOP, say), returns a fresh store on
+	// such a backend and a function that freezes it: connections stay
+	// open and no request is answered until the test ends, when the
+	// harness thaws or stops it. The FaultHungStore group then holds every
+	// Limiter and lease call on the frozen store to its bound, which only
+	// a store that honours its context keeps. Nil skips that subtest (the
+	// group's wrapper-injected hang still runs).
+	Freeze func(t *testing.T) (store ratelimit.Store, freeze func())
 
 	// Timeout is how long a subtest may run without another starting or
 	// ending before the suite's watchdog ends the run with a panic naming

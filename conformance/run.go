@@ -60,6 +60,12 @@ var cases = []testCase{
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
 	{"Export", testExport},
+	// The fault groups (faultgroups.go).
+	{"FaultHungStore", testFaultHungStore},
+	{"FaultBreaker", testFaultBreaker},
+	{"FaultDoSlowReply", testFaultDoSlowReply},
+	{"FaultDoPanic", testFaultDoPanic},
+	{"FaultPolicy", testFaultPolicy},
 }
 
 // epoch is the fake clock's starting time: a multiple of every period the

@@ -163,6 +163,7 @@ func TestConformance(t *testing.T) {
 			State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
 				return readState(ctx, client, table, s, key)
 			},
+			Freeze: frozen, // real faults on a private dynalite
 			Twin: func(t *testing.T) ratelimit.Store {
 				s2, err := dynamo.New(newClient(testserver.DynamoDBEndpoint(t)), dynamo.WithTable(table))
 				if err != nil {

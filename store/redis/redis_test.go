@@ -118,7 +118,12 @@ func harnessOn(c goredis.UniversalClient, newClient func(testing.TB) goredis.Uni
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	conformance.Run(t, harnessOn(standalone(t), standalone))
+	newHarness := harnessOn(standalone(t), standalone)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		h := newHarness(t)
+		h.Freeze = frozen // real faults on a private server
+		return h
+	})
 }
 
 func TestConformanceCluster(t *testing.T) {

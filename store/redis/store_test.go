@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -97,4 +98,20 @@ func TestOneSlot(t *testing.T) {
 
 func TestLimiterClockSlack(t *testing.T) {
 	servers(t, func(t *testing.T, tg storetest.Target) { storetest.LimiterClockSlack(t, tg, uniquePrefix()) })
+}
+
+// frozen is the conformance harness's Freeze: a store on a private
+// redis-server (testserver.StartRedis) and a function that freezes the
+// server with SIGSTOP, so that the FaultHungStore group holds every Limiter
+// and lease call to its bound on a server that really stopped answering.
+// The server is thawed and stopped when t ends.
+func frozen(t *testing.T) (ratelimit.Store, func()) {
+	r := testserver.StartRedis(t)
+	c := goredis.NewClient(&goredis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()), redis.WithServerClock(false))
+	if err != nil {
+		t.Fatalf("redis.New: %v", err)
+	}
+	return s, r.Freeze
 }

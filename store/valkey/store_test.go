@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
@@ -81,4 +82,18 @@ func TestFailure(t *testing.T) {
 
 func TestLimiterClockSlack(t *testing.T) {
 	servers(t, func(t *testing.T, tg storetest.Target) { storetest.LimiterClockSlack(t, tg, uniquePrefix()) })
+}
+
+// frozen is the conformance harness's Freeze: a store on a private server
+// (testserver.StartRedis: valkey-server or redis-server) and a function
+// that freezes it with SIGSTOP, so that the FaultHungStore group holds
+// every Limiter and lease call to its bound on a server that really stopped
+// answering. The server is thawed and stopped when t ends.
+func frozen(t *testing.T) (ratelimit.Store, func()) {
+	r := testserver.StartRedis(t)
+	s, err := valkey.New(newClient(t, r.Addr()), valkey.WithPrefix(uniquePrefix()), valkey.WithServerClock(false))
+	if err != nil {
+		t.Fatalf("valkey.New: %v", err)
+	}
+	return s, r.Freeze
 }

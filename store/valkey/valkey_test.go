@@ -98,7 +98,12 @@ func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client) func(t *testin
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	conformance.Run(t, harnessOn(standalone(t), standalone))
+	newHarness := harnessOn(standalone(t), standalone)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		h := newHarness(t)
+		h.Freeze = frozen // real faults on a private server
+		return h
+	})
 }
 
 func TestConformanceCluster(t *testing.T) {

@@ -1,0 +1,27 @@
+package conformance
+
+import (
+	"time"
+
+	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/lease"
+)
+
+// Limiter and Locker are the fault groups' subjects, for the suite's own
+// tests.
+type (
+	Limiter = limiter
+	Locker  = locker
+)
+
+// SetLocker makes the fault groups test the lockers newLocker makes.
+func SetLocker(newLocker func(s ratelimit.Store, ttl time.Duration, opts ...lease.Option) (Locker, error)) {
+	subjects.locker = newLocker
+}
+
+// SetBreakerLimiter makes the fault groups test the limiters with a circuit
+// breaker that newLimiter makes.
+func SetBreakerLimiter(newLimiter func(s ratelimit.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (Limiter, error)) {
+	subjects.breakerLimiter = newLimiter
+}
