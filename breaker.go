@@ -27,8 +27,9 @@ var ErrCircuitOpen = errors.New("ratelimit: circuit open")
 // ran out of its time budget (DefaultStoreTimeout, WithStoreTimeout)
 // included; not the caller's context ending (even when the store's error
 // arrives first, the caller's deadline having passed, or the call having
-// shared a batch with callers whose deadlines ended it), and not state the
-// algorithm cannot read (ErrCorruptState). The breaker measures time on
+// shared a batch with callers whose deadlines ended it), not state the
+// algorithm cannot read (ErrCorruptState), and not a step of a user's
+// algorithm that breaks the contract (ErrInvalidParams). The breaker measures time on
 // the limiter's clock. The store's time budget makes a probe to a store
 // that hangs end within it; with WithStoreTimeout(0), a probe waits as long
 // as the store client lets it.
@@ -86,7 +87,7 @@ func (b *breaker) record(ctx context.Context, now int64, err error) {
 		if b.state.Load() == breakerProbing || b.failures.Add(1) >= b.threshold {
 			b.open(now, err)
 		}
-	case err != nil && !errors.Is(err, ErrCorruptState):
+	case err != nil && !notStoresFault(err):
 		// The caller gave up: the store is neither blamed nor cleared. A
 		// probe that ends this way lets the next request probe.
 		b.state.CompareAndSwap(breakerProbing, breakerOpen)

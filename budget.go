@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 )
 
 // DefaultStoreTimeout is the time budget of each store call of a limiter
@@ -35,9 +36,10 @@ const DefaultStoreTimeout = time.Second
 // which gets no budget by default, a positive d applies as given.
 //
 // The budget reaches the store as the context's deadline, which every
-// store honours (the conformance suite checks it). With go-redis, create
-// the client with ContextTimeoutEnabled: true, or its own read and write
-// timeouts bound the call instead.
+// store must honour (the conformance suite checks it). A store of the
+// user's own is called on a goroutine of its own as well, so that the
+// budget holds even when it does not; the built-in stores are called
+// directly.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(l *Limiter) error {
 		if d < 0 {
@@ -61,6 +63,7 @@ func (l *Limiter) initTimeout() {
 	}
 	if d > 0 {
 		guardOf(l).timeout = d
+		l.detach = !ctxaware.Honours(l.store)
 	}
 }
 
@@ -76,10 +79,10 @@ func (l *Limiter) budgeted(ctx context.Context, t *Tier, k Key, req algorithms.R
 	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		// The caller's deadline comes first and bounds the call: a call
 		// that ends by it ends by the caller's choice.
-		return l.fromStore(ctx, t, k, req)
+		return l.askStore(ctx, t, k, req)
 	}
 	sctx, cancel := context.WithDeadline(ctx, end)
-	d, err := l.fromStore(sctx, t, k, req)
+	d, err := l.askStore(sctx, t, k, req)
 	// The budget ran out if its context ended while the caller's did not,
 	// or if its end has passed on the monotonic clock: a client that
 	// set its socket's deadline from the context may answer before the
@@ -89,6 +92,74 @@ func (l *Limiter) budgeted(ctx context.Context, t *Tier, k Key, req algorithms.R
 	}
 	cancel()
 	return d, err
+}
+
+// askStore is fromStore for a call with a deadline: made directly on a
+// store known to give up when its context ends, and otherwise on a
+// goroutine of its own that the caller stops waiting for when ctx ends.
+func (l *Limiter) askStore(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+	if !l.detach {
+		return l.fromStore(ctx, t, k, req)
+	}
+	return detached(ctx, func(ctx context.Context) (Decision, error) { return l.fromStore(ctx, t, k, req) })
+}
+
+// detached runs call(ctx) on a goroutine of its own and returns its result,
+// or an error wrapping ctx's cause as soon as ctx ends, whichever comes
+// first: a store that ignores its context then holds only that goroutine,
+// until its client gives up. A panic in the store is returned as an error,
+// since no caller is left to recover it.
+func detached[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	type reply struct {
+		v   T
+		err error
+	}
+	done := make(chan reply, 1)
+	go func() {
+		var r reply
+		defer func() {
+			if p := recover(); p != nil {
+				r.err = fmt.Errorf("ratelimit: the store panicked: %v", p)
+			}
+			done <- r
+		}()
+		r.v, r.err = call(ctx)
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done: // it answered as ctx ended: keep the answer
+			return r.v, r.err
+		default:
+		}
+		var zero T
+		return zero, fmt.Errorf("ratelimit: the store did not give up when the call's context ended: %w", context.Cause(ctx))
+	}
+}
+
+// bounded runs a store call that returns no decision (Reset's Delete)
+// within the limiter's budget, as budgeted does for decisions.
+func (l *Limiter) bounded(ctx context.Context, call func(context.Context) error) error {
+	var budget time.Duration
+	if l.guard != nil {
+		budget = l.guard.timeout
+	}
+	if budget == 0 {
+		return call(ctx)
+	}
+	end := time.Now().Add(budget)
+	if dl, ok := ctx.Deadline(); !ok || dl.After(end) {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, end)
+		defer cancel()
+	}
+	if !l.detach {
+		return call(ctx)
+	}
+	_, err := detached(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
+	return err
 }
 
 // budgetError is a store call's error when its time budget ran out.

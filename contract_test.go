@@ -309,3 +309,22 @@ func TestBuiltinsKeepStepContract(t *testing.T) {
 
 // updateOnlyStore hides a store's Decider, so the limiter uses Update.
 type updateOnlyStore struct{ ratelimit.Store }
+
+// TestBrokenStepIsNotTheStoresFault checks that a step refused for
+// breaking the contract is the algorithm's fault, not the store's: FailOpen
+// still denies it (admitting would hide the bug), and the circuit breaker
+// does not open on it, so the limiter keeps asking the store.
+func TestBrokenStepIsNotTheStoresFault(t *testing.T) {
+	ctx := context.Background()
+	lim, err := ratelimit.New(memory.MustNew(), stepAlgorithm{defect: "ttl0", limit: 3},
+		ratelimit.WithFailurePolicy(ratelimit.FailOpen), ratelimit.WithCircuitBreaker(1, time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		d, err := lim.Allow(ctx, "k")
+		if !errors.Is(err, ratelimit.ErrInvalidParams) || errors.Is(err, ratelimit.ErrCircuitOpen) || d.Allowed {
+			t.Fatalf("lim.Allow(k) #%d with a step of TTL 0, FailOpen and a breaker of 1 failure = allowed %v, %v; want denied with ErrInvalidParams, circuit closed", i+1, d.Allowed, err)
+		}
+	}
+}

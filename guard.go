@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -151,7 +150,7 @@ func (l *Limiter) degraded(ctx context.Context, t *Tier, k Key, req algorithms.R
 // context's timer fires. A budget that ran out (budgetError) ran out before
 // the caller's deadline, so it is the store's fault.
 func storeFault(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil || errors.Is(err, ErrCorruptState) {
+	if err == nil || ctx.Err() != nil || notStoresFault(err) {
 		return false
 	}
 	if _, budget := err.(*budgetError); budget {

@@ -115,7 +115,8 @@ const (
 	FailClosed FailurePolicy = iota
 	// FailOpen admits requests while the store fails. State the algorithm
 	// cannot read (ErrCorruptState) is not a passing failure, so it is
-	// still denied; Reset clears it.
+	// still denied (Reset clears it); so is a step of a user's algorithm
+	// that breaks the algorithms' contract (ErrInvalidParams).
 	FailOpen
 )
 
@@ -197,6 +198,9 @@ type Limiter struct {
 	// timeout is WithStoreTimeout's budget, or -1 when not given
 	// (budget.go).
 	timeout time.Duration
+	// detach is set when store calls run within a budget on a store not
+	// known to give up when its context ends (budget.go).
+	detach bool
 	// guard holds the options for store failures, the deny cache, shadow
 	// mode and the observer, and the store's time budget (guard.go); nil
 	// when none is set.
@@ -315,7 +319,8 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if l.guard != nil {
 		l.guard.forget(ctx, key)
 	}
-	return l.store.Delete(ctx, Key{Namespace: l.ns, ID: key})
+	k := Key{Namespace: l.ns, ID: key}
+	return l.bounded(ctx, func(ctx context.Context) error { return l.store.Delete(ctx, k) })
 }
 
 // Wait blocks until key may make one request, consumes it, and returns the
@@ -474,10 +479,19 @@ func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, r
 // tier t.
 func (l *Limiter) failed(t *Tier, err error) (Decision, error) {
 	d := Decision{Limit: int(t.maxCost), Source: SourceFailurePolicy}
-	if l.policy == FailOpen && !errors.Is(err, ErrCorruptState) {
+	if l.policy == FailOpen && !notStoresFault(err) {
 		d.Allowed = true
 	}
 	return d, err
+}
+
+// notStoresFault reports an error that a working store returned: state the
+// algorithm cannot read (ErrCorruptState), or a step of a user's algorithm
+// that breaks the contract (checkStep, ErrInvalidParams). No failure policy
+// admits on it and the circuit breaker does not count it: waiting for the
+// store to recover would change nothing.
+func notStoresFault(err error) bool {
+	return errors.Is(err, ErrCorruptState) || errors.Is(err, ErrInvalidParams)
 }
 
 // set makes d the store's Decision for the algorithm's decision a, unless

@@ -45,6 +45,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 )
 
 // Errors. Check them with errors.Is; the store's own failures are returned
@@ -213,6 +214,7 @@ func WithMaxHold(d time.Duration) Option {
 type Locker struct {
 	store   ratelimit.Store
 	runner  Runner // store as a Runner, or nil
+	direct  bool   // the store gives up when its context ends (once)
 	name    string
 	ns      string
 	ttl     time.Duration
@@ -307,6 +309,7 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 		l.poll = max(ttl/10, time.Millisecond)
 	}
 	l.runner, _ = store.(Runner)
+	l.direct = ctxaware.Honours(store)
 	l.ns = l.name + NamespaceSuffix
 	return l, nil
 }
@@ -402,10 +405,15 @@ func (l *Locker) run(ctx context.Context, k ratelimit.Key, req Request, retry bo
 }
 
 // once makes one request, and returns when it answers or ctx ends,
-// whichever comes first: a store that ignores its context (a client
-// blocked on a hung server) does not hold the caller past ctx's deadline.
-// The request goes on in its goroutine until the store returns.
+// whichever comes first. A built-in store gives up when its context ends
+// and is called directly; any other store is called on a goroutine of its
+// own, so that one that ignores its context (a client blocked on a hung
+// server) does not hold the caller past ctx's deadline. The request then
+// goes on in its goroutine until the store returns.
 func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
+	if l.direct {
+		return l.call(ctx, k, now, req)
+	}
 	type reply struct {
 		res Result
 		err error
@@ -419,15 +427,7 @@ func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Reque
 			}
 			done <- r
 		}()
-		if l.runner != nil {
-			r.res, r.err = l.runner.RunLease(ctx, k, now, req)
-			return
-		}
-		r.err = l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
-			next, ttl, res, err := Step(cur, now, req)
-			r.res = res
-			return next, ttl, err
-		})
+		r.res, r.err = l.call(ctx, k, now, req)
 	}()
 	select {
 	case r := <-done:
@@ -440,6 +440,21 @@ func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Reque
 		}
 		return Result{}, fmt.Errorf("lease: %q: no answer from the store: %w", k.ID, context.Cause(ctx))
 	}
+}
+
+// call makes one request of the store: through its Runner when it has
+// one, through Update otherwise.
+func (l *Locker) call(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
+	if l.runner != nil {
+		return l.runner.RunLease(ctx, k, now, req)
+	}
+	var res Result
+	err := l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
+		next, ttl, r, err := Step(cur, now, req)
+		res = r
+		return next, ttl, err
+	})
+	return res, err
 }
 
 // ambiguous reports whether err leaves open whether the store applied the
