@@ -101,42 +101,7 @@ func (l *Limiter) askStore(ctx context.Context, t *Tier, k Key, req algorithms.R
 	if !l.detach {
 		return l.fromStore(ctx, t, k, req)
 	}
-	return detached(ctx, func(ctx context.Context) (Decision, error) { return l.fromStore(ctx, t, k, req) })
-}
-
-// detached runs call(ctx) on a goroutine of its own and returns its result,
-// or an error wrapping ctx's cause as soon as ctx ends, whichever comes
-// first: a store that ignores its context then holds only that goroutine,
-// until its client gives up. A panic in the store is returned as an error,
-// since no caller is left to recover it.
-func detached[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	type reply struct {
-		v   T
-		err error
-	}
-	done := make(chan reply, 1)
-	go func() {
-		var r reply
-		defer func() {
-			if p := recover(); p != nil {
-				r.err = fmt.Errorf("ratelimit: the store panicked: %v", p)
-			}
-			done <- r
-		}()
-		r.v, r.err = call(ctx)
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
-		select {
-		case r := <-done: // it answered as ctx ended: keep the answer
-			return r.v, r.err
-		default:
-		}
-		var zero T
-		return zero, fmt.Errorf("ratelimit: the store did not give up when the call's context ended: %w", context.Cause(ctx))
-	}
+	return ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (Decision, error) { return l.fromStore(ctx, t, k, req) })
 }
 
 // bounded runs a store call that returns no decision (Reset's Delete)
@@ -158,7 +123,7 @@ func (l *Limiter) bounded(ctx context.Context, call func(context.Context) error)
 	if !l.detach {
 		return call(ctx)
 	}
-	_, err := detached(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
+	_, err := ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
 	return err
 }
 

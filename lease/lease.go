@@ -414,32 +414,7 @@ func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Reque
 	if l.direct {
 		return l.call(ctx, k, now, req)
 	}
-	type reply struct {
-		res Result
-		err error
-	}
-	done := make(chan reply, 1)
-	go func() {
-		var r reply
-		defer func() {
-			if p := recover(); p != nil {
-				r.err = fmt.Errorf("lease: store panicked on %q: %v", k.ID, p)
-			}
-			done <- r
-		}()
-		r.res, r.err = l.call(ctx, k, now, req)
-	}()
-	select {
-	case r := <-done:
-		return r.res, r.err
-	case <-ctx.Done():
-		select {
-		case r := <-done: // answered as ctx ended: keep the answer
-			return r.res, r.err
-		default:
-		}
-		return Result{}, fmt.Errorf("lease: %q: no answer from the store: %w", k.ID, context.Cause(ctx))
-	}
+	return ctxaware.Detached(ctx, fmt.Sprintf("lease: %q: ", k.ID), func(ctx context.Context) (Result, error) { return l.call(ctx, k, now, req) })
 }
 
 // call makes one request of the store: through its Runner when it has
