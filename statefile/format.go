@@ -19,23 +19,9 @@
 //
 // # The file format
 //
-// JSON Lines. The first line is a header,
-//
-//	{"format":"ratelimit-state","version":2}
-//
-// then one entry per line, in any order,
-//
-//	{"ns":"api:gcra","id":"dXNlci00Mg==","state":"AAAA...","expires":1767225600000000}
-//
-// with ns the namespace, id and state in standard base64 (an ID may hold
-// any bytes), and expires in microseconds since the Unix epoch; and last
-// an end line with the number of entries,
-//
-//	{"end":2}
-//
-// so that a file cut short, even at a line boundary, is an error, not a
-// smaller state. Empty lines are skipped. Version 1 files (no end line,
-// header optional) are refused: no release wrote them.
+// JSON Lines: a header line naming the format and its version, one line
+// per entry, and an end line counting the entries, so that a file cut
+// short is an error, not a smaller state. [Writer] shows each line.
 package statefile
 
 import (
@@ -76,6 +62,23 @@ type fileEnd struct {
 // NewWriter, call Write for each entry (Write fits Export's yield), and
 // Close at the end, which writes the end line: a file without it reads as
 // cut short. It is not safe for concurrent use.
+//
+// The format is JSON Lines. The first line is a header,
+//
+//	{"format":"ratelimit-state","version":2}
+//
+// then one entry per line, in any order,
+//
+//	{"ns":"api:gcra","id":"dXNlci00Mg==","state":"AAAA...","expires":1767225600000000}
+//
+// with ns the namespace, id and state in standard base64 (an ID may hold
+// any bytes), and expires in microseconds since the Unix epoch; and last
+// an end line with the number of entries,
+//
+//	{"end":2}
+//
+// Empty lines are skipped. Version 1 files (no end line, header optional)
+// are refused: no release wrote them.
 type Writer struct {
 	w      *bufio.Writer
 	header bool
