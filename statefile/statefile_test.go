@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -299,6 +300,11 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			t.Fatalf("import %d of the snapshot = %d keys written, %v; want %d", round+1, n, err, want)
 		}
 	}
+	// Exported again, the restored store holds every entry exactly as it
+	// went in: key, state and expiry.
+	if got, want := dump(t, after, fake.Now()), dump(t, before, fake.Now()); got != want {
+		t.Errorf("restored store holds\n%s\nwant, as snapshotted:\n%s", got, want)
+	}
 	for name, alg := range algs {
 		was, _ := ratelimit.New(before, alg, ratelimit.WithName(name), ratelimit.WithClock(fake))
 		is, _ := ratelimit.New(after, alg, ratelimit.WithName(name), ratelimit.WithClock(fake))
@@ -313,4 +319,19 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			}
 		}
 	}
+}
+
+// dump returns every live entry of s at now, one line each, sorted.
+func dump(t *testing.T, s ratelimit.Store, now time.Time) string {
+	t.Helper()
+	var lines []string
+	err := statefile.Export(context.Background(), s, "", now, func(e ratelimit.Entry) error {
+		lines = append(lines, fmt.Sprintf("%q %x %d", e.Key.String(), e.State, e.Expires))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
 }
