@@ -109,8 +109,8 @@ type toDecider interface {
 }
 
 // ErrUnsupported is returned by Decider.Decide for an algorithm the store
-// cannot run next to its data, and by Count and Export for a store that
-// cannot enumerate its keys; the wrapping message says which.
+// cannot run next to its data, and by statefile.Count and Export for a
+// store that cannot enumerate its keys; the wrapping message says which.
 var ErrUnsupported = errors.New("ratelimit: not supported by the store")
 
 // ServerClocker is implemented by stores that can decide by their server's

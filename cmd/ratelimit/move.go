@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/statefile"
 )
 
 const moveUsage = `ratelimit move copies rate-limit state from one store to another, so that
@@ -186,7 +187,7 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 		defer func() { cancel(); <-done }()
 		go func() {
 			defer close(done)
-			if n, err := ratelimit.Count(cctx, src.store, cfg.namespace, time.Now().UnixMicro()); err == nil {
+			if n, err := statefile.Count(cctx, src.store, cfg.namespace, time.Now()); err == nil {
 				pr.setTotal(int64(n))
 			}
 		}()
@@ -242,7 +243,7 @@ type end struct {
 	store ratelimit.Store
 	path  string // a state file: the source, or the destination's final path
 	f     *os.File
-	w     *ratelimit.EntryWriter // a destination file's, writing f, a temporary file beside path
+	w     *statefile.Writer // a destination file's, writing f, a temporary file beside path
 	close func()
 }
 
@@ -252,7 +253,7 @@ type end struct {
 func (e *end) count(ns string) (int, error) {
 	n := 0
 	now := time.Now().UnixMicro()
-	err := ratelimit.ReadEntries(e.f, func(en ratelimit.Entry) error {
+	err := statefile.Read(e.f, func(en ratelimit.Entry) error {
 		if (ns == "" || en.Key.Namespace == ns) && en.Expires > now {
 			n++
 		}
@@ -267,10 +268,10 @@ func (e *end) count(ns string) (int, error) {
 
 func (e *end) each(ctx context.Context, ns string, fn func(ratelimit.Entry) error) error {
 	if e.store != nil {
-		return ratelimit.Export(ctx, e.store, ns, time.Now().UnixMicro(), fn)
+		return statefile.Export(ctx, e.store, ns, time.Now(), fn)
 	}
 	now := time.Now().UnixMicro()
-	return ratelimit.ReadEntries(e.f, func(en ratelimit.Entry) error {
+	return statefile.Read(e.f, func(en ratelimit.Entry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -300,7 +301,7 @@ func (e *end) put(ctx context.Context, en ratelimit.Entry) (bool, error) {
 	var wrote bool
 	err := redisengine.Bounded(ctx, func(ctx context.Context) error {
 		var err error
-		wrote, err = ratelimit.Import(ctx, e.store, ratelimit.AlgorithmOf(en.Key.Namespace), en, time.Now().UnixMicro())
+		wrote, err = statefile.Import(ctx, e.store, en, time.Now())
 		return err
 	})
 	if err != nil {
@@ -359,7 +360,7 @@ func checkKind(raw string) error {
 		return nil
 	}
 	if raw == "memory" {
-		return usageError{errors.New("a memory store lives in its process: move its snapshot instead, file:PATH (memory.Store.Snapshot)")}
+		return usageError{errors.New("a memory store lives in its process: move a state file of it instead, file:PATH, written with package statefile")}
 	}
 	u, err := parseStoreURL(raw)
 	if err != nil {
@@ -453,7 +454,7 @@ func openEnd(ctx context.Context, raw string, dst bool, getenv func(string) stri
 		if fi, err := os.Stat(path); err == nil {
 			f.Chmod(fi.Mode().Perm())
 		}
-		e := &end{path: path, f: f, w: ratelimit.NewEntryWriter(f)}
+		e := &end{path: path, f: f, w: statefile.NewWriter(f)}
 		e.close = func() {
 			if e.w != nil { // not renamed into place: gone
 				f.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -29,6 +30,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/statefile"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -122,12 +124,12 @@ func startServers(t *testing.T) *servers {
 
 // moveAll exports every key of ns from src and imports it into dst, and
 // returns how many it wrote.
-func moveAll(t *testing.T, src, dst ratelimit.Store, alg algorithms.Algorithm, ns string, now int64) int {
+func moveAll(t *testing.T, src, dst ratelimit.Store, ns string, now int64) int {
 	t.Helper()
 	ctx := context.Background()
 	n := 0
-	err := ratelimit.Export(ctx, src, ns, now, func(e ratelimit.Entry) error {
-		wrote, err := ratelimit.Import(ctx, dst, alg, e, now)
+	err := statefile.Export(ctx, src, ns, time.UnixMicro(now), func(e ratelimit.Entry) error {
+		wrote, err := statefile.Import(ctx, dst, e, time.UnixMicro(now))
 		if wrote {
 			n++
 		}
@@ -179,20 +181,20 @@ func TestMoveChain(t *testing.T) {
 				}
 				if hop > 0 {
 					now := clk.Now().UnixMicro()
-					live, err := ratelimit.Count(ctx, chain[hop-1], lim.Namespace(), now)
+					live, err := statefile.Count(ctx, chain[hop-1], lim.Namespace(), clk.Now())
 					if err != nil {
 						t.Fatalf("Count on %s: %v", names[hop-1], err)
 					}
-					want, _ := ratelimit.Count(ctx, ref.Store(), ref.Namespace(), now)
+					want, _ := statefile.Count(ctx, ref.Store(), ref.Namespace(), clk.Now())
 					if live != want || want == 0 {
 						t.Fatalf("Count on %s = %d, want %d (the reference's live keys), not 0", names[hop-1], live, want)
 					}
-					if n := moveAll(t, chain[hop-1], st, alg, lim.Namespace(), now); n != want {
+					if n := moveAll(t, chain[hop-1], st, lim.Namespace(), now); n != want {
 						t.Fatalf("move %s → %s wrote %d keys, want %d", names[hop-1], names[hop], n, want)
 					}
 					// Moving again writes nothing: the destination holds
 					// the same, live state.
-					if n := moveAll(t, chain[hop-1], st, alg, lim.Namespace(), now); n != 0 {
+					if n := moveAll(t, chain[hop-1], st, lim.Namespace(), now); n != 0 {
 						t.Fatalf("second move %s → %s wrote %d keys, want 0", names[hop-1], names[hop], n)
 					}
 				}
@@ -262,8 +264,8 @@ func TestMoveCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := src.Export(ctx, f); err != nil || n != keys {
-		t.Fatalf("Export = %d, %v; want %d keys", n, err, keys)
+	if n := exportTo(t, f, src.Store(), src.Namespace()); n != keys {
+		t.Fatalf("export = %d keys, want %d", n, keys)
 	}
 	f.Close()
 
@@ -286,7 +288,7 @@ func TestMoveCommand(t *testing.T) {
 	// half moved: newer state.
 	hf, _ := os.Open(half)
 	var newer string
-	ratelimit.ReadEntries(hf, func(e ratelimit.Entry) error {
+	statefile.Read(hf, func(e ratelimit.Entry) error {
 		if newer == "" {
 			newer = e.Key.ID
 		}
@@ -335,8 +337,8 @@ func TestMoveCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer bf.Close()
-	if n, err := back.Import(ctx, bf); err != nil || n != keys {
-		t.Fatalf("Import of the moved file = %d, %v; want %d", n, err, keys)
+	if n := importFrom(t, bf, back.Store()); n != keys {
+		t.Fatalf("import of the moved file = %d keys, want %d", n, keys)
 	}
 	for i := range keys {
 		k := fmt.Sprintf("user-%d", i)
@@ -440,14 +442,14 @@ func TestMoveEveryStore(t *testing.T) {
 					ref.AllowN(ctx, keys[rng.IntN(len(keys))], 1)
 				}
 				now := clk.Now().UnixMicro()
-				want, _ := ref.Count(ctx)
-				if n := moveAll(t, ref.Store(), st.store, alg, ref.Namespace(), now); n != want || n == 0 {
+				want, _ := statefile.Count(ctx, ref.Store(), ref.Namespace(), clk.Now())
+				if n := moveAll(t, ref.Store(), st.store, ref.Namespace(), now); n != want || n == 0 {
 					t.Fatalf("%s: memory → %s wrote %d keys, want %d", alg.Name(), st.name, n, want)
 				}
-				if n := moveAll(t, ref.Store(), st.store, alg, ref.Namespace(), now); n != 0 {
+				if n := moveAll(t, ref.Store(), st.store, ref.Namespace(), now); n != 0 {
 					t.Fatalf("%s: memory → %s again wrote %d keys over live state, want 0", alg.Name(), st.name, n)
 				}
-				if got, err := lim.Count(ctx); got != want || err != nil {
+				if got, err := statefile.Count(ctx, lim.Store(), lim.Namespace(), clk.Now()); got != want || err != nil {
 					t.Fatalf("%s: Count on %s = %d, %v; want %d", alg.Name(), st.name, got, err, want)
 				}
 				// Exported again, each key reads back as the Go form's
@@ -460,8 +462,8 @@ func TestMoveEveryStore(t *testing.T) {
 				}
 				step(lim, 30)
 				now = clk.Now().UnixMicro()
-				want, _ = ref.Count(ctx)
-				if n := moveAll(t, st.store, back.Store(), alg, ref.Namespace(), now); n != want {
+				want, _ = statefile.Count(ctx, ref.Store(), ref.Namespace(), clk.Now())
+				if n := moveAll(t, st.store, back.Store(), ref.Namespace(), now); n != want {
 					t.Fatalf("%s: %s → memory wrote %d keys, want %d", alg.Name(), st.name, n, want)
 				}
 				step(back, 30)
@@ -470,11 +472,48 @@ func TestMoveEveryStore(t *testing.T) {
 	}
 }
 
+// exportTo writes the live state of ns in s (every key when ns is "") to
+// w as a state file, and returns how many keys it wrote.
+func exportTo(t *testing.T, w io.Writer, s ratelimit.Store, ns string) int {
+	t.Helper()
+	sw := statefile.NewWriter(w)
+	n := 0
+	err := statefile.Export(context.Background(), s, ns, time.Now(), func(e ratelimit.Entry) error {
+		n++
+		return sw.Write(e)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// importFrom imports the state file r into s and returns how many keys
+// it wrote.
+func importFrom(t *testing.T, r io.Reader, s ratelimit.Store) int {
+	t.Helper()
+	n := 0
+	err := statefile.Read(r, func(e ratelimit.Entry) error {
+		wrote, err := statefile.Import(context.Background(), s, e, time.Now())
+		if wrote {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // entries returns the live entries of ns in s, one line each, sorted.
 func entries(t *testing.T, s ratelimit.Store, ns string, now int64) string {
 	t.Helper()
 	var lines []string
-	err := ratelimit.Export(context.Background(), s, ns, now, func(e ratelimit.Entry) error {
+	err := statefile.Export(context.Background(), s, ns, time.UnixMicro(now), func(e ratelimit.Entry) error {
 		lines = append(lines, fmt.Sprintf("%q %x %d", e.Key.String(), e.State, e.Expires))
 		return nil
 	})
@@ -555,7 +594,7 @@ func TestCountManyKeys(t *testing.T) {
 					defer wg.Done()
 					for i := w; i < keys; i += 16 {
 						e := ratelimit.Entry{Key: ratelimit.Key{Namespace: "many:gcra", ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL}
-						if _, err := ratelimit.Import(ctx, tc.store, alg, e, now); err != nil {
+						if _, err := statefile.Import(ctx, tc.store, e, time.UnixMicro(now)); err != nil {
 							errs <- err
 							return
 						}
@@ -570,7 +609,7 @@ func TestCountManyKeys(t *testing.T) {
 			best := time.Hour
 			for range 3 {
 				start := time.Now()
-				n, err := ratelimit.Count(ctx, tc.store, "many:gcra", time.Now().UnixMicro())
+				n, err := statefile.Count(ctx, tc.store, "many:gcra", time.Now())
 				took := time.Since(start)
 				if err != nil || n != keys {
 					t.Fatalf("Count = %d, %v; want %d", n, err, keys)
@@ -596,7 +635,7 @@ func writeState(t *testing.T, path, ns string, n int) []byte {
 		t.Fatal(err)
 	}
 	var buf bytes.Buffer
-	w := ratelimit.NewEntryWriter(&buf)
+	w := statefile.NewWriter(&buf)
 	for i := range n {
 		w.Write(ratelimit.Entry{Key: ratelimit.Key{Namespace: ns, ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL})
 	}
@@ -677,7 +716,7 @@ func TestMoveFiles(t *testing.T) {
 		}
 	}
 	untouched(t, "source cut short")
-	if n, err := ratelimit.Count(context.Background(), s.redis, "", time.Now().UnixMicro()); n != 0 || err != nil {
+	if n, err := statefile.Count(context.Background(), s.redis, "", time.Now()); n != 0 || err != nil {
 		t.Fatalf("a move of a file cut short wrote %d keys into redis, %v", n, err)
 	}
 
@@ -844,9 +883,7 @@ func TestMovePairs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := srcMem.Snapshot(ctx, f, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	exportTo(t, f, srcMem, "")
 	f.Close()
 	keys := len(algs) * len(users)
 	for _, src := range sources {
@@ -864,8 +901,8 @@ func TestMovePairs(t *testing.T) {
 						t.Fatal(err)
 					}
 					defer f.Close()
-					if n, err := mem.Restore(ctx, f, time.Now()); n != keys || err != nil {
-						t.Fatalf("Restore of the moved file = %d, %v; want %d", n, err, keys)
+					if n := importFrom(t, f, mem); n != keys {
+						t.Fatalf("import of the moved file = %d keys, want %d", n, keys)
 					}
 					store = mem
 				}

@@ -38,6 +38,7 @@ var imports = map[string]string{
 	"lease":       "github.com/ratelimitkit/ratelimit/lease",
 	"httplimit":   "github.com/ratelimitkit/ratelimit/httplimit",
 	"memory":      "github.com/ratelimitkit/ratelimit/store/memory",
+	"statefile":   "github.com/ratelimitkit/ratelimit/statefile",
 	"postgres":    "github.com/ratelimitkit/ratelimit/store/postgres",
 	"dynamo":      "github.com/ratelimitkit/ratelimit/store/dynamo",
 	"rlredis":     "github.com/ratelimitkit/ratelimit/store/redis",

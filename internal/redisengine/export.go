@@ -95,7 +95,7 @@ func (e *Engine) clock(ctx context.Context, now int64) (int64, error) {
 }
 
 // ExportTimeout bounds each round trip of Export (and so of
-// ratelimit.Count): one SCAN, one pipeline of state reads, the read of the
+// statefile.Count): one SCAN, one pipeline of state reads, the read of the
 // server's clock. A server that hangs fails an export within about one
 // ExportTimeout, however many keys it holds, and a slow but live one is
 // not cut off part way through a long export.

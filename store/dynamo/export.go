@@ -37,7 +37,7 @@ const (
 // every other call within one second a page. A scan
 // reads the whole table, and is billed so, however few items it returns. A
 // Client that is not a Scanner is unsupported. Importing needs nothing of
-// the store's own: ratelimit.Import writes through Update.
+// the store's own: statefile.Import writes through Update.
 func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
 	sc, ok := s.client.(Scanner)
 	if !ok {

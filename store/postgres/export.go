@@ -28,7 +28,7 @@ const ExportBatch = 1000
 // order, ExportBatch rows per query, holding no connection while yield
 // runs, each query bounded by one second. State a built-in algorithm's SQL form wrote (vals) is yielded in
 // the Go form's encoding. Importing needs nothing of the store's own:
-// ratelimit.Import writes through Update, whose state the SQL forms read.
+// statefile.Import writes through Update, whose state the SQL forms read.
 // A DB that is not a Queryer is unsupported.
 func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
 	q, ok := s.db.(Queryer)
@@ -67,7 +67,7 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 	}
 }
 
-// exportTimeout bounds each query of Export (and so of ratelimit.Count),
+// exportTimeout bounds each query of Export (and so of statefile.Count),
 // with reading its rows: a server that hangs fails an export within about
 // one exportTimeout, however many rows the table holds.
 const exportTimeout = time.Second
