@@ -131,6 +131,7 @@ type field struct {
 
 // form is one algorithm's decide core and what the emitters need around it.
 type form struct {
+	pkg      string   // the Go package that holds it, e.g. "algorithms"
 	name     string   // the algorithm's Name, e.g. "fixed_window"
 	goType   string   // the Go type, e.g. "fixedWindow"
 	file     string   // the file that holds the Go form, e.g. "fixedwindow.go"

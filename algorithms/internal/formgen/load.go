@@ -38,7 +38,7 @@ func load(dir string) ([]*form, error) {
 	l := &loader{fset: token.NewFileSet(), decls: map[types.Object]*ast.FuncDecl{}}
 	var files []*ast.File
 	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
+		if strings.HasSuffix(p, "_test.go") || filepath.Base(p) == manifestFile {
 			continue
 		}
 		src, err := os.ReadFile(p)
@@ -60,10 +60,19 @@ func load(dir string) ([]*form, error) {
 		Uses:       map[*ast.Ident]types.Object{},
 		Selections: map[*ast.SelectorExpr]*types.Selection{},
 	}
-	conf := types.Config{Importer: importer.ForCompiler(l.fset, "source", nil)}
-	l.pkg, err = conf.Check(files[0].Name.Name, l.fset, files, l.info)
-	if err != nil {
-		return nil, fmt.Errorf("formgen: type-checking %s: %w", dir, err)
+	// The package is checked without the manifest, formgen's output (see
+	// manifestFile): a use of the name it declares is no error here.
+	var typeErr error
+	conf := types.Config{Importer: importer.ForCompiler(l.fset, "source", nil), Error: func(err error) {
+		te, ok := err.(types.Error)
+		manifestName := ok && (te.Msg == "undefined: "+manifestVar || te.Msg == "undefined: "+manifestType)
+		if !manifestName && typeErr == nil {
+			typeErr = err
+		}
+	}}
+	l.pkg, _ = conf.Check(files[0].Name.Name, l.fset, files, l.info)
+	if typeErr != nil {
+		return nil, fmt.Errorf("formgen: type-checking %s: %w", dir, typeErr)
 	}
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -94,6 +103,9 @@ func load(dir string) ([]*form, error) {
 	}
 	if len(forms) == 0 {
 		return nil, fmt.Errorf("formgen: no type in %s has a decide method", dir)
+	}
+	for _, f := range forms {
+		f.pkg = l.pkg.Name()
 	}
 	sort.Slice(forms, func(i, j int) bool { return forms[i].name < forms[j].name })
 	return forms, nil
