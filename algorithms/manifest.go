@@ -11,18 +11,18 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, args: 2, fields: 2,
-			sqlFunction: "ratelimit_fixed_window_742ba4fe", sqlRowFunction: "ratelimit_fixed_window_row_742ba4fe"},
+			sqlFunction: "ratelimit_fixed_window_b4a6d38d", sqlRowFunction: "ratelimit_fixed_window_row_b4a6d38d"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_gcra_66740390", sqlRowFunction: "ratelimit_gcra_row_66740390"},
+			sqlFunction: "ratelimit_gcra_bbf7c4ef", sqlRowFunction: "ratelimit_gcra_row_bbf7c4ef"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_leaky_bucket_3bde000e", sqlRowFunction: "ratelimit_leaky_bucket_row_3bde000e"},
-		{name: "sliding_log", source: "slidinglog.sql", sqlFunction: "ratelimit_sliding_log_96444cf8"},
+			sqlFunction: "ratelimit_leaky_bucket_4029784f", sqlRowFunction: "ratelimit_leaky_bucket_row_4029784f"},
+		{name: "sliding_log", source: "slidinglog.sql", sqlFunction: "ratelimit_sliding_log_30c96794"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, args: 2, fields: 3,
-			sqlFunction: "ratelimit_sliding_window_c433fe24", sqlRowFunction: "ratelimit_sliding_window_row_c433fe24"},
+			sqlFunction: "ratelimit_sliding_window_dd29e801", sqlRowFunction: "ratelimit_sliding_window_row_dd29e801"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_token_bucket_87ea6cee", sqlRowFunction: "ratelimit_token_bucket_row_87ea6cee"},
+			sqlFunction: "ratelimit_token_bucket_ec92b156", sqlRowFunction: "ratelimit_token_bucket_row_ec92b156"},
 	},
-	compositeSQLFunction: "ratelimit_all_29e97d3c",
+	compositeSQLFunction: "ratelimit_all_2a255dbd",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

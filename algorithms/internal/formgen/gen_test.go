@@ -3,11 +3,15 @@ package main
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/toy")
@@ -76,6 +80,142 @@ func checkFiles(t *testing.T, dir string, files map[string][]byte, write bool) {
 		}
 		if !bytes.HasPrefix(b, []byte(header)) || !bytes.HasSuffix(b[:bytes.IndexByte(b, '\n')], []byte(" DO NOT EDIT.")) {
 			t.Errorf("%s does not start with the generated-code header", path)
+		}
+	}
+}
+
+// TestLineLength holds the generated forms to lines a reviewer can read:
+// no line of a SQL file, or of a Lua file formgen wrote from a Go form,
+// longer than maxLine characters.
+func TestLineLength(t *testing.T) {
+	files, err := Generate(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, b := range files {
+		if strings.HasSuffix(p, ".go") {
+			continue
+		}
+		for i, l := range strings.Split(string(b), "\n") {
+			if n := utf8.RuneCountInString(l); n > maxLine {
+				t.Errorf("%s:%d is %d characters long, want at most %d: %.60s...", p, i+1, n, maxLine, l)
+			}
+		}
+	}
+}
+
+// traceRE matches one trace in a comment: file.go:line[-end]: Go text.
+var traceRE = regexp.MustCompile(`([a-z0-9_]+\.go):(\d+)(?:-(\d+))?: (.*?)(?:; (?:[a-z0-9_]+\.go:\d)|$)`)
+
+// traces returns the traces in the comments of a generated file, each
+// comment's wrapped lines joined, as "file:line" → the Go text it quotes.
+func traces(text string) (map[string]string, error) {
+	out := map[string]string{}
+	var comments []string
+	for _, l := range strings.Split(text, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "--    ") && len(comments) > 0:
+			comments[len(comments)-1] += " " + strings.TrimSpace(l[2:])
+		case strings.HasPrefix(l, "-- "):
+			comments = append(comments, l[3:])
+		}
+	}
+	for _, c := range comments {
+		for rest := c; ; {
+			m := traceRE.FindStringSubmatchIndex(rest)
+			if m == nil {
+				break
+			}
+			out[rest[m[2]:m[3]]+":"+rest[m[4]:m[5]]] = rest[m[8]:m[9]]
+			rest = rest[m[9]:]
+		}
+	}
+	return out, nil
+}
+
+// TestTraced holds the generated forms to the Go forms line by line: every
+// Go statement of a form's decide (and of the helpers it calls) is named
+// by a comment in its Lua form, every statement of its SQL functions
+// follows a comment that names the Go line it comes from, and every line a
+// comment names holds the Go text the comment quotes.
+func TestTraced(t *testing.T) {
+	dir := filepath.Join("..", "..")
+	forms, err := load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Generate(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	goLines := map[string][]string{}
+	for _, f := range forms {
+		lua, sql := string(files[filepath.Join("lua", f.name+".lua")]), string(files[filepath.Join("sql", f.name+".sql")])
+		for name, text := range map[string]string{f.name + ".lua": lua, f.name + ".sql": sql} {
+			tr, _ := traces(text)
+			if len(tr) == 0 {
+				t.Errorf("%s names no Go line", name)
+			}
+			for pos, quoted := range tr {
+				file, line, _ := strings.Cut(pos, ":")
+				if goLines[file] == nil {
+					b, err := os.ReadFile(filepath.Join(dir, file))
+					if err != nil {
+						t.Fatalf("%s names %s: %v", name, pos, err)
+					}
+					goLines[file] = strings.Split(string(b), "\n")
+				}
+				n, _ := strconv.Atoi(line)
+				if n < 1 || n > len(goLines[file]) || norm(goLines[file][n-1]) != norm(quoted) {
+					t.Errorf("%s names %s as %q; the Go line is not that", name, pos, quoted)
+				}
+			}
+		}
+		// Every Go statement is named in the Lua form.
+		luaTraces, _ := traces(lua)
+		var walk func(b []stmt)
+		walk = func(b []stmt) {
+			for _, s := range b {
+				var at goLine
+				switch s := s.(type) {
+				case sAssign:
+					at = s.at
+				case sIf:
+					at = s.at
+					walk(s.then)
+					walk(s.els)
+				case sFor:
+					at = s.at
+					walk(s.body)
+				case sReturn:
+					at = s.at
+				}
+				if _, ok := luaTraces[fmt.Sprintf("%s:%d", at.file, at.line)]; !ok {
+					t.Errorf("%s.lua does not name %s:%d (%s)", f.name, at.file, at.line, at.text)
+				}
+			}
+		}
+		walk(f.body)
+		for _, h := range f.helpers {
+			walk(h.body)
+		}
+		// Every statement of its SQL functions follows a trace: the
+		// variables, assignments, IFs, loops and RETURNs of their bodies.
+		step := regexp.MustCompile(`^\s*(v_[a-z0-9_]+ (bigint|boolean) :=|[a-z0-9_]+ :=|IF |WHILE |RETURN )`)
+		lines := strings.Split(sql, "\n")
+		for i, l := range lines {
+			if !step.MatchString(l) {
+				continue
+			}
+			j := i - 1
+			for j >= 0 && strings.HasPrefix(strings.TrimSpace(lines[j]), "--    ") {
+				j--
+			}
+			if j < 0 || !strings.HasPrefix(strings.TrimSpace(lines[j]), "-- ") || !traceRE.MatchString(strings.Join(lines[j:i], " ")) {
+				t.Errorf("sql/%s.sql:%d follows no comment naming its Go line: %s", f.name, i+1, strings.TrimSpace(l))
+			}
 		}
 	}
 }

@@ -67,13 +67,14 @@ func (g *sqlGen) mergeReturns(o *outcome, rows map[*outcome][]*snode) {
 		o.els.then.cond == nil && g.zero(o.els.then.val) &&
 		!callsHelper(rows[o.then]) && !callsHelper(rows[o.els.then]) {
 		a, b := rows[o.then], rows[o.els.then]
-		leaf := &outcome{val: o.then.val, parent: o}
+		leaf := &outcome{val: o.then.val, parent: o, at: append(slices.Clone(o.then.at), o.els.then.at...)}
 		r := make([]*snode, len(a))
 		for i := range a {
 			r[i] = g.caseOf(o.cond, a[i], b[i])
 		}
 		rows[leaf] = r
 		o.cond = g.bin("||", o.cond, o.els.cond)
+		o.at = append(o.at, o.els.at...)
 		o.then, o.els = leaf, o.els.els
 		o.els.parent = o
 	}
@@ -112,7 +113,7 @@ func (g *sqlGen) splitAllowed(o *outcome, rows map[*outcome][]*snode) {
 	}
 	var then, els *outcome
 	for _, v := range []bool{true, false} {
-		leaf := &outcome{val: o.val, env: o.env, dec: o.dec, parent: o}
+		leaf := &outcome{val: o.val, env: o.env, dec: o.dec, parent: o, at: o.at}
 		rows[leaf] = g.substRow(slices.Clone(rows[o]), a, v)
 		if v {
 			then = leaf
@@ -122,6 +123,10 @@ func (g *sqlGen) splitAllowed(o *outcome, rows map[*outcome][]*snode) {
 	}
 	delete(rows, o)
 	o.cond, o.then, o.els, o.val, o.env = a, then, els, nil, nil
+	o.at = nil
+	if a.def != nil {
+		o.at = []goLine{a.def.at}
+	}
 }
 
 // substRow replaces, in place, the node a by the constant v in each node of
@@ -185,8 +190,8 @@ func (g *sqlGen) subst(n, a, v *snode, memo map[*snode]*snode) *snode {
 			default:
 				m = g.intern(&snode{op: n.op, text: n.text, t: n.t, kids: kids})
 			}
-			if m.hint == "" {
-				m.hint = n.hint
+			if m.def == nil {
+				m.def = n.def
 			}
 		}
 	}

@@ -11,9 +11,9 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, args: 2, fields: 3,
-			sqlFunction: "ratelimit_counter_ec87ce1d", sqlRowFunction: "ratelimit_counter_row_ec87ce1d"},
+			sqlFunction: "ratelimit_counter_316e6b2d", sqlRowFunction: "ratelimit_counter_row_316e6b2d"},
 	},
-	compositeSQLFunction: "ratelimit_all_691ccb96",
+	compositeSQLFunction: "ratelimit_all_b98fdaec",
 }
 
 // formEntry is one built-in algorithm's server-side forms.
