@@ -13,15 +13,19 @@ import (
 // first reaches it in a transaction, so a RETURN the request does not take
 // costs nothing. Expressions that a path would compute again become
 // variables when that saves more than inlineBelow operations, computed
-// once where the paths that need them part; the rest stays inline. A helper that holds a loop becomes a
-// function of its own, written statement by statement.
+// once where the paths that need them part; the rest stays inline. A
+// helper that holds a loop becomes a function of its own, written
+// statement by statement.
 //
 // The phases, one file each: sqlrun.go runs decide symbolically into a
 // tree of outcomes over shared expression nodes; sqlshape.go reshapes the
 // tree's returns (merged denials, the row form's split on allowed);
 // sqlcost.go chooses which nodes become variables and where each is
-// computed; sqlwrite.go writes the functions; sqlversion.go adds the
-// hand-written forms and versions every function's name.
+// computed; sqlnames.go names them after the Go values they hold;
+// sqlwrite.go writes the functions, laid out by layout.go, each step after
+// a comment that names its Go line; sqlversion.go adds the hand-written
+// forms and versions every function's name. newSQLForm runs the phases in
+// that order.
 
 // SQL returns the PL/pgSQL form of f: the shared prelude, the helper
 // functions, the form (ratelimit_<name>, see algorithms/sql.go) and its row

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 )
@@ -152,31 +151,7 @@ func (g *sqlGen) materialize(root *outcome, rows map[*outcome][]*snode) {
 			}
 		}
 	}
-	names := map[string]bool{"v_checked": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
-	// The unpacked parameters and fields (st_, arg_) cannot clash with
-	// the variables, which all start with v_.
-	num, count := siteNumbers(g.f)
-	for _, n := range g.all {
-		if !mat[n] {
-			continue
-		}
-		base := "v_t"
-		switch d := n.def; {
-		case d == nil:
-		case d.v == "":
-			base = fmt.Sprintf("v_if_%d", num[*d])
-		case count[d.v] > 1:
-			base = fmt.Sprintf("v_%s_%d", d.v, num[*d])
-		default:
-			base = "v_" + d.v
-		}
-		name := base
-		for i := 2; names[name]; i++ {
-			name = fmt.Sprintf("%s%d", base, i)
-		}
-		names[name] = true
-		n.mat = name
-	}
+	g.nameVars(mat)
 }
 
 // placeAll puts every materialized node at the outcome where all the paths
