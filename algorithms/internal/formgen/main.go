@@ -112,6 +112,16 @@
 // arrival order, to decide several requests on one or more keys in one
 // script run.
 //
+// Every generated step can be traced back to Go: before each SQL
+// variable, assignment, IF, WHILE and RETURN, and each Lua statement that
+// comes from a Go statement, a comment names the file and line and quotes
+// the line (rate.go:341: ahead += need), as the Go compiler's rewrite*.go
+// names its rules. A SQL variable is named after the Go value it holds:
+// v_<local>, or v_<local>_<n> for the n-th of several places decide gives
+// the local a value, v_if_<n> for the n-th if's condition (sqlnames.go).
+// SQL is laid out near 100 columns (layout.go); no generated line is over
+// 120 (TestLineLength).
+//
 // Beside the forms it writes a Go manifest of them, manifest.go in the
 // algorithms package (manifest.go here): every form's name, the Go file
 // and type it came from, whether it is generated, its arity, and the
