@@ -134,9 +134,11 @@ func (g *sqlGen) nameVars(mat map[*snode]bool) {
 		default:
 			base = "v_" + d.v
 		}
+		// Two values from one site (a value the row form specializes
+		// on each side of a split) are base, base_b, base_c, ...
 		name := base
-		for i := 2; names[name]; i++ {
-			name = fmt.Sprintf("%s%d", base, i)
+		for i := 1; names[name]; i++ {
+			name = fmt.Sprintf("%s_%c", base, 'a'+i)
 		}
 		names[name] = true
 		n.mat = name
