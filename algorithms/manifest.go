@@ -11,16 +11,16 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, args: 2, fields: 2,
-			sqlFunction: "ratelimit_fixed_window_b4a6d38d", sqlRowFunction: "ratelimit_fixed_window_row_b4a6d38d"},
+			version: "b4a6d38d", sqlFunction: "ratelimit_fixed_window_b4a6d38d", sqlRowFunction: "ratelimit_fixed_window_row_b4a6d38d"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_gcra_bbf7c4ef", sqlRowFunction: "ratelimit_gcra_row_bbf7c4ef"},
+			version: "bbf7c4ef", sqlFunction: "ratelimit_gcra_bbf7c4ef", sqlRowFunction: "ratelimit_gcra_row_bbf7c4ef"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_leaky_bucket_4029784f", sqlRowFunction: "ratelimit_leaky_bucket_row_4029784f"},
-		{name: "sliding_log", source: "slidinglog.sql", sqlFunction: "ratelimit_sliding_log_30c96794"},
+			version: "4029784f", sqlFunction: "ratelimit_leaky_bucket_4029784f", sqlRowFunction: "ratelimit_leaky_bucket_row_4029784f"},
+		{name: "sliding_log", source: "slidinglog.sql", version: "30c96794", sqlFunction: "ratelimit_sliding_log_30c96794"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, args: 2, fields: 3,
-			sqlFunction: "ratelimit_sliding_window_dd29e801", sqlRowFunction: "ratelimit_sliding_window_row_dd29e801"},
+			version: "dd29e801", sqlFunction: "ratelimit_sliding_window_dd29e801", sqlRowFunction: "ratelimit_sliding_window_row_dd29e801"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, args: 5, fields: 3,
-			sqlFunction: "ratelimit_token_bucket_ec92b156", sqlRowFunction: "ratelimit_token_bucket_row_ec92b156"},
+			version: "ec92b156", sqlFunction: "ratelimit_token_bucket_ec92b156", sqlRowFunction: "ratelimit_token_bucket_row_ec92b156"},
 	},
 	compositeSQLFunction: "ratelimit_all_2a255dbd",
 }
@@ -37,6 +37,9 @@ type formEntry struct {
 	generated bool
 	args      int // how many ServerArgs the generated forms take
 	fields    int // how many int64 fields the generated forms' state has
+	// version is the version of its SQL form: the first 8 hex digits of
+	// the SHA-256 of sql/<name>.sql's text, in its functions' names.
+	version string
 	// sqlFunction and sqlRowFunction are the versioned names of the SQL
 	// form's function and of its row form ("" for none).
 	sqlFunction, sqlRowFunction string

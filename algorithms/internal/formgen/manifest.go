@@ -56,13 +56,15 @@ func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[s
 		var t strings.Builder
 		fmt.Fprintf(&t, "\t\t{name: %q, source: %q, goType: %q, generated: true, args: %d, fields: %d,\n",
 			f.name, f.file, f.goType, len(f.args), len(f.state))
-		fmt.Fprintf(&t, "\t\t\tsqlFunction: %q, sqlRowFunction: %q},\n",
-			versioned[sqlFunction(f)], versioned[sqlRowFunction(f)])
+		fn := versioned[sqlFunction(f)]
+		fmt.Fprintf(&t, "\t\t\tversion: %q, sqlFunction: %q, sqlRowFunction: %q},\n",
+			fn[len(sqlFunction(f))+1:], fn, versioned[sqlRowFunction(f)])
 		entries = append(entries, entry{f.name, t.String()})
 	}
 	for src, name := range hand {
-		entries = append(entries, entry{name, fmt.Sprintf("\t\t{name: %q, source: %q, sqlFunction: %q},\n",
-			name, src, versioned["ratelimit_"+name])})
+		fn := versioned["ratelimit_"+name]
+		entries = append(entries, entry{name, fmt.Sprintf("\t\t{name: %q, source: %q, version: %q, sqlFunction: %q},\n",
+			name, src, fn[len("ratelimit_"+name)+1:], fn)})
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	for _, e := range entries {
@@ -84,6 +86,9 @@ func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[s
 	w("\tgenerated bool")
 	w("\targs      int // how many ServerArgs the generated forms take")
 	w("\tfields    int // how many int64 fields the generated forms' state has")
+	w("\t// version is the version of its SQL form: the first 8 hex digits of")
+	w("\t// the SHA-256 of sql/<name>.sql's text, in its functions' names.")
+	w("\tversion string")
 	w("\t// sqlFunction and sqlRowFunction are the versioned names of the SQL")
 	w("\t// form's function and of its row form (\"\" for none).")
 	w("\tsqlFunction, sqlRowFunction string")

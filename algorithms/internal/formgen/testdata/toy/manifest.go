@@ -11,7 +11,7 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, args: 2, fields: 3,
-			sqlFunction: "ratelimit_counter_316e6b2d", sqlRowFunction: "ratelimit_counter_row_316e6b2d"},
+			version: "316e6b2d", sqlFunction: "ratelimit_counter_316e6b2d", sqlRowFunction: "ratelimit_counter_row_316e6b2d"},
 	},
 	compositeSQLFunction: "ratelimit_all_b98fdaec",
 }
@@ -28,6 +28,9 @@ type formEntry struct {
 	generated bool
 	args      int // how many ServerArgs the generated forms take
 	fields    int // how many int64 fields the generated forms' state has
+	// version is the version of its SQL form: the first 8 hex digits of
+	// the SHA-256 of sql/<name>.sql's text, in its functions' names.
+	version string
 	// sqlFunction and sqlRowFunction are the versioned names of the SQL
 	// form's function and of its row form ("" for none).
 	sqlFunction, sqlRowFunction string
