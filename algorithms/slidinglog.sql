@@ -135,7 +135,8 @@ BEGIN
         EXIT WHEN t <= now_us;
         pos := pos - 1;
     END LOOP;
-    r.next_state := ARRAY[-1, used + cost] || log[b + 2*lo + 1 : b + 2*pos] || ARRAY[now_us, cost] || log[b + 2*pos + 1 : b + 2*n];
+    r.next_state := ARRAY[-1, used + cost] || log[b + 2*lo + 1 : b + 2*pos]
+        || ARRAY[now_us, cost] || log[b + 2*pos + 1 : b + 2*n];
     newest := greatest(newest, now_us);
     r.reset_after := newest + a_period - now_us;
     r.ttl := r.reset_after;

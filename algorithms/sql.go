@@ -1,7 +1,5 @@
 package algorithms
 
-import "strings"
-
 // The SQL forms (sql/*.sql, read with SQL) are PL/pgSQL functions for
 // PostgreSQL that share one signature, so that a store calls any of them the
 // same way from a single statement:
@@ -130,42 +128,25 @@ const SQLErrCorrupt = "RL001"
 // such as "ratelimit_gcra_1a2b3c4d", where the version is a hash of the
 // form's text (see Versioned functions above; 1a2b3c4d stands for one). It returns "" when the
 // algorithm has no SQL form.
-func SQLFunction(name string) string {
-	text, ok := SQL(name)
-	if !ok {
-		return ""
-	}
-	return definedFunction(text, "ratelimit_"+name)
-}
+func SQLFunction(name string) string { return manifestEntry(name).sqlFunction }
 
 // SQLRowFunction returns the name of the row form of the built-in algorithm
 // with the given name, ratelimit_<name>_row_<version> (see Row forms
 // above), or "" when it has none (the sliding log's form has none).
-func SQLRowFunction(name string) string {
-	text, ok := SQL(name)
-	if !ok {
-		return ""
-	}
-	return definedFunction(text, "ratelimit_"+name+"_row")
-}
+func SQLRowFunction(name string) string { return manifestEntry(name).sqlRowFunction }
 
 // CompositeSQLFunction returns the name of the composite SQL form's
 // function, ratelimit_all_<version> (see CompositeSQL).
-func CompositeSQLFunction() string { return definedFunction(CompositeSQL(), "ratelimit_all") }
+func CompositeSQLFunction() string { return manifest.compositeSQLFunction }
 
-// definedFunction returns the versioned name of the function text defines
-// as base_<version>, or "" when it defines none.
-func definedFunction(text, base string) string {
-	const def = "CREATE OR REPLACE FUNCTION "
-	for rest := text; ; {
-		i := strings.Index(rest, def+base+"_")
-		if i < 0 {
-			return ""
-		}
-		rest = rest[i+len(def):]
-		name, _, ok := strings.Cut(rest, "(")
-		if v := strings.TrimPrefix(name, base+"_"); ok && len(v) == 8 && strings.Trim(v, "0123456789abcdef") == "" {
-			return name
+// manifestEntry returns the manifest's entry (manifest.go, which formgen
+// writes with the forms) of the built-in algorithm with the given name, or
+// the zero entry when it has no server-side form there.
+func manifestEntry(name string) formEntry {
+	for _, e := range manifest.forms {
+		if e.name == name {
+			return e
 		}
 	}
+	return formEntry{}
 }

@@ -14,6 +14,14 @@ import (
 // ratelimit.Store.Update; a store with a server-side form (see Runner) runs
 // the same transitions next to its data, held equal to Step by a
 // differential test.
+//
+// The server-side form, lease.lua, is written by hand rather than
+// generated from Step as the algorithms' forms are (algorithms/internal/
+// formgen): Step is outside the generator's subset (bytes, an owner token,
+// a switch, an error return), and teaching the generator a second kind of
+// form would cost more than the script it replaces. Its header says why;
+// the conformance group LeaseDifferential holds it to Step on every store
+// that runs it.
 
 // Lua is Step as a Redis and Valkey script, which the stores run as their
 // Runner. It keeps the value format of their Update (an 8-byte

@@ -19,269 +19,419 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_fixed_window(now, cost, peek, live, sv_, av_)
   local s_start, s_count = sv_[1], sv_[2]
   local limit, period = av_[1], av_[2]
+  -- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
   if not live or now >= s_start + period then
+    -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_count = q1 * period, 0
   end
+  -- fixedwindow.go:79: end := s.start + a.period
   local end_ = s_start + period
+  -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
+  -- fixedwindow.go:81-83: if s.count == 0 {
   if s_count == 0 then
+    -- fixedwindow.go:82: d.ResetAfter = 0
     d_reset_after = 0
   end
+  -- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
   d_allowed = s_count + cost <= limit
+  -- fixedwindow.go:85-89: if !d.Allowed {
   if not d_allowed then
+    -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:87: d.RetryAfter = end - req.Now
     d_retry_after = end_ - now
+    -- fixedwindow.go:88: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- fixedwindow.go:90-93: if req.Peek {
   if peek then
+    -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:92: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- fixedwindow.go:94: s.count += req.Cost
   s_count = s_count + cost
+  -- fixedwindow.go:95: d.Remaining = a.limit - s.count
   d_remaining = limit - s_count
+  -- fixedwindow.go:96: d.ResetAfter = end - req.Now
   d_reset_after = end_ - now
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, end_ - now, {s_start, s_count}
+  -- fixedwindow.go:97: return d, end - req.Now
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    end_ - now, {s_start, s_count}
 end
 
 -- gcra.decide (rate.go)
 local function decide_gcra(now, cost, peek, live, sv_, av_)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+  -- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
+  -- rate.go:325: capped := false
   local capped = false
+  -- rate.go:326-336: if live && s.tat >= req.Now {
   if live and s_tat >= now then
+    -- rate.go:328: us := max(min(s.tat-req.Now, a.fill), 0)
     local us = max(min(s_tat - now, fill), 0)
+    -- rate.go:329: frac := s.frac
     local frac = s_frac
+    -- rate.go:330-332: if s.drip != a.drip {
     if s_drip ~= drip then
+      -- rate.go:331: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
+    -- rate.go:333: raw := us*a.drip + frac
     local raw2 = us * drip + frac
+    -- rate.go:334: ahead = min(raw, a.capacity)
     ahead = min(raw2, capacity)
+    -- rate.go:335: capped = s.tat-req.Now > a.fill || raw > a.capacity
     capped = s_tat - now > fill or raw2 > capacity
   end
+  -- rate.go:337: need := req.Cost * a.unit
   local need = cost * unit
+  -- rate.go:338: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+  -- rate.go:339: d.Allowed = ahead+need <= a.capacity
   d_allowed = ahead + need <= capacity
+  -- rate.go:340-342: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- rate.go:341: ahead += need
     ahead = ahead + need
   end
+  -- rate.go:343: d.Remaining = max(a.capacity-ahead, 0) / a.unit
   local t1 = max(capacity - ahead, 0)
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
+  -- rate.go:344: d.ResetAfter = ceilDiv(ahead, a.drip)
   local q3 = floor(ahead / drip)
   if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
   if q3 * drip < ahead then q3 = q3 + 1 end
   d_reset_after = q3
+  -- rate.go:345-347: if !d.Allowed {
   if not d_allowed then
+    -- rate.go:346: d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
     local t4 = ahead + need - capacity
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_retry_after = q5
   end
+  -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
+    -- rate.go:349: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:351: whole := ahead / a.drip
   local q6 = floor(ahead / drip)
   if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
   local whole = q6
+  -- rate.go:352: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_reset_after, {s_tat, s_frac, s_drip}
+  -- rate.go:353: return d, d.ResetAfter
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    d_reset_after, {s_tat, s_frac, s_drip}
 end
 
 -- leakyBucket.decide (rate.go)
 local function decide_leaky_bucket(now, cost, peek, live, sv_, av_)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+  -- rate.go:225: level := int64(0)
   local level = 0
+  -- rate.go:226-232: if live {
   if live then
+    -- rate.go:227: level = a.rescale(s.level, s.unit)
     do -- rescale
+      -- rate.go:69-71: if fromUnit == r.unit {
       if s_unit == unit then
+        -- rate.go:70: return min(level, r.capacity)
         level = min(s_level, capacity)
       else
+        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
+    -- rate.go:228: level = a.drain(level, req.Now-s.last)
     do -- drain
       local drain_elapsed = now - s_last
+      -- rate.go:56-58: if elapsed <= 0 {
       if drain_elapsed <= 0 then
+        -- rate.go:57: return level
+      -- rate.go:59-61: if elapsed >= r.fill {
       elseif drain_elapsed >= fill then
+        -- rate.go:60: return 0
         level = 0
       else
+        -- rate.go:62: return max(level-elapsed*r.drip, 0)
         level = max(level - drain_elapsed * drip, 0)
       end
     end
+    -- rate.go:229: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
+    -- rate.go:231: s.last = req.Now
     s_last = now
   end
+  -- rate.go:233: need := req.Cost * a.unit
   local need = cost * unit
+  -- rate.go:234: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+  -- rate.go:235: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
+  -- rate.go:236-241: if d.Allowed {
   if d_allowed then
+    -- rate.go:237: d.Delay = ceilDiv(level, a.drip)
     local q1 = floor(level / drip)
     if q1 * drip > level then q1 = q1 - 1 elseif (q1 + 1) * drip <= level then q1 = q1 + 1 end
     if q1 * drip < level then q1 = q1 + 1 end
     d_delay = q1
+    -- rate.go:238-240: if !req.Peek {
     if not peek then
+      -- rate.go:239: level += need
       level = level + need
     end
   end
+  -- rate.go:242: d.Remaining = (a.capacity - level) / a.unit
   local t2 = capacity - level
   local q3 = floor(t2 / unit)
   if q3 * unit > t2 then q3 = q3 - 1 elseif (q3 + 1) * unit <= t2 then q3 = q3 + 1 end
   d_remaining = q3
+  -- rate.go:243: d.ResetAfter = ceilDiv(level, a.drip)
   local q4 = floor(level / drip)
   if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
   if q4 * drip < level then q4 = q4 + 1 end
   d_reset_after = q4
+  -- rate.go:244-247: if !d.Allowed {
   if not d_allowed then
+    -- rate.go:245: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
     local t5 = level + need - capacity
     local q6 = floor(t5 / drip)
     if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
     if q6 * drip < t5 then q6 = q6 + 1 end
     d_retry_after = q6
+    -- rate.go:246: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:248-250: if req.Peek {
   if peek then
+    -- rate.go:249: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:251: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_reset_after, {s_level, s_last, s_unit}
+  -- rate.go:252: return d, d.ResetAfter
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    d_reset_after, {s_level, s_last, s_unit}
 end
 
 -- slidingWindow.decide (slidingwindow.go)
 local function decide_sliding_window(now, cost, peek, live, sv_, av_)
   local s_start, s_curr, s_prev = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
+  -- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
   if not live or now >= s_start + 2 * period then
+    -- slidingwindow.go:111: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_curr, s_prev = q1 * period, 0, 0
+  -- slidingwindow.go:112-116: } else if req.Now >= s.start+a.period {
   elseif now >= s_start + period then
+    -- slidingwindow.go:115: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
     s_start, s_curr, s_prev = s_start + period, 0, s_curr
   end
+  -- slidingwindow.go:117: elapsed := max(req.Now-s.start, 0)
   local elapsed = max(now - s_start, 0)
+  -- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
   local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
+  -- slidingwindow.go:119: d := Decision{Limit: a.limit}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
+  -- slidingwindow.go:120: d.Allowed = weighted+s.curr+req.Cost <= a.limit
   d_allowed = weighted + s_curr + cost <= limit
+  -- slidingwindow.go:121-123: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- slidingwindow.go:122: s.curr += req.Cost
     s_curr = s_curr + cost
   end
+  -- slidingwindow.go:124: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
+  -- slidingwindow.go:125-129: if s.curr > 0 {
   if s_curr > 0 then
+    -- slidingwindow.go:126: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
+  -- slidingwindow.go:127-129: } else if s.prev > 0 {
   elseif s_prev > 0 then
+    -- slidingwindow.go:128: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
+  -- slidingwindow.go:130-141: if !d.Allowed {
   if not d_allowed then
+    -- slidingwindow.go:133: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
     local e
     do -- wait
       local wait_room = limit - s_curr - cost
+      -- slidingwindow.go:63-65: if room < 0 {
       if wait_room < 0 then
+        -- slidingwindow.go:64: return a.period
         e = period
       else
+        -- slidingwindow.go:70: e := from
         local wait_e = elapsed
+        -- slidingwindow.go:71-73: if prev > room {
         if s_prev > wait_room then
+          -- slidingwindow.go:72: e = max(from, a.period-mulDivFloor(room+1, a.period, prev))
           wait_e = max(elapsed, period - min(floor((wait_room + 1) * period / s_prev), MAX))
         end
+        -- slidingwindow.go:74-76: for e > from && a.weighted(prev, e-1) <= room {
         while wait_e > elapsed and min(floor(s_prev * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+          -- slidingwindow.go:75: e--
           wait_e = wait_e - 1
         end
+        -- slidingwindow.go:77-79: for e < a.period && a.weighted(prev, e) > room {
         while wait_e < period and min(floor(s_prev * (period - wait_e) / period), MAX) > wait_room do
+          -- slidingwindow.go:78: e++
           wait_e = wait_e + 1
         end
+        -- slidingwindow.go:80: return e
         e = wait_e
       end
     end
+    -- slidingwindow.go:134-139: if e < a.period {
     if e < period then
+      -- slidingwindow.go:135: d.RetryAfter = e - elapsed
       d_retry_after = e - elapsed
     else
+      -- slidingwindow.go:137: next := a.wait(s.curr, a.limit-req.Cost, 0)
       local next
       do -- wait
         local wait_room = limit - cost
+        -- slidingwindow.go:63-65: if room < 0 {
         if wait_room < 0 then
+          -- slidingwindow.go:64: return a.period
           next = period
         else
+          -- slidingwindow.go:70: e := from
           local wait_e = 0
+          -- slidingwindow.go:71-73: if prev > room {
           if s_curr > wait_room then
+            -- slidingwindow.go:72: e = max(from, a.period-mulDivFloor(room+1, a.period, prev))
             wait_e = max(0, period - min(floor((wait_room + 1) * period / s_curr), MAX))
           end
+          -- slidingwindow.go:74-76: for e > from && a.weighted(prev, e-1) <= room {
           while wait_e > 0 and min(floor(s_curr * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+            -- slidingwindow.go:75: e--
             wait_e = wait_e - 1
           end
+          -- slidingwindow.go:77-79: for e < a.period && a.weighted(prev, e) > room {
           while wait_e < period and min(floor(s_curr * (period - wait_e) / period), MAX) > wait_room do
+            -- slidingwindow.go:78: e++
             wait_e = wait_e + 1
           end
+          -- slidingwindow.go:80: return e
           next = wait_e
         end
       end
+      -- slidingwindow.go:138: d.RetryAfter = a.period - elapsed + next
       d_retry_after = period - elapsed + next
     end
+    -- slidingwindow.go:140: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- slidingwindow.go:142-144: if req.Peek {
   if peek then
+    -- slidingwindow.go:143: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, s_start + 2 * period - now, {s_start, s_curr, s_prev}
+  -- slidingwindow.go:145: return d, s.start + 2*a.period - req.Now
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    s_start + 2 * period - now, {s_start, s_curr, s_prev}
 end
 
 -- tokenBucket.decide (rate.go)
 local function decide_token_bucket(now, cost, peek, live, sv_, av_)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+  -- rate.go:147: deficit := int64(0)
   local deficit = 0
+  -- rate.go:148-154: if live {
   if live then
+    -- rate.go:149: deficit = a.rescale(s.level, s.unit)
     do -- rescale
+      -- rate.go:69-71: if fromUnit == r.unit {
       if s_unit == unit then
+        -- rate.go:70: return min(level, r.capacity)
         deficit = min(s_level, capacity)
       else
+        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
         deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
+    -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
     do -- drain
       local drain_elapsed = now - s_last
+      -- rate.go:56-58: if elapsed <= 0 {
       if drain_elapsed <= 0 then
+        -- rate.go:57: return level
+      -- rate.go:59-61: if elapsed >= r.fill {
       elseif drain_elapsed >= fill then
+        -- rate.go:60: return 0
         deficit = 0
       else
+        -- rate.go:62: return max(level-elapsed*r.drip, 0)
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
+    -- rate.go:151: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
+    -- rate.go:153: s.last = req.Now
     s_last = now
   end
+  -- rate.go:155: need := req.Cost * a.unit
   local need = cost * unit
+  -- rate.go:156: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+  -- rate.go:157: d.Allowed = deficit+need <= a.capacity
   d_allowed = deficit + need <= capacity
+  -- rate.go:158-160: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- rate.go:159: deficit += need
     deficit = deficit + need
   end
+  -- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
   local t1 = capacity - deficit
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
+  -- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q3 = floor(deficit / drip)
   if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
   if q3 * drip < deficit then q3 = q3 + 1 end
   d_reset_after = q3
+  -- rate.go:163-166: if !d.Allowed {
   if not d_allowed then
+    -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
     local t4 = deficit + need - capacity
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_retry_after = q5
+    -- rate.go:165: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:167-169: if req.Peek {
   if peek then
+    -- rate.go:168: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:170: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_reset_after, {s_level, s_last, s_unit}
+  -- rate.go:171: return d, d.ResetAfter
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    d_reset_after, {s_level, s_last, s_unit}
 end
 
 -- The forms by name: decide, the number of state fields (n) and of

@@ -43,29 +43,47 @@ if raw then
 end
 
 -- fixedWindow.decide
+-- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
 if not live or now >= s_start + period then
+  -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
   s_start, s_count = q1 * period, 0
 end
+-- fixedwindow.go:79: end := s.start + a.period
 local end_ = s_start + period
+-- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
+-- fixedwindow.go:81-83: if s.count == 0 {
 if s_count == 0 then
+  -- fixedwindow.go:82: d.ResetAfter = 0
   d_reset_after = 0
 end
+-- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
 d_allowed = s_count + cost <= limit
+-- fixedwindow.go:85-89: if !d.Allowed {
 if not d_allowed then
+  -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
+  -- fixedwindow.go:87: d.RetryAfter = end - req.Now
   d_retry_after = end_ - now
+  -- fixedwindow.go:88: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- fixedwindow.go:90-93: if req.Peek {
 if peek then
+  -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
+  -- fixedwindow.go:92: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- fixedwindow.go:94: s.count += req.Cost
 s_count = s_count + cost
+-- fixedwindow.go:95: d.Remaining = a.limit - s.count
 d_remaining = limit - s_count
+-- fixedwindow.go:96: d.ResetAfter = end - req.Now
 d_reset_after = end_ - now
+-- fixedwindow.go:97: return d, end - req.Now
 local ttl = end_ - now
 local r999 = ttl + 999
 local q2 = floor(r999 / 1000)

@@ -47,46 +47,70 @@ if raw then
 end
 
 -- gcra.decide
+-- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
 local ahead = 0
+-- rate.go:325: capped := false
 local capped = false
+-- rate.go:326-336: if live && s.tat >= req.Now {
 if live and s_tat >= now then
+  -- rate.go:328: us := max(min(s.tat-req.Now, a.fill), 0)
   local us = max(min(s_tat - now, fill), 0)
+  -- rate.go:329: frac := s.frac
   local frac = s_frac
+  -- rate.go:330-332: if s.drip != a.drip {
   if s_drip ~= drip then
+    -- rate.go:331: frac = divMulFloor(s.frac, s.drip, a.drip)
     frac = min(floor(s_frac / s_drip * drip), MAX)
   end
+  -- rate.go:333: raw := us*a.drip + frac
   local raw2 = us * drip + frac
+  -- rate.go:334: ahead = min(raw, a.capacity)
   ahead = min(raw2, capacity)
+  -- rate.go:335: capped = s.tat-req.Now > a.fill || raw > a.capacity
   capped = s_tat - now > fill or raw2 > capacity
 end
+-- rate.go:337: need := req.Cost * a.unit
 local need = cost * unit
+-- rate.go:338: d := Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+-- rate.go:339: d.Allowed = ahead+need <= a.capacity
 d_allowed = ahead + need <= capacity
+-- rate.go:340-342: if d.Allowed && !req.Peek {
 if d_allowed and not peek then
+  -- rate.go:341: ahead += need
   ahead = ahead + need
 end
+-- rate.go:343: d.Remaining = max(a.capacity-ahead, 0) / a.unit
 local t1 = max(capacity - ahead, 0)
 local q2 = floor(t1 / unit)
 if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
 d_remaining = q2
+-- rate.go:344: d.ResetAfter = ceilDiv(ahead, a.drip)
 local q3 = floor(ahead / drip)
 if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
 if q3 * drip < ahead then q3 = q3 + 1 end
 d_reset_after = q3
+-- rate.go:345-347: if !d.Allowed {
 if not d_allowed then
+  -- rate.go:346: d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
   local t4 = ahead + need - capacity
   local q5 = floor(t4 / drip)
   if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
   if q5 * drip < t4 then q5 = q5 + 1 end
   d_retry_after = q5
 end
+-- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
 if peek or not d_allowed and not capped then
+  -- rate.go:349: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- rate.go:351: whole := ahead / a.drip
 local q6 = floor(ahead / drip)
 if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
 local whole = q6
+-- rate.go:352: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
 s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
+-- rate.go:353: return d, d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
 local q7 = floor(r999 / 1000)

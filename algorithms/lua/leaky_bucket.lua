@@ -47,60 +47,90 @@ if raw then
 end
 
 -- leakyBucket.decide
+-- rate.go:225: level := int64(0)
 local level = 0
+-- rate.go:226-232: if live {
 if live then
+  -- rate.go:227: level = a.rescale(s.level, s.unit)
   do -- rescale
+    -- rate.go:69-71: if fromUnit == r.unit {
     if s_unit == unit then
+      -- rate.go:70: return min(level, r.capacity)
       level = min(s_level, capacity)
     else
+      -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
       level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
+  -- rate.go:228: level = a.drain(level, req.Now-s.last)
   do -- drain
     local drain_elapsed = now - s_last
+    -- rate.go:56-58: if elapsed <= 0 {
     if drain_elapsed <= 0 then
+      -- rate.go:57: return level
+    -- rate.go:59-61: if elapsed >= r.fill {
     elseif drain_elapsed >= fill then
+      -- rate.go:60: return 0
       level = 0
     else
+      -- rate.go:62: return max(level-elapsed*r.drip, 0)
       level = max(level - drain_elapsed * drip, 0)
     end
   end
+  -- rate.go:229: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
+  -- rate.go:231: s.last = req.Now
   s_last = now
 end
+-- rate.go:233: need := req.Cost * a.unit
 local need = cost * unit
+-- rate.go:234: d := Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+-- rate.go:235: d.Allowed = level+need <= a.capacity
 d_allowed = level + need <= capacity
+-- rate.go:236-241: if d.Allowed {
 if d_allowed then
+  -- rate.go:237: d.Delay = ceilDiv(level, a.drip)
   local q1 = floor(level / drip)
   if q1 * drip > level then q1 = q1 - 1 elseif (q1 + 1) * drip <= level then q1 = q1 + 1 end
   if q1 * drip < level then q1 = q1 + 1 end
   d_delay = q1
+  -- rate.go:238-240: if !req.Peek {
   if not peek then
+    -- rate.go:239: level += need
     level = level + need
   end
 end
+-- rate.go:242: d.Remaining = (a.capacity - level) / a.unit
 local t2 = capacity - level
 local q3 = floor(t2 / unit)
 if q3 * unit > t2 then q3 = q3 - 1 elseif (q3 + 1) * unit <= t2 then q3 = q3 + 1 end
 d_remaining = q3
+-- rate.go:243: d.ResetAfter = ceilDiv(level, a.drip)
 local q4 = floor(level / drip)
 if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
 if q4 * drip < level then q4 = q4 + 1 end
 d_reset_after = q4
+-- rate.go:244-247: if !d.Allowed {
 if not d_allowed then
+  -- rate.go:245: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
   local t5 = level + need - capacity
   local q6 = floor(t5 / drip)
   if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
   if q6 * drip < t5 then q6 = q6 + 1 end
   d_retry_after = q6
+  -- rate.go:246: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- rate.go:248-250: if req.Peek {
 if peek then
+  -- rate.go:249: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- rate.go:251: s.level, s.unit = level, a.unit
 s_level, s_unit = level, unit
+-- rate.go:252: return d, d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
 local q7 = floor(r999 / 1000)

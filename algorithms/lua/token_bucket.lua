@@ -47,54 +47,82 @@ if raw then
 end
 
 -- tokenBucket.decide
+-- rate.go:147: deficit := int64(0)
 local deficit = 0
+-- rate.go:148-154: if live {
 if live then
+  -- rate.go:149: deficit = a.rescale(s.level, s.unit)
   do -- rescale
+    -- rate.go:69-71: if fromUnit == r.unit {
     if s_unit == unit then
+      -- rate.go:70: return min(level, r.capacity)
       deficit = min(s_level, capacity)
     else
+      -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
       deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
+  -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
   do -- drain
     local drain_elapsed = now - s_last
+    -- rate.go:56-58: if elapsed <= 0 {
     if drain_elapsed <= 0 then
+      -- rate.go:57: return level
+    -- rate.go:59-61: if elapsed >= r.fill {
     elseif drain_elapsed >= fill then
+      -- rate.go:60: return 0
       deficit = 0
     else
+      -- rate.go:62: return max(level-elapsed*r.drip, 0)
       deficit = max(deficit - drain_elapsed * drip, 0)
     end
   end
+  -- rate.go:151: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
+  -- rate.go:153: s.last = req.Now
   s_last = now
 end
+-- rate.go:155: need := req.Cost * a.unit
 local need = cost * unit
+-- rate.go:156: d := Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+-- rate.go:157: d.Allowed = deficit+need <= a.capacity
 d_allowed = deficit + need <= capacity
+-- rate.go:158-160: if d.Allowed && !req.Peek {
 if d_allowed and not peek then
+  -- rate.go:159: deficit += need
   deficit = deficit + need
 end
+-- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
 local t1 = capacity - deficit
 local q2 = floor(t1 / unit)
 if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
 d_remaining = q2
+-- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
 local q3 = floor(deficit / drip)
 if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
 if q3 * drip < deficit then q3 = q3 + 1 end
 d_reset_after = q3
+-- rate.go:163-166: if !d.Allowed {
 if not d_allowed then
+  -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
   local t4 = deficit + need - capacity
   local q5 = floor(t4 / drip)
   if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
   if q5 * drip < t4 then q5 = q5 + 1 end
   d_retry_after = q5
+  -- rate.go:165: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- rate.go:167-169: if req.Peek {
 if peek then
+  -- rate.go:168: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
+-- rate.go:170: s.level, s.unit = deficit, a.unit
 s_level, s_unit = deficit, unit
+-- rate.go:171: return d, d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
 local q6 = floor(r999 / 1000)

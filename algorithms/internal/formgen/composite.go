@@ -223,6 +223,12 @@ redis.call('SET', KEYS[1], struct.pack('<' .. string.rep('d', #vals), unpack(val
 return out
 `
 
+// sqlAllFunction is the composite SQL form's function, and sqlAllDefines
+// every function sql/all.sql defines, unversioned.
+const sqlAllFunction = "ratelimit_all"
+
+var sqlAllDefines = []string{sqlCorrupt, "ratelimit_all_nargs", "ratelimit_all_part", sqlAllFunction}
+
 // SQLAll returns the composite SQL form of forms: ratelimit_all, which
 // calls each part's SQL form (ratelimit_<name>) through ratelimit_all_part.
 func SQLAll(forms []*form) string {
@@ -254,7 +260,7 @@ RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     CASE name`)
 	for _, f := range forms {
-		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN ratelimit_%s(state, now_us, cost, peek, args);", f.name, f.name)
+		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN %s(state, now_us, cost, peek, args);", f.name, sqlFunction(f))
 	}
 	b.WriteString("\n    END CASE;\nEND\n$$;\n")
 	b.WriteString(sqlAllDriver)

@@ -80,6 +80,15 @@ func (e eBin) exprType() typ {
 // stmt is a statement of the subset.
 type stmt interface{ isStmt() }
 
+// goLine is where a statement (or declaration) is in the Go form, for the
+// comments that trace each generated step back to it: the file, the lines
+// it spans and the text of its first line.
+type goLine struct {
+	file      string
+	line, end int
+	text      string
+}
+
 type (
 	// sAssign assigns rhs to lhs in parallel (all right-hand sides are
 	// evaluated first). decl reports a declaration (:=) of every name.
@@ -87,22 +96,26 @@ type (
 		lhs  []eVar
 		rhs  []expr
 		decl bool
+		at   goLine
 	}
 	// sIf is if cond { then } else { els }.
 	sIf struct {
 		cond      expr
 		then, els []stmt
+		at        goLine
 	}
 	// sFor is for cond { body }.
 	sFor struct {
 		cond expr
 		body []stmt
+		at   goLine
 	}
 	// sReturn ends the core (val is its TTL, and dec names the Decision
 	// variable) or a helper (val is its result).
 	sReturn struct {
 		val expr
 		dec string
+		at  goLine
 	}
 )
 
@@ -121,6 +134,7 @@ type helper struct {
 	body   []stmt
 	result typ
 	loops  bool
+	at     goLine // its declaration
 }
 
 // field is a field of the state or of a Decision.
@@ -131,14 +145,23 @@ type field struct {
 
 // form is one algorithm's decide core and what the emitters need around it.
 type form struct {
-	name     string   // the algorithm's Name, e.g. "fixed_window"
-	goType   string   // the Go type, e.g. "fixedWindow"
-	file     string   // the file that holds the Go form, e.g. "fixedwindow.go"
-	args     []string // the ServerArgs' field names, in order
-	state    []field  // the state's fields, in storage order
-	valid    expr     // the state's validity check, or nil
-	decision []field  // Decision's fields, in reply order
-	locals   []eVar   // the core's variables (declared where first assigned)
+	pkg     string   // the Go package that holds it, e.g. "algorithms"
+	name    string   // the algorithm's Name, e.g. "fixed_window"
+	goType  string   // the Go type, e.g. "fixedWindow"
+	file    string   // the file that holds the Go form, e.g. "fixedwindow.go"
+	args    []string // the ServerArgs' field names, in order
+	state   []field  // the state's fields, in storage order
+	valid   expr     // the state's validity check, or nil
+	validAt goLine   // where valid is declared
+	stateAt goLine   // where the state's type is declared
+	argsAt  goLine   // where serverArgs is declared
+	at      goLine   // where decide is declared
+	// goNames maps a variable's name in the forms to the name of the Go
+	// local it is, where the two differ (a local renamed because the Lua
+	// prelude or another local of decide already has its name).
+	goNames  map[string]string
+	decision []field // Decision's fields, in reply order
+	locals   []eVar  // the core's variables (declared where first assigned)
 	body     []stmt
 	helpers  []*helper // statement helpers, in the order first called
 }

@@ -17,6 +17,7 @@ import (
 // loader reads and type-checks the package that holds the Go forms.
 type loader struct {
 	fset  *token.FileSet
+	lines map[string][]string // every file's lines, by name
 	pkg   *types.Package
 	info  *types.Info
 	decls map[types.Object]*ast.FuncDecl
@@ -28,6 +29,16 @@ func (l *loader) errorAt(n ast.Node, format string, args ...any) error {
 	return fmt.Errorf("formgen: %s:%d:%d: %s", filepath.Base(p.Filename), p.Line, p.Column, fmt.Sprintf(format, args...))
 }
 
+// at returns where n is in the Go source.
+func (l *loader) at(n ast.Node) goLine {
+	p, e := l.fset.Position(n.Pos()), l.fset.Position(n.End())
+	g := goLine{file: filepath.Base(p.Filename), line: p.Line, end: e.Line}
+	if lines := l.lines[p.Filename]; p.Line <= len(lines) {
+		g.text = strings.TrimSpace(lines[p.Line-1])
+	}
+	return g
+}
+
 // load parses and type-checks the Go files of dir (tests excluded) and
 // returns the forms it finds: one per type with a decide method.
 func load(dir string) ([]*form, error) {
@@ -35,16 +46,17 @@ func load(dir string) ([]*form, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &loader{fset: token.NewFileSet(), decls: map[types.Object]*ast.FuncDecl{}}
+	l := &loader{fset: token.NewFileSet(), decls: map[types.Object]*ast.FuncDecl{}, lines: map[string][]string{}}
 	var files []*ast.File
 	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
+		if strings.HasSuffix(p, "_test.go") || filepath.Base(p) == manifestFile {
 			continue
 		}
 		src, err := os.ReadFile(p)
 		if err != nil {
 			return nil, err
 		}
+		l.lines[p] = strings.Split(string(src), "\n")
 		f, err := parser.ParseFile(l.fset, p, src, parser.ParseComments)
 		if err != nil {
 			return nil, fmt.Errorf("formgen: %w", err)
@@ -60,10 +72,19 @@ func load(dir string) ([]*form, error) {
 		Uses:       map[*ast.Ident]types.Object{},
 		Selections: map[*ast.SelectorExpr]*types.Selection{},
 	}
-	conf := types.Config{Importer: importer.ForCompiler(l.fset, "source", nil)}
-	l.pkg, err = conf.Check(files[0].Name.Name, l.fset, files, l.info)
-	if err != nil {
-		return nil, fmt.Errorf("formgen: type-checking %s: %w", dir, err)
+	// The package is checked without the manifest, formgen's output (see
+	// manifestFile): a use of the name it declares is no error here.
+	var typeErr error
+	conf := types.Config{Importer: importer.ForCompiler(l.fset, "source", nil), Error: func(err error) {
+		te, ok := err.(types.Error)
+		manifestName := ok && (te.Msg == "undefined: "+manifestVar || te.Msg == "undefined: "+manifestType)
+		if !manifestName && typeErr == nil {
+			typeErr = err
+		}
+	}}
+	l.pkg, _ = conf.Check(files[0].Name.Name, l.fset, files, l.info)
+	if typeErr != nil {
+		return nil, fmt.Errorf("formgen: type-checking %s: %w", dir, typeErr)
 	}
 	for _, f := range files {
 		for _, d := range f.Decls {
@@ -94,6 +115,9 @@ func load(dir string) ([]*form, error) {
 	}
 	if len(forms) == 0 {
 		return nil, fmt.Errorf("formgen: no type in %s has a decide method", dir)
+	}
+	for _, f := range forms {
+		f.pkg = l.pkg.Name()
 	}
 	sort.Slice(forms, func(i, j int) bool { return forms[i].name < forms[j].name })
 	return forms, nil
@@ -191,7 +215,7 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	if fd == nil {
 		return nil, fmt.Errorf("formgen: no declaration for %s.decide", tn.Name())
 	}
-	f := &form{goType: tn.Name(), file: filepath.Base(l.fset.Position(fd.Pos()).Filename)}
+	f := &form{goType: tn.Name(), file: filepath.Base(l.fset.Position(fd.Pos()).Filename), at: l.at(fd), goNames: map[string]string{}}
 	sig := m.Type().(*types.Signature)
 	p, r := sig.Params(), sig.Results()
 	if p.Len() != 3 || r.Len() != 2 || !l.isNamed(p.At(2).Type(), "Request") ||
@@ -227,6 +251,12 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	if !ok {
 		return nil, l.errorAt(ad, "serverArgs must return a []int64{...} of the receiver's fields")
 	}
+	f.argsAt = l.at(ad)
+	if obj, ok := ptr.Elem().(*types.Named); ok {
+		if p := obj.Obj().Pos(); p.IsValid() {
+			f.stateAt = l.at(&ast.Ident{NamePos: p, Name: obj.Obj().Name()})
+		}
+	}
 	argIndex := map[types.Object]int{}
 	for i, e := range lit.Elts {
 		sel, ok := e.(*ast.SelectorExpr)
@@ -259,6 +289,7 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 		if e == nil {
 			return nil, l.errorAt(vd, "valid must be one return statement")
 		}
+		f.validAt = l.at(vd)
 		vc := *c
 		vc.state = l.info.Defs[vd.Recv.List[0].Names[0]]
 		vc.facts = &stateFacts{live: true}
@@ -370,6 +401,9 @@ func (c *conv) declare(id *ast.Ident, t typ) eVar {
 		name = fmt.Sprintf("%s%d", base, i)
 	}
 	c.used[name] = true
+	if name != base {
+		c.f.goNames[name] = base
+	}
 	v := eVar{name: name, t: t}
 	c.names[obj] = v
 	if c.helper != nil {
@@ -402,7 +436,7 @@ func (c *conv) stmt(s ast.Stmt) ([]stmt, error) {
 			return nil, err
 		}
 		op := map[token.Token]string{token.INC: "+", token.DEC: "-"}[s.Tok]
-		return []stmt{sAssign{lhs: []eVar{v}, rhs: []expr{eBin{op: op, x: v, y: eConst{t: tInt, v: 1}}}}}, nil
+		return []stmt{sAssign{lhs: []eVar{v}, rhs: []expr{eBin{op: op, x: v, y: eConst{t: tInt, v: 1}}}, at: c.l.at(s)}}, nil
 	case *ast.IfStmt:
 		if s.Init != nil {
 			return nil, c.l.errorAt(s, "an if with an init statement is outside the subset; assign before the if")
@@ -442,7 +476,7 @@ func (c *conv) stmt(s ast.Stmt) ([]stmt, error) {
 		default:
 			c.facts = meet(afterThen, afterElse)
 		}
-		return []stmt{sIf{cond: cond, then: then, els: els}}, nil
+		return []stmt{sIf{cond: cond, then: then, els: els, at: c.l.at(s)}}, nil
 	case *ast.ForStmt:
 		if s.Init != nil || s.Post != nil || s.Cond == nil {
 			return nil, c.l.errorAt(s, "only for cond { ... } loops are in the subset")
@@ -465,7 +499,7 @@ func (c *conv) stmt(s ast.Stmt) ([]stmt, error) {
 			return nil, c.l.errorAt(s, "a return inside a loop is outside the subset")
 		}
 		c.helper.loops = true
-		return []stmt{sFor{cond: cond, body: body}}, nil
+		return []stmt{sFor{cond: cond, body: body, at: c.l.at(s)}}, nil
 	case *ast.ReturnStmt:
 		return c.ret(s)
 	}
@@ -502,7 +536,7 @@ func (c *conv) ret(s *ast.ReturnStmt) ([]stmt, error) {
 		if err != nil {
 			return nil, err
 		}
-		return []stmt{sReturn{val: v}}, nil
+		return []stmt{sReturn{val: v, at: c.l.at(s)}}, nil
 	}
 	if len(s.Results) != 2 {
 		return nil, c.l.errorAt(s, "decide returns a Decision variable and a TTL")
@@ -515,7 +549,7 @@ func (c *conv) ret(s *ast.ReturnStmt) ([]stmt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []stmt{sReturn{val: ttl, dec: c.names[c.l.info.Uses[id]].name}}, nil
+	return []stmt{sReturn{val: ttl, dec: c.names[c.l.info.Uses[id]].name, at: c.l.at(s)}}, nil
 }
 
 // target converts an assignment's left-hand side.
@@ -596,7 +630,7 @@ func (c *conv) assign(s *ast.AssignStmt) ([]stmt, error) {
 				}
 				vals[kv.Key.(*ast.Ident).Name] = v
 			}
-			a := sAssign{decl: true}
+			a := sAssign{decl: true, at: c.l.at(s)}
 			for _, f := range c.f.decision {
 				v := eVar{name: id.Name + "_" + f.name, t: f.t}
 				c.used[v.name] = true
@@ -654,7 +688,7 @@ func (c *conv) assign(s *ast.AssignStmt) ([]stmt, error) {
 			c.facts.set[lhs[i].name] = true
 		}
 	}
-	return []stmt{sAssign{lhs: lhs, rhs: rhs, decl: decl}}, nil
+	return []stmt{sAssign{lhs: lhs, rhs: rhs, decl: decl, at: c.l.at(s)}}, nil
 }
 
 func (c *conv) boolExpr(e ast.Expr) (expr, error) {
@@ -868,7 +902,7 @@ func (c *conv) statementHelper(obj types.Object, fd *ast.FuncDecl) (*helper, err
 	if !ok {
 		return nil, c.l.errorAt(fd, "a helper returns int64 or bool")
 	}
-	h := &helper{name: fd.Name.Name, result: rt}
+	h := &helper{name: fd.Name.Name, result: rt, at: c.l.at(fd)}
 	sub := *c
 	sub.helper = h
 	sub.subst = nil

@@ -168,7 +168,24 @@ func (g *luaGen) flush(pre []string) {
 	}
 }
 
+// trace writes the comment that names the Go source of the next step.
+func (g *luaGen) trace(at goLine) {
+	if t := trace(at); t != "" {
+		g.b.WriteString(comment(strings.Repeat("  ", g.indent), t))
+	}
+}
+
 func (g *luaGen) stmt(s stmt, target *eVar) {
+	switch s := s.(type) {
+	case sAssign:
+		g.trace(s.at)
+	case sIf:
+		g.trace(s.at)
+	case sFor:
+		g.trace(s.at)
+	case sReturn:
+		g.trace(s.at)
+	}
 	switch s := s.(type) {
 	case sAssign:
 		if h, ok := s.rhs[0].(eHelper); ok {
@@ -249,6 +266,7 @@ func (g *luaGen) ifStmt(s sIf, target *eVar, kw string) {
 		var p []string
 		g.expr(e.cond, &p)
 		if len(p) == 0 {
+			g.trace(e.at)
 			g.ifStmt(e, target, "elseif")
 			return
 		}
@@ -356,7 +374,8 @@ func (g *luaGen) reply(s sReturn) {
 		for _, f := range g.f.state {
 			fields = append(fields, "s_"+f.name)
 		}
-		g.line("return %s, %s, {%s}", strings.Join(vals, ", "), ttl, strings.Join(fields, ", "))
+		g.line("return %s,", strings.Join(vals, ", "))
+		g.line("  %s, {%s}", ttl, strings.Join(fields, ", "))
 		return
 	}
 	var reply []string

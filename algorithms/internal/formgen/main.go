@@ -112,6 +112,24 @@
 // arrival order, to decide several requests on one or more keys in one
 // script run.
 //
+// Every generated step can be traced back to Go: before each SQL
+// variable, assignment, IF, WHILE and RETURN, and each Lua statement that
+// comes from a Go statement, a comment names the file and line and quotes
+// the line (rate.go:341: ahead += need), as the Go compiler's rewrite*.go
+// names its rules. A SQL variable is named after the Go value it holds:
+// v_<local>, or v_<local>_<n> for the n-th of several places decide gives
+// the local a value, v_if_<n> for the n-th if's condition (sqlnames.go).
+// SQL is laid out near 100 columns (layout.go); no generated line is over
+// 120 (TestLineLength).
+//
+// Beside the forms it writes a Go manifest of them, manifest.go in the
+// algorithms package (manifest.go here): every form's name, the Go file
+// and type it came from, whether it is generated, its arity, and the
+// versioned names of its SQL functions, as the Go compiler's ssa/_gen
+// writes opGen.go beside its rules. The package reads those facts from
+// the manifest (SQLFunction, Builtin.Composable), never from the forms'
+// text.
+//
 // The sliding log is not generated: its server forms keep a sorted set
 // (Redis) and an array of (time, cost) pairs (PostgreSQL), which the subset
 // cannot express, so lua/sliding_log.lua and slidinglog.sql (which the
@@ -154,29 +172,35 @@ func main() {
 
 // Generate returns the files to write under dir, the algorithms package,
 // keyed by their path relative to it: lua/<name>.lua and sql/<name>.sql
-// for every form, and the composite forms lua/all.lua and sql/all.sql.
+// for every form, the composite forms lua/all.lua and sql/all.sql, and the
+// Go manifest of them all (manifestFile).
 func Generate(dir string) (map[string][]byte, error) {
 	forms, err := load(dir)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string][]byte{}
+	defs := map[string][]string{} // the functions each SQL file defines
 	for _, f := range forms {
 		out[filepath.Join("lua", f.name+".lua")] = []byte(Lua(f))
 		out[filepath.Join("lua", "many", f.name+".lua")] = []byte(LuaMany(f))
-		if sql, err := SQL(f); err != nil {
+		sql, d, err := SQL(f)
+		if err != nil {
 			return nil, err
-		} else if sql != "" {
-			out[filepath.Join("sql", f.name+".sql")] = []byte(sql)
 		}
+		p := filepath.Join("sql", f.name+".sql")
+		out[p], defs[p] = []byte(sql), d
 	}
 	out[filepath.Join("lua", "all.lua")] = []byte(LuaAll(forms))
-	if sql := SQLAll(forms); sql != "" {
-		out[filepath.Join("sql", "all.sql")] = []byte(sql)
-	}
-	if err := addHandWrittenSQL(dir, out); err != nil {
+	out[filepath.Join("sql", "all.sql")] = []byte(SQLAll(forms))
+	defs[filepath.Join("sql", "all.sql")] = sqlAllDefines
+	hand, err := addHandWrittenSQL(dir, out, defs)
+	if err != nil {
 		return nil, err
 	}
-	versionSQL(out)
+	versioned := versionSQL(out, defs)
+	if out[manifestFile], err = Manifest(forms[0].pkg, forms, hand, versioned); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

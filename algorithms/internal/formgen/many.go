@@ -110,8 +110,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local DECS, d_ttl, next_ = decide_NAME(now, cost, peek == 1, live, state, args)
-    OUT = REPLY
+    local DECS, d_ttl, next_ =
+      decide_NAME(now, cost, peek == 1, live, state, args)
+    OUT =
+      REPLY
     j = j + NREPLY
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -136,7 +138,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0

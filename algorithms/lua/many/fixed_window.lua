@@ -20,30 +20,49 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_fixed_window(now, cost, peek, live, sv_, av_)
   local s_start, s_count = sv_[1], sv_[2]
   local limit, period = av_[1], av_[2]
+  -- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
   if not live or now >= s_start + period then
+    -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_count = q1 * period, 0
   end
+  -- fixedwindow.go:79: end := s.start + a.period
   local end_ = s_start + period
+  -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
+  -- fixedwindow.go:81-83: if s.count == 0 {
   if s_count == 0 then
+    -- fixedwindow.go:82: d.ResetAfter = 0
     d_reset_after = 0
   end
+  -- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
   d_allowed = s_count + cost <= limit
+  -- fixedwindow.go:85-89: if !d.Allowed {
   if not d_allowed then
+    -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:87: d.RetryAfter = end - req.Now
     d_retry_after = end_ - now
+    -- fixedwindow.go:88: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- fixedwindow.go:90-93: if req.Peek {
   if peek then
+    -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:92: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- fixedwindow.go:94: s.count += req.Cost
   s_count = s_count + cost
+  -- fixedwindow.go:95: d.Remaining = a.limit - s.count
   d_remaining = limit - s_count
+  -- fixedwindow.go:96: d.ResetAfter = end - req.Now
   d_reset_after = end_ - now
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, end_ - now, {s_start, s_count}
+  -- fixedwindow.go:97: return d, end - req.Now
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    end_ - now, {s_start, s_count}
 end
 
 local valid = function(sv_)
@@ -86,8 +105,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_fixed_window(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
+      decide_fixed_window(now, cost, peek == 1, live, state, args)
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+      d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -112,7 +133,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0

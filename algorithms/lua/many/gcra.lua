@@ -20,47 +20,72 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_gcra(now, cost, peek, live, sv_, av_)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+  -- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
+  -- rate.go:325: capped := false
   local capped = false
+  -- rate.go:326-336: if live && s.tat >= req.Now {
   if live and s_tat >= now then
+    -- rate.go:328: us := max(min(s.tat-req.Now, a.fill), 0)
     local us = max(min(s_tat - now, fill), 0)
+    -- rate.go:329: frac := s.frac
     local frac = s_frac
+    -- rate.go:330-332: if s.drip != a.drip {
     if s_drip ~= drip then
+      -- rate.go:331: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
+    -- rate.go:333: raw := us*a.drip + frac
     local raw2 = us * drip + frac
+    -- rate.go:334: ahead = min(raw, a.capacity)
     ahead = min(raw2, capacity)
+    -- rate.go:335: capped = s.tat-req.Now > a.fill || raw > a.capacity
     capped = s_tat - now > fill or raw2 > capacity
   end
+  -- rate.go:337: need := req.Cost * a.unit
   local need = cost * unit
+  -- rate.go:338: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+  -- rate.go:339: d.Allowed = ahead+need <= a.capacity
   d_allowed = ahead + need <= capacity
+  -- rate.go:340-342: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- rate.go:341: ahead += need
     ahead = ahead + need
   end
+  -- rate.go:343: d.Remaining = max(a.capacity-ahead, 0) / a.unit
   local t1 = max(capacity - ahead, 0)
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
+  -- rate.go:344: d.ResetAfter = ceilDiv(ahead, a.drip)
   local q3 = floor(ahead / drip)
   if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
   if q3 * drip < ahead then q3 = q3 + 1 end
   d_reset_after = q3
+  -- rate.go:345-347: if !d.Allowed {
   if not d_allowed then
+    -- rate.go:346: d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
     local t4 = ahead + need - capacity
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_retry_after = q5
   end
+  -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
+    -- rate.go:349: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:351: whole := ahead / a.drip
   local q6 = floor(ahead / drip)
   if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
   local whole = q6
+  -- rate.go:352: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_reset_after, {s_tat, s_frac, s_drip}
+  -- rate.go:353: return d, d.ResetAfter
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    d_reset_after, {s_tat, s_frac, s_drip}
 end
 
 local valid = function(sv_)
@@ -105,8 +130,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_gcra(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
+      decide_gcra(now, cost, peek == 1, live, state, args)
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+      d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -131,7 +158,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0

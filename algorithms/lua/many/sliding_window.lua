@@ -20,76 +20,122 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_sliding_window(now, cost, peek, live, sv_, av_)
   local s_start, s_curr, s_prev = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
+  -- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
   if not live or now >= s_start + 2 * period then
+    -- slidingwindow.go:111: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_curr, s_prev = q1 * period, 0, 0
+  -- slidingwindow.go:112-116: } else if req.Now >= s.start+a.period {
   elseif now >= s_start + period then
+    -- slidingwindow.go:115: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
     s_start, s_curr, s_prev = s_start + period, 0, s_curr
   end
+  -- slidingwindow.go:117: elapsed := max(req.Now-s.start, 0)
   local elapsed = max(now - s_start, 0)
+  -- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
   local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
+  -- slidingwindow.go:119: d := Decision{Limit: a.limit}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
+  -- slidingwindow.go:120: d.Allowed = weighted+s.curr+req.Cost <= a.limit
   d_allowed = weighted + s_curr + cost <= limit
+  -- slidingwindow.go:121-123: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- slidingwindow.go:122: s.curr += req.Cost
     s_curr = s_curr + cost
   end
+  -- slidingwindow.go:124: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
+  -- slidingwindow.go:125-129: if s.curr > 0 {
   if s_curr > 0 then
+    -- slidingwindow.go:126: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
+  -- slidingwindow.go:127-129: } else if s.prev > 0 {
   elseif s_prev > 0 then
+    -- slidingwindow.go:128: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
+  -- slidingwindow.go:130-141: if !d.Allowed {
   if not d_allowed then
+    -- slidingwindow.go:133: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
     local e
     do -- wait
       local wait_room = limit - s_curr - cost
+      -- slidingwindow.go:63-65: if room < 0 {
       if wait_room < 0 then
+        -- slidingwindow.go:64: return a.period
         e = period
       else
+        -- slidingwindow.go:70: e := from
         local wait_e = elapsed
+        -- slidingwindow.go:71-73: if prev > room {
         if s_prev > wait_room then
+          -- slidingwindow.go:72: e = max(from, a.period-mulDivFloor(room+1, a.period, prev))
           wait_e = max(elapsed, period - min(floor((wait_room + 1) * period / s_prev), MAX))
         end
+        -- slidingwindow.go:74-76: for e > from && a.weighted(prev, e-1) <= room {
         while wait_e > elapsed and min(floor(s_prev * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+          -- slidingwindow.go:75: e--
           wait_e = wait_e - 1
         end
+        -- slidingwindow.go:77-79: for e < a.period && a.weighted(prev, e) > room {
         while wait_e < period and min(floor(s_prev * (period - wait_e) / period), MAX) > wait_room do
+          -- slidingwindow.go:78: e++
           wait_e = wait_e + 1
         end
+        -- slidingwindow.go:80: return e
         e = wait_e
       end
     end
+    -- slidingwindow.go:134-139: if e < a.period {
     if e < period then
+      -- slidingwindow.go:135: d.RetryAfter = e - elapsed
       d_retry_after = e - elapsed
     else
+      -- slidingwindow.go:137: next := a.wait(s.curr, a.limit-req.Cost, 0)
       local next
       do -- wait
         local wait_room = limit - cost
+        -- slidingwindow.go:63-65: if room < 0 {
         if wait_room < 0 then
+          -- slidingwindow.go:64: return a.period
           next = period
         else
+          -- slidingwindow.go:70: e := from
           local wait_e = 0
+          -- slidingwindow.go:71-73: if prev > room {
           if s_curr > wait_room then
+            -- slidingwindow.go:72: e = max(from, a.period-mulDivFloor(room+1, a.period, prev))
             wait_e = max(0, period - min(floor((wait_room + 1) * period / s_curr), MAX))
           end
+          -- slidingwindow.go:74-76: for e > from && a.weighted(prev, e-1) <= room {
           while wait_e > 0 and min(floor(s_curr * (period - (wait_e - 1)) / period), MAX) <= wait_room do
+            -- slidingwindow.go:75: e--
             wait_e = wait_e - 1
           end
+          -- slidingwindow.go:77-79: for e < a.period && a.weighted(prev, e) > room {
           while wait_e < period and min(floor(s_curr * (period - wait_e) / period), MAX) > wait_room do
+            -- slidingwindow.go:78: e++
             wait_e = wait_e + 1
           end
+          -- slidingwindow.go:80: return e
           next = wait_e
         end
       end
+      -- slidingwindow.go:138: d.RetryAfter = a.period - elapsed + next
       d_retry_after = period - elapsed + next
     end
+    -- slidingwindow.go:140: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- slidingwindow.go:142-144: if req.Peek {
   if peek then
+    -- slidingwindow.go:143: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, s_start + 2 * period - now, {s_start, s_curr, s_prev}
+  -- slidingwindow.go:145: return d, s.start + 2*a.period - req.Now
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    s_start + 2 * period - now, {s_start, s_curr, s_prev}
 end
 
 local valid = function(sv_)
@@ -133,8 +179,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_sliding_window(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
+      decide_sliding_window(now, cost, peek == 1, live, state, args)
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+      d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -159,7 +207,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0

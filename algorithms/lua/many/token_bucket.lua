@@ -20,55 +20,84 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_token_bucket(now, cost, peek, live, sv_, av_)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+  -- rate.go:147: deficit := int64(0)
   local deficit = 0
+  -- rate.go:148-154: if live {
   if live then
+    -- rate.go:149: deficit = a.rescale(s.level, s.unit)
     do -- rescale
+      -- rate.go:69-71: if fromUnit == r.unit {
       if s_unit == unit then
+        -- rate.go:70: return min(level, r.capacity)
         deficit = min(s_level, capacity)
       else
+        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
         deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
+    -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
     do -- drain
       local drain_elapsed = now - s_last
+      -- rate.go:56-58: if elapsed <= 0 {
       if drain_elapsed <= 0 then
+        -- rate.go:57: return level
+      -- rate.go:59-61: if elapsed >= r.fill {
       elseif drain_elapsed >= fill then
+        -- rate.go:60: return 0
         deficit = 0
       else
+        -- rate.go:62: return max(level-elapsed*r.drip, 0)
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
+    -- rate.go:151: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
+    -- rate.go:153: s.last = req.Now
     s_last = now
   end
+  -- rate.go:155: need := req.Cost * a.unit
   local need = cost * unit
+  -- rate.go:156: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
+  -- rate.go:157: d.Allowed = deficit+need <= a.capacity
   d_allowed = deficit + need <= capacity
+  -- rate.go:158-160: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
+    -- rate.go:159: deficit += need
     deficit = deficit + need
   end
+  -- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
   local t1 = capacity - deficit
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
+  -- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q3 = floor(deficit / drip)
   if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
   if q3 * drip < deficit then q3 = q3 + 1 end
   d_reset_after = q3
+  -- rate.go:163-166: if !d.Allowed {
   if not d_allowed then
+    -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
     local t4 = deficit + need - capacity
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_retry_after = q5
+    -- rate.go:165: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:167-169: if req.Peek {
   if peek then
+    -- rate.go:168: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- rate.go:170: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_reset_after, {s_level, s_last, s_unit}
+  -- rate.go:171: return d, d.ResetAfter
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    d_reset_after, {s_level, s_last, s_unit}
 end
 
 local valid = function(sv_)
@@ -113,8 +142,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_token_bucket(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
+      decide_token_bucket(now, cost, peek == 1, live, state, args)
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+      d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -139,7 +170,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0

@@ -20,62 +20,97 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_counter(now, cost, peek, live, sv_, av_)
   local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
+  -- toy.go:58: start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
   local start, used, seen = now - (now - q1 * period), 0, 0
+  -- toy.go:59-61: if live {
   if live then
+    -- toy.go:60: seen = s.seen
     seen = s_seen
   end
+  -- toy.go:62-68: if live && req.Now < s.start+a.period {
   if live and now < s_start + period then
+    -- toy.go:63: start, used = s.start, s.used
     start, used = s_start, s_used
+  -- toy.go:64-68: } else if live {
   elseif live then
+    -- toy.go:65: used = divMulFloor(s.used, 3, 2)
     used = min(floor(s_used / 3 * 2), MAX)
   else
+    -- toy.go:67: used = 0
     used = 0
   end
+  -- toy.go:69: d := Decision{Limit: a.limit, Delay: -1}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, -1
+  -- toy.go:70: d.Delay = 0
   d_delay = 0
+  -- toy.go:71: room := a.clamp(a.limit-used, 0)
   local room
   do -- clamp
     local clamp_x = limit - used
+    -- toy.go:37-39: if x < lo {
     if clamp_x < 0 then
+      -- toy.go:38: return lo
       room = 0
+    -- toy.go:40-42: if x > a.limit {
     elseif clamp_x > limit then
+      -- toy.go:41: return a.limit
       room = limit
     else
+      -- toy.go:43: y := x
       local clamp_y = clamp_x
+      -- toy.go:44: y -= a.half(y) % 3
       local q2 = floor(clamp_y / 2)
       if q2 * 2 > clamp_y then q2 = q2 - 1 elseif (q2 + 1) * 2 <= clamp_y then q2 = q2 + 1 end
       local q3 = floor(q2 / 3)
       if q3 * 3 > q2 then q3 = q3 - 1 elseif (q3 + 1) * 3 <= q2 then q3 = q3 + 1 end
       clamp_y = clamp_y - (q2 - q3 * 3)
+      -- toy.go:45: return max(y, lo)
       room = max(clamp_y, 0)
     end
   end
+  -- toy.go:72: d.Allowed = req.Cost <= room && !(req.Peek && used > 0)
   d_allowed = cost <= room and not (peek and used > 0)
+  -- toy.go:73-77: if !d.Allowed {
   if not d_allowed then
+    -- toy.go:74: wait := a.search(req.Now - start)
     local wait
     do -- search
       local search_from = now - start
+      -- toy.go:50: e := from
       local search_e = search_from
+      -- toy.go:51-53: for e < a.period && mulDivFloor(e, a.limit, a.period) < a.limit {
       while search_e < period and min(floor(search_e * limit / period), MAX) < limit do
+        -- toy.go:52: e++
         search_e = search_e + 1
       end
+      -- toy.go:54: return e
       wait = search_e
     end
+    -- toy.go:75: d.RetryAfter = ceilDiv(wait, 7)
     local q4 = floor(wait / 7)
     if q4 * 7 > wait then q4 = q4 - 1 elseif (q4 + 1) * 7 <= wait then q4 = q4 + 1 end
     if q4 * 7 < wait then q4 = q4 + 1 end
     d_retry_after = q4
+    -- toy.go:76: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
+  -- toy.go:78: d.Remaining = room - req.Cost
   d_remaining = room - cost
+  -- toy.go:79: used += req.Cost
   used = used + cost
+  -- toy.go:80: used *= 1
   used = used * 1
+  -- toy.go:81: used++
   used = used + 1
+  -- toy.go:82: used--
   used = used - 1
+  -- toy.go:83: s.start, s.used, s.seen = start, used, seen+1
   s_start, s_used, s_seen = start, used, seen + 1
-  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, start + period - now, {s_start, s_used, s_seen}
+  -- toy.go:84: return d, start + a.period - req.Now
+  return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+    start + period - now, {s_start, s_used, s_seen}
 end
 
 local valid = function(sv_)
@@ -120,8 +155,10 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local live = have and now < expires
     local state = zero
     if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ = decide_counter(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] = d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
+      decide_counter(now, cost, peek == 1, live, state, args)
+    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+      d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
     if next_ then
       s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
@@ -146,7 +183,8 @@ for k = 1, #KEYS do
   total = total + n
 end
 if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV .. ' arguments and ' .. #reqs .. ' bytes of requests')
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
 end
 local clock = ARGV[1] == '1'
 local now = 0
