@@ -97,7 +97,7 @@ func Count(ctx context.Context, store Store, namespace string, now int64) (int, 
 func Export(ctx context.Context, store Store, namespace string, now int64, yield func(Entry) error) error {
 	x, ok := store.(Exporter)
 	if !ok {
-		return fmt.Errorf("ratelimit: %T cannot enumerate its keys: %w", store, ErrUnsupported)
+		return fmt.Errorf("ratelimit: %T cannot enumerate its keys: it does not implement ratelimit.Exporter: %w", store, ErrUnsupported)
 	}
 	return x.Export(ctx, namespace, now, yield)
 }

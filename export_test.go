@@ -49,8 +49,8 @@ type storeOnly struct{ ratelimit.Store }
 
 func TestCountUnsupported(t *testing.T) {
 	_, err := ratelimit.Count(context.Background(), storeOnly{memory.MustNew()}, "a:gcra", 0)
-	if !errors.Is(err, ratelimit.ErrUnsupported) || !strings.Contains(err.Error(), "cannot enumerate") {
-		t.Fatalf("Count on a store without Export = %v, want ErrUnsupported saying why", err)
+	if !errors.Is(err, ratelimit.ErrUnsupported) || !strings.Contains(err.Error(), "cannot enumerate") || !strings.Contains(err.Error(), "does not implement ratelimit.Exporter") {
+		t.Fatalf("Count on a store without Export = %v, want ErrUnsupported saying why and naming the interface", err)
 	}
 }
 
