@@ -113,6 +113,12 @@ func (s *Store) Client() goredis.UniversalClient { return s.client }
 // ratelimit.ErrUnsupported without sending anything, and the limiter uses
 // Update. A cost outside 1..alg.MaxCost() is ratelimit.ErrInvalidCost; a
 // script the server has lost is sent again once, which reloads it.
+//
+// Concurrent calls share round trips: a call that finds none in flight is
+// sent at once, alone; calls that arrive meanwhile go as the next batch,
+// in one pipeline, and that batch's decisions of one algorithm on keys one
+// script run may touch are one run (docs/stores/redis.md, "Concurrent
+// decisions share round trips").
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	return s.engine.Decide(ctx, key, alg, req)
 }

@@ -104,4 +104,3 @@ func TestWrapperImport(t *testing.T) {
 func verdict(allowed bool) string {
 	return map[bool]string{true: "allowed", false: "denied"}[allowed]
 }
-

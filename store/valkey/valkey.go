@@ -42,15 +42,13 @@ const DefaultPrefix = redisengine.DefaultPrefix
 var ErrConflict = redisengine.ErrConflict
 
 // Store keeps rate-limit state in Valkey (or Redis). Create it with New;
-// the zero value is not usable. Its methods are those of store/redis's
-// Store, on the same keys with the same scripts, and its docs are written
-// there once: a Limiter calls Decide for the built-in algorithms and Update
-// for a user's own; Delete forgets a key; Export and Import count and move
-// state; ServerClock and RunLease serve ratelimit.New and the lease
-// package. What differs is how calls reach the server: concurrent Decide
-// and RunLease calls share round trips (see the package doc). It is safe
-// for concurrent use, and holds no resources of its own: closing the
-// client is the caller's business.
+// the zero value is not usable. Its methods behave as store/redis's
+// Store's, on the same keys with the same scripts, and their docs there
+// have the details: a Limiter calls Decide for the built-in algorithms and
+// Update for a user's own; Delete forgets a key; Export and Import count
+// and move state; ServerClock and RunLease serve ratelimit.New and the
+// lease package. It is safe for concurrent use, and holds no resources of
+// its own: closing the client is the caller's business.
 type Store struct {
 	engine *redisengine.Engine
 	client vk.Client
@@ -93,9 +91,8 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // store does not do, such as closing it.
 func (s *Store) Client() vk.Client { return s.client }
 
-// Decide implements ratelimit.Decider as redis.Store.Decide does. Calls
-// made while a batch is in flight go as the next batch, in one DoMulti,
-// and that batch's decisions of one algorithm run as one script.
+// Decide implements ratelimit.Decider as redis.Store.Decide does; a batch
+// goes to the server in one DoMulti.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	return s.engine.Decide(ctx, key, alg, req)
 }
