@@ -19,8 +19,8 @@ import (
 )
 
 // The lease groups: the package lease on the store, through the store's
-// lease.Runner ("server", skipped when it has none) and through its Update
-// ("update"). Run runs them with the limiter groups.
+// lease.Runner ("server", left out when it has none: see Run) and through
+// its Update ("update"). Run runs them with the limiter groups.
 
 func init() {
 	cases = append(cases,

@@ -128,8 +128,8 @@ var capabilities sync.Map // string → storeCaps
 type storeCaps struct{ decider, runner, exporter bool }
 
 // probeStore records which optional interfaces s implements for the Run of
-// t, and when it lacks the server paths' says so once, in a skipped
-// subtest named ServerPaths.
+// t, and when it lacks Decider or lease.Runner (the server paths' way in)
+// says so once, in a skipped subtest named ServerPaths.
 func probeStore(t *testing.T, s ratelimit.Store) {
 	t.Helper()
 	var c storeCaps
