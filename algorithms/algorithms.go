@@ -107,8 +107,14 @@ type Step struct {
 // stores that cannot run it next to their data run it through their atomic
 // Update, which calls Decide with the stored state.
 type Algorithm interface {
-	// Name identifies the algorithm. It is part of every storage key and
-	// selects a store's server-side form. It matches [a-z0-9_-]{1,32}.
+	// Name identifies the algorithm in errors and metrics, and is part of
+	// every storage key: a Limiter's namespace is "<limiter
+	// name>:<algorithm name>", so limiters whose algorithms have
+	// different names never share state. ratelimit.New refuses, with
+	// ErrInvalidParams, a name that is not 1 to 64 characters of
+	// [A-Za-z0-9_.-]. A name selects nothing: stores find a built-in's
+	// server-side form by its type (BuiltinOf), so a user's algorithm
+	// that calls itself "gcra" still runs through Update.
 	Name() string
 	// Validate reports whether the parameters are usable, with an error
 	// wrapping ErrInvalidParams that names the bad value.

@@ -18,7 +18,7 @@ package algorithms
 //	    retry_after bigint, reset_after bigint, delay bigint)
 //
 // where <name> is the algorithm's Name and <version> a hash of the form's
-// text (SQLFunction returns the name; see Versioned functions below). The
+// text (SQLFunction returns the name and says why it carries a version). The
 // functions are pure (IMMUTABLE): they read no table and write nothing. A
 // store reads the row, calls the function and writes next_state with an
 // expiry of now_us + ttl, all inside one server-side statement; a NULL
@@ -104,20 +104,6 @@ package algorithms
 // transaction, and a decision is usually one; for the same reason it is
 // generated for the path a consuming request takes only (peek folded
 // away), in the same few statements as the form.
-//
-// # Versioned functions
-//
-// Every function a SQL form defines carries a version in its name: the
-// first 8 hex digits of the SHA-256 of the form's text (internal/formgen
-// computes it), as in ratelimit_gcra_1a2b3c4d and ratelimit_corrupt_1a2b3c4d.
-// A form whose text changes gets a new name, so two releases of the SDK
-// that migrate one database (a rolling deploy, or tests of two branches on
-// one server) install their forms side by side instead of replacing each
-// other's, and each store's decide functions call the forms they were
-// migrated with. The composite form's version follows from its parts', as
-// it calls them by their versioned names. The result types
-// (ratelimit_step, ratelimit_all_step) are shared and never change.
-// SQLFunction, SQLRowFunction and CompositeSQLFunction return the names.
 
 // SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
 // stored state cannot be read.
@@ -125,9 +111,20 @@ const SQLErrCorrupt = "RL001"
 
 // SQLFunction returns the name of the SQL function of the built-in algorithm
 // with the given name, as its SQL form defines it: ratelimit_<name>_<version>,
-// such as "ratelimit_gcra_1a2b3c4d", where the version is a hash of the
-// form's text (see Versioned functions above; 1a2b3c4d stands for one). It returns "" when the
-// algorithm has no SQL form.
+// such as "ratelimit_gcra_1a2b3c4d". It returns "" when the algorithm has no
+// SQL form.
+//
+// Every function a SQL form defines carries that version in its name: the
+// first 8 hex digits of the SHA-256 of the form's text (internal/formgen
+// computes it; 1a2b3c4d stands for one), as in ratelimit_gcra_1a2b3c4d and
+// ratelimit_corrupt_1a2b3c4d. A form whose text changes gets a new name, so
+// two releases of the SDK that migrate one database (a rolling deploy, or
+// tests of two branches on one server) install their forms side by side
+// instead of replacing each other's, and each store's decide functions call
+// the forms they were migrated with. The composite form's version follows
+// from its parts', as it calls them by their versioned names. The result
+// types (ratelimit_step, ratelimit_all_step) are shared and never change.
+// SQLRowFunction and CompositeSQLFunction return the other names.
 func SQLFunction(name string) string { return manifestEntry(name).sqlFunction }
 
 // SQLRowFunction returns the name of the row form of the built-in algorithm

@@ -12,12 +12,15 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/lease"
 )
 
 // Run runs the whole suite against stores made by newHarness, one fresh
 // harness per subtest. Subtests are named Group/Path/algorithm, where Path
-// is "server" for the store's Decider (skipped when it has none) and
-// "update" for its Update.
+// is "server" for the store's Decider (or, in the Lease groups, its
+// lease.Runner) and "update" for its Update. A store without a Decider or
+// a lease.Runner (as the first harness shows) has no server paths: the
+// groups leave them out, and one subtest, ServerPaths, skips saying why.
 //
 // A watchdog ends the run with a panic that names the subtest still
 // running when no subtest has started or ended for Harness.Timeout
@@ -31,6 +34,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		watch(t, h.Timeout)
 		return h
 	}
+	probeStore(t, watched(t).Store)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			watch(t, 0)
@@ -114,6 +118,57 @@ var paths = []path{
 	}},
 }
 
+// capabilities holds, for each Run in progress (by its test's name), the
+// optional interfaces its store implements, so that a group leaves out the
+// subtests of one the store lacks instead of skipping them once per
+// algorithm.
+var capabilities sync.Map // string → storeCaps
+
+// storeCaps says which optional interfaces a store implements.
+type storeCaps struct{ decider, runner, exporter bool }
+
+// probeStore records which optional interfaces s implements for the Run of
+// t, and when it lacks Decider or lease.Runner (the server paths' way in)
+// says so once, in a skipped subtest named ServerPaths.
+func probeStore(t *testing.T, s ratelimit.Store) {
+	t.Helper()
+	var c storeCaps
+	_, c.decider = s.(ratelimit.Decider)
+	_, c.runner = s.(lease.Runner)
+	_, c.exporter = s.(ratelimit.Exporter)
+	capabilities.Store(t.Name(), c)
+	t.Cleanup(func() { capabilities.Delete(t.Name()) })
+	var missing []string
+	if !c.decider {
+		missing = append(missing, "ratelimit.Decider (the server path of every rate-limit group)")
+	}
+	if !c.runner {
+		missing = append(missing, "lease.Runner (the server path of the Lease groups)")
+	}
+	if len(missing) > 0 {
+		t.Run("ServerPaths", func(t *testing.T) {
+			t.Skipf("%T does not implement %s: those groups run through Update alone (Group/update/...) and have no Group/server/... subtests; a store that can run code next to its data implements them (docs/writing-a-store.md)",
+				s, strings.Join(missing, " or "))
+		})
+	}
+}
+
+// storeHas returns what the store under the Run that t belongs to
+// implements; outside a Run, everything.
+func storeHas(t *testing.T) storeCaps {
+	name := t.Name()
+	for {
+		if v, ok := capabilities.Load(name); ok {
+			return v.(storeCaps)
+		}
+		i := strings.LastIndexByte(name, '/')
+		if i < 0 {
+			return storeCaps{true, true, true}
+		}
+		name = name[:i]
+	}
+}
+
 // requireServerForm skips the test when s is not a Decider or has no
 // server form for alg, or fails it when the harness says s has one for
 // every built-in: otherwise the server path would silently test Update.
@@ -142,6 +197,9 @@ type updateOnly struct{ ratelimit.Store }
 // harness.
 func forEach(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, s ratelimit.Store, a algorithm)) {
 	for _, p := range paths {
+		if p.name == "server" && !storeHas(t).decider {
+			continue
+		}
 		t.Run(p.name, func(t *testing.T) {
 			for _, a := range builtins() {
 				t.Run(a.alg.Name(), func(t *testing.T) {
@@ -389,6 +447,9 @@ func boundaryCases() []boundaryCase {
 // testBoundaries runs scripted sequences at window and refill edges.
 func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
 	for _, p := range paths {
+		if p.name == "server" && !storeHas(t).decider {
+			continue
+		}
 		t.Run(p.name, func(t *testing.T) {
 			for _, bc := range boundaryCases() {
 				t.Run(bc.name, func(t *testing.T) {

@@ -1,7 +1,7 @@
 -- The decide function of one table and one built-in algorithm, here
 -- {{.Name}}. Store.Decide calls it, in a statement of its own, for a peek,
--- for a key that has no row (its one-statement UPDATE, rowDecideSQL in
--- schema.go, found none) and for a decision with a deadline in a caller's
+-- for a key that has no row (its one-statement UPDATE, row.sql, found
+-- none) and for a decision with a deadline in a caller's
 -- transaction; every other decision is that UPDATE. The composite's ("all": algorithms.All) takes the parts' names too,
 -- calls ratelimit_all_<version> and returns every part's decision, six elements each. This file is a text/template that schema.go fills in with the
 -- function's quoted name (the table's name with "_decide_" and the
@@ -35,7 +35,7 @@ CREATE OR REPLACE FUNCTION {{.Func}}(
     p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint{{if .Composite}}, p_parts text[]{{end}})
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 {{- if .Row}}
--- The table's one-statement decision (rowDecideSQL in schema.go) calls
+-- The table's one-statement decision (row.sql) calls
 -- {{.Row}}, the form's row form; naming it here marks it as in use (see
 -- docs/stores/postgres.md on dropping unused versions).
 {{- end}}

@@ -138,7 +138,7 @@ func WithServerClock(on bool) Option {
 // that can use its server's clock.
 func WithRequestClock() Option { return WithServerClock(false) }
 
-// rowStatement is an algorithm's one-statement decision (rowDecideSQL),
+// rowStatement is an algorithm's one-statement decision (row.sql),
 // without and with a bound on the lock wait; scalar reports that it takes
 // the algorithm's arguments one by one (its form has a row form) rather
 // than as one bigint[].
@@ -337,7 +337,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	err := pgx.ErrNoRows
 	if !req.Peek && (!s.inTx || wait == nil) {
 		// The common case, a key that has a row: one UPDATE that locks
-		// and rewrites it (see rowDecideSQL). A key without a row goes to
+		// and rewrites it (see row.sql). A key without a row goes to
 		// the decide function, which inserts it.
 		rs := s.rowSQL[algorithms.BuiltinOf(alg)]
 		argv := append(c.argv[:0], c, now, req.Cost)

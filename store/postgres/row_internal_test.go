@@ -106,3 +106,62 @@ func TestRowDecideLockTimeout(t *testing.T) {
 		t.Errorf("the decision after the one that timed out = %v (%v), want admitted with 2 remaining (the timed-out one wrote nothing)", v, err)
 	}
 }
+
+// TestRowStatements prepares, on the server, every built-in's
+// one-statement decision as row.sql renders it (with and without its row
+// form, with and without the lock wait) on a table whose name needs
+// quoting, and checks that each takes exactly the parameters Decide passes:
+// the key, the time, the cost, the arguments (one by one with a row form,
+// else one array), then the wait.
+func TestRowStatements(t *testing.T) {
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testserver.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf(`rl row"s $rl0$ %d`, time.Now().UnixNano()%1e6)
+	s, err := New(conn, WithTable(name), WithServerClock(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.Table())
+		for _, b := range algorithms.Builtins() {
+			_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(b.Name))
+		}
+		_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(compositeName))
+	})
+	for _, b := range builtins {
+		f := s.forms.alg[b.Name]
+		forms := []sqlForm{f}
+		if f.row != "" {
+			noRow := f
+			noRow.row = ""
+			forms = append(forms, noRow)
+		}
+		for _, form := range forms {
+			for _, wait := range []bool{false, true} {
+				want := 4 // key, time, cost, the arguments as one array
+				if form.row != "" {
+					want = 3 + b.Args
+				}
+				if wait {
+					want++
+				}
+				q := s.rowDecideSQL(form, b.Args, wait)
+				sd, err := conn.Prepare(ctx, "", q)
+				if err != nil {
+					t.Errorf("%s (row form %q, wait %v): prepare: %v\n%s", b.Name, form.row, wait, err, q)
+					continue
+				}
+				if len(sd.ParamOIDs) != want {
+					t.Errorf("%s (row form %q, wait %v): %d parameters, want %d\n%s", b.Name, form.row, wait, len(sd.ParamOIDs), want, q)
+				}
+			}
+		}
+	}
+}

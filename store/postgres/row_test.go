@@ -10,7 +10,6 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -125,36 +124,5 @@ func TestLockTimeoutScope(t *testing.T) {
 	}
 	if got := show(tx); got != before {
 		t.Errorf("in the caller's transaction after a decision with a deadline, lock_timeout = %q, want %q", got, before)
-	}
-}
-
-// TestMigrateAddsDec migrates a table as an earlier release left it,
-// without the dec column the one-statement decision writes (here: dropped,
-// so that the catalog still lists it as dropped): Migrate adds it, again
-// and again without harm, and the state stays.
-func TestMigrateAddsDec(t *testing.T) {
-	p := newTestPool(t, 4)
-	ctx := context.Background()
-	s := newStore(t, p, postgres.WithServerClock(false))
-	fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
-	lim := newLimiter(t, s, algorithms.FixedWindow(2, time.Hour), ratelimit.WithClock(fake), ratelimit.WithName("old"))
-	allow(t, lim, "k", 1)
-	if _, err := p.Exec(ctx, "ALTER TABLE "+s.Table()+" DROP COLUMN dec"); err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if err := s.Migrate(ctx); err != nil {
-			t.Fatalf("Migrate %d: %v", i+1, err)
-		}
-	}
-	var n int
-	if err := p.QueryRow(ctx, "SELECT count(*) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'dec' AND NOT attisdropped", s.Table()).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("columns named dec after Migrate: %d (%v), want 1", n, err)
-	}
-	if d := allow(t, lim, "k", 1); !d.Allowed || d.Remaining != 0 {
-		t.Errorf("the second request of a limit of 2 after Migrate = %+v, want admitted with 0 remaining", d)
-	}
-	if d := allow(t, lim, "k", 1); d.Allowed {
-		t.Errorf("the third request of a limit of 2 after Migrate = allowed, want denied")
 	}
 }

@@ -29,7 +29,7 @@ var builtins = func() []*algorithms.Builtin {
 // sqlForm is a SQL form as SchemaSQL installs it: its text, the name of
 // the function its decide function calls (versioned: see
 // algorithms.SQLFunction) and the name of its row form, which the
-// one-statement decision calls, or "" when it has none (see rowDecideSQL).
+// one-statement decision calls, or "" when it has none (see row.sql).
 type sqlForm struct{ text, function, row string }
 
 // formSet is the SQL forms a store installs and calls: the built-in
@@ -110,15 +110,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 // docs/stores/postgres.md).
 func (s *Store) SchemaSQL() string {
 	var b strings.Builder
-	table := s.ident(s.table)
-	tag := "$rl$"
-	for i := 0; strings.Contains(table, tag); i++ {
-		tag = fmt.Sprintf("$rl%d$", i)
-	}
 	execute(&b, schemaTemplate, struct {
-		Table, TableLit, Tag, Corrupt, Now string
-		Unlogged                           bool
-	}{table, "'" + strings.ReplaceAll(table, "'", "''") + "'", tag, algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
+		Table, Corrupt, Now string
+		Unlogged            bool
+	}{s.ident(s.table), algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
 	b.WriteString("\n")
 	for _, alg := range builtins {
 		b.WriteString(s.forms.alg[alg.Name].text)
@@ -135,8 +130,9 @@ func (s *Store) SchemaSQL() string {
 	return b.String()
 }
 
-// The SQL of the schema and of a decide function, in files beside this one
-// that tell their story in their comments.
+// The SQL of the schema, of a decide function and of the one-statement
+// decision, in files beside this one that tell their story in their
+// comments.
 var (
 	//go:embed schema.sql
 	schemaSQL      string
@@ -144,6 +140,9 @@ var (
 	//go:embed decide.sql
 	decideSQL      string
 	decideTemplate = template.Must(template.New("decide.sql").Parse(decideSQL))
+	//go:embed row.sql
+	rowSQL      string
+	rowTemplate = template.Must(template.New("row.sql").Parse(rowSQL))
 )
 
 // nowSQL is the server's clock in microseconds since the Unix epoch, as a
@@ -190,74 +189,31 @@ func (s *Store) decideFunction(alg string) string {
 	return s.ident(s.table + "_decide_" + alg)
 }
 
-// rowDecideSQL returns the statement that decides a request that may
-// consume (not a peek) for a key that has a row, with the SQL form f: one
-// UPDATE, so that the executor finds the row by its key, locks it and
-// writes it, as a bare upsert does, and the form runs once inside it. Its
-// parameters are the row key, the request's time (NULL: the server's
-// clock), the cost, then the algorithm's arguments: one bigint parameter
-// each when the form has a row form (nargs of them), else one bigint[];
-// then, when wait is set, the milliseconds the row lock may be waited for.
-//
-// The SET list is a subquery over the row being updated that runs the
-// form's row form (algorithms.SQLRowFunction) on the row's state and
-// expiry: the row form reads the clock, treats expired state as none and
-// returns the next state and its expiry, or NULLs when it writes nothing
-// (a denial rewrites the row unchanged), and the decision, kept in the
-// row's dec column so that RETURNING can hand it back. Only a row that
-// holds state in vals qualifies (state written by Update, in the state
-// column, goes to the decide function, which reads it through
-// ratelimit_int8s). When a concurrent decision has updated the row
-// meanwhile, the executor waits for it to commit and evaluates the SET
-// list again on the new version (EvalPlanQual): the row form runs again
-// and reads the clock again, so no decision is made at a time before the
-// state it reads.
-//
-// A form without a row form (the sliding log's, or a form of another
-// release installed in tests) runs in the SET list as a function of the
-// state, the time and the arguments as an array: the subquery reads the
-// clock in a subquery of its own, fenced by OFFSET 0 so that the planner
-// neither pulls it up nor reads the clock at each use, and treats the row
-// as absent when it has expired (state written by Update is read through
-// ratelimit_int8s).
-//
-// With wait, the WHERE clause sets lock_timeout for the statement's
-// transaction (set_config(..., true)) when it meets the row, before the
-// executor waits for its lock, so that the wait is bounded by the
-// caller's deadline. The setting lasts until the transaction ends: the
-// statement's own, unless the store's DB is a transaction (pgx.Tx),
-// where Decide uses the decide function, which restores it, instead.
-//
-// No row: the statement updates nothing and returns no row, and Decide
-// calls the decide function, which inserts the row (and handles a
-// concurrent first insert).
+// rowDecideSQL returns the table's one-statement decision with the SQL
+// form f (row.sql, whose comment tells how it works): one UPDATE of the
+// key's row that runs the form once. nargs is the algorithm's number of
+// arguments, passed one by one when the form has a row form; wait adds the
+// parameter that bounds the wait for the row lock.
 func (s *Store) rowDecideSQL(f sqlForm, nargs int, wait bool) string {
-	var b strings.Builder
+	data := struct {
+		Table, Row, Function, Now, Int8s string
+		Args                             []int // the arguments' parameter numbers, with a row form
+		Wait                             int   // the lock wait's parameter number, or 0
+	}{Table: s.ident(s.table), Row: f.row, Function: f.function, Now: nowSQL, Int8s: s.ident("ratelimit_int8s")}
 	next := 4 // the next parameter
-	// Both ways keep the row's own state when the form writes nothing.
-	b.WriteString("UPDATE " + s.ident(s.table) + " r SET (vals, state, expires_at, dec) = (SELECT " +
-		"coalesce(d.next_state, r.vals), " +
-		"CASE WHEN d.next_state IS NULL THEN r.state END, ")
 	if f.row != "" {
-		b.WriteString("coalesce(d.expires_at, r.expires_at), " +
-			"d.decision FROM " + f.row + "(r.vals, r.expires_at, $2, $3")
 		for range nargs {
-			fmt.Fprintf(&b, ", $%d", next)
+			data.Args = append(data.Args, next)
 			next++
 		}
-		b.WriteString(") d) WHERE r.key = $1 AND r.vals IS NOT NULL")
 	} else {
-		b.WriteString("CASE WHEN d.next_state IS NULL THEN r.expires_at ELSE n.now + d.ttl END, " +
-			"ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay] " +
-			"FROM (SELECT coalesce($2::bigint, " + nowSQL + ") AS now OFFSET 0) n, " +
-			"LATERAL " + f.function + "(CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, " + s.ident("ratelimit_int8s") + "(r.state)) END, " +
-			"n.now, $3, false, $4) d) WHERE r.key = $1")
-		next++
+		next++ // $4, the arguments as one bigint[]
 	}
 	if wait {
-		fmt.Fprintf(&b, " AND set_config('lock_timeout', $%d::bigint || 'ms', true) IS NOT NULL", next)
+		data.Wait = next
 	}
-	b.WriteString(" RETURNING r.dec")
+	var b strings.Builder
+	execute(&b, rowTemplate, data)
 	return b.String()
 }
 

@@ -14,8 +14,8 @@
 -- not DeleteExpired has removed it yet. fillfactor leaves room on each page
 -- so that decisions update rows in place (HOT updates, no index churn).
 -- dec is the decision of the request that wrote the row last through the
--- store's one-statement decision (an UPDATE of the row: see rowDecideSQL in
--- schema.go), which hands it back with RETURNING; nothing else reads it.
+-- store's one-statement decision (an UPDATE of the row: see row.sql),
+-- which hands it back with RETURNING; nothing else reads it.
 CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Table}} (
     key        bytea    PRIMARY KEY,
     vals       bigint[],
@@ -24,20 +24,8 @@ CREATE {{if .Unlogged}}UNLOGGED {{end}}TABLE IF NOT EXISTS {{.Table}} (
     dec        bigint[]
 ) WITH (fillfactor = 70);
 
--- A table created by a release whose table had no dec column gets it. The
--- catalog is read first so that a migration of a table that has it takes
--- no lock on the table (ALTER TABLE would, even with IF NOT EXISTS).
-DO {{.Tag}}
-BEGIN
-    IF NOT EXISTS (SELECT FROM pg_attribute
-                   WHERE attrelid = {{.TableLit}}::regclass AND attname = 'dec' AND NOT attisdropped) THEN
-        ALTER TABLE {{.Table}} ADD COLUMN dec bigint[];
-    END IF;
-END
-{{.Tag}};
-
 -- The server's clock in microseconds since the Unix epoch: the time a
--- decision uses unless the store was built WithRequestClock. (The decide
+-- decision uses unless the store was built WithServerClock(false). (The decide
 -- functions compute the same expression themselves: calling this function
 -- from PL/pgSQL costs more than the rest of reading the clock.)
 CREATE OR REPLACE FUNCTION ratelimit_now() RETURNS bigint

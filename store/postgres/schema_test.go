@@ -36,6 +36,10 @@ func TestMigrateRefusesWrongSchema(t *testing.T) {
 			[]string{"column key is text, want bytea"}},
 		{"no state", "key bytea PRIMARY KEY, vals bigint[], expires_at bigint NOT NULL, dec bigint[]",
 			[]string{"has no column state (want bytea)", "ADD COLUMN state bytea"}},
+		// No release has shipped a table without dec: Migrate does not
+		// add it, it names the fix.
+		{"no dec", "key bytea PRIMARY KEY, vals bigint[], state bytea, expires_at bigint NOT NULL",
+			[]string{"has no column dec (want bigint[])", "ADD COLUMN dec bigint[]"}},
 		{"a NOT NULL column of its own", "key bytea PRIMARY KEY, vals bigint[], state bytea, expires_at bigint NOT NULL, dec bigint[], owner text NOT NULL",
 			[]string{"column owner is NOT NULL without a default", "ALTER COLUMN owner DROP NOT NULL"}},
 		{"no primary key", "key bytea, vals bigint[], state bytea, expires_at bigint NOT NULL, dec bigint[]",

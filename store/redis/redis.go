@@ -31,7 +31,9 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/lease"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -43,44 +45,47 @@ const DefaultPrefix = redisengine.DefaultPrefix
 var ErrConflict = redisengine.ErrConflict
 
 // Store keeps rate-limit state in Redis. Create it with New; the zero value
-// is not usable. Its Decide (one EVALSHA of a built-in algorithm's Lua
-// form; ratelimit.ErrUnsupported for others), Update (a bounded optimistic
-// compare-and-set, for users' own algorithms) and Delete implement
-// ratelimit.Decider and ratelimit.Store; Prefix and ServerClock report its
-// options. It is safe for concurrent use, and holds no resources of its own: closing the
-// client is the caller's business.
+// is not usable. A Limiter calls Decide for the built-in algorithms (one
+// EVALSHA each) and Update for a user's own; Delete forgets a key. The
+// store also implements ratelimit.Exporter and ratelimit.Importer (Export,
+// Import: counting and moving state), ratelimit.ServerClocker
+// (ServerClock) and lease.Runner (RunLease). It is safe for concurrent
+// use, and holds no resources of its own: closing the client is the
+// caller's business.
 type Store struct {
-	*engine
+	engine *redisengine.Engine
 	client goredis.UniversalClient
 }
 
-// engine is the shared engine, embedded under an unexported name: its
-// Decide, Update, Delete, Prefix and ServerClock are the Store's.
-type engine = redisengine.Engine
-
 var (
-	_ ratelimit.Store   = (*Store)(nil)
-	_ ratelimit.Decider = (*Store)(nil)
+	_ ratelimit.Store         = (*Store)(nil)
+	_ ratelimit.Decider       = (*Store)(nil)
+	_ ratelimit.ServerClocker = (*Store)(nil)
+	_ lease.Runner            = (*Store)(nil)
 )
 
-// Option configures a Store: WithPrefix or WithServerClock.
+// Option configures a Store: WithPrefix or WithServerClock. The same
+// options configure a store/valkey Store, whose keys and scripts are this
+// package's.
 type Option = redisengine.Option
 
 // WithPrefix sets the prefix of every key the store writes (DefaultPrefix
-// otherwise): 1 to 64 bytes without braces. Stores with different prefixes
-// on one server never share state.
+// otherwise): 1 to 64 bytes without braces, which would move the Cluster
+// hash tag. Stores with different prefixes on one server never share
+// state; a Redis store and a Valkey store with the same prefix share it.
 func WithPrefix(prefix string) Option { return redisengine.WithPrefix(prefix) }
 
 // WithServerClock chooses whose clock the store uses. With on (the
-// default), every decision reads the Redis server's TIME inside its script,
-// so machines whose clocks disagree still share one timeline; ratelimit.New
+// default), every decision reads the server's TIME inside its script, so
+// machines whose clocks disagree still share one timeline; ratelimit.New
 // then refuses ratelimit.WithClock with any clock but clock.System, which
 // the store would ignore. With off, the store uses the time the limiter
-// passes, which is what tests with a fake clock need. The server still expires keys by its own real-time
-// clock, so with off each key is kept for twice its state's longest TTL of
-// real time: a limiter clock running at less than half real-time speed
-// can see state vanish early (docs/stores/redis.md, Expiry).
-// On a cluster, each key's time comes from the node that holds it.
+// passes, which is what tests with a fake clock need. The server still
+// expires keys by its own real-time clock, so with off each key is kept
+// for twice its state's longest TTL of real time: a limiter clock running
+// at less than half real-time speed can see state vanish early
+// (docs/stores/redis.md, Expiry). On a cluster, each key's time comes from
+// the node that holds it.
 func WithServerClock(on bool) Option { return redisengine.WithServerClock(on) }
 
 // New returns a store on client. It sends nothing to the server: scripts are
@@ -99,6 +104,76 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 // Client returns the client the store uses: an escape hatch for what the
 // store does not do, such as closing it.
 func (s *Store) Client() goredis.UniversalClient { return s.client }
+
+// Decide implements ratelimit.Decider: one EVALSHA of alg's Lua form
+// (algorithms/lua), atomic on the server, with no retries, on the key
+// StateKey names. A composite (algorithms.All) is one script run too. For
+// an algorithm without a Lua form (a user's own; a composite with such a
+// part, or with a sliding log) it returns an error wrapping
+// ratelimit.ErrUnsupported without sending anything, and the limiter uses
+// Update. A cost outside 1..alg.MaxCost() is ratelimit.ErrInvalidCost; a
+// script the server has lost is sent again once, which reloads it.
+//
+// Concurrent calls share round trips: a call that finds none in flight is
+// sent at once, alone; calls that arrive meanwhile go as the next batch,
+// in one pipeline, and that batch's decisions of one algorithm on keys one
+// script run may touch are one run (docs/stores/redis.md, "Concurrent
+// decisions share round trips").
+func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	return s.engine.Decide(ctx, key, alg, req)
+}
+
+// Update implements ratelimit.Store for algorithms without a Lua form: it
+// reads the key (StateKey with ":u" appended), calls fn, and writes fn's
+// result only if the value is still the one read, retrying up to 32 times
+// before an error wrapping ErrConflict. Concurrent updates of one key
+// within one process wait for each other instead of competing. The stored
+// value carries the state's own expiry, so state past its TTL reads as
+// missing even before the server expires the key; a value the store did
+// not write is ratelimit.ErrCorruptState.
+func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	return s.engine.Update(ctx, key, now, fn)
+}
+
+// Delete implements ratelimit.Store: it deletes both keys a decision may
+// have written (Decide's and Update's) in one DEL. Deleting a key that
+// holds nothing is not an error.
+func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+	return s.engine.Delete(ctx, key)
+}
+
+// Export implements ratelimit.Exporter: SCAN over the server, every master
+// of a cluster client or every shard of a ring, reading each batch of keys
+// with one pipeline, and yielding the keys under namespace whose state is
+// live at now. A key both paths wrote is yielded once. Each round trip is
+// bounded to a second. Through a client of another kind, which may not
+// reach every node, it returns an error wrapping ratelimit.ErrUnsupported.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	return s.engine.Export(ctx, namespace, now, yield)
+}
+
+// Import implements ratelimit.Importer: the state of an algorithm with a
+// Lua form is written where Decide reads it, in the Lua form's encoding;
+// any other state (alg nil or a user's own) goes where Update keeps it.
+// A key that already holds live state keeps it, and the key's expiry is
+// set as a decision sets it. It reports whether it wrote.
+func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimit.Entry, now int64) (bool, error) {
+	return s.engine.Import(ctx, alg, e, now)
+}
+
+// RunLease implements lease.Runner: a lease's acquire, extend or release is
+// one EVALSHA of lease.Lua on the key Update writes, so a lease record
+// written by either path is read by the other.
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+	return s.engine.RunLease(ctx, key, now, req)
+}
+
+// Prefix returns the prefix of the store's keys (see WithPrefix).
+func (s *Store) Prefix() string { return s.engine.Prefix() }
+
+// ServerClock implements ratelimit.ServerClocker: it reports whether the
+// store decides by the server's TIME (see WithServerClock).
+func (s *Store) ServerClock() bool { return s.engine.ServerClock() }
 
 // backend runs the engine's commands on a go-redis client.
 type backend struct {

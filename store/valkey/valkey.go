@@ -28,7 +28,9 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/lease"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -39,45 +41,37 @@ const DefaultPrefix = redisengine.DefaultPrefix
 // have no Lua form, can meet it.
 var ErrConflict = redisengine.ErrConflict
 
-// Store keeps rate-limit state in Valkey. Create it with New; the zero value
-// is not usable. Its Decide (one EVALSHA of a built-in algorithm's Lua
-// form; ratelimit.ErrUnsupported for others), Update (a bounded optimistic
-// compare-and-set, for users' own algorithms) and Delete implement
-// ratelimit.Decider and ratelimit.Store; Prefix and ServerClock report its
-// options. It is safe for concurrent use, and holds no resources of its own: closing the
-// client is the caller's business.
+// Store keeps rate-limit state in Valkey (or Redis). Create it with New;
+// the zero value is not usable. Its methods behave as store/redis's
+// Store's, on the same keys with the same scripts, and their docs there
+// have the details: a Limiter calls Decide for the built-in algorithms and
+// Update for a user's own; Delete forgets a key; Export and Import count
+// and move state; ServerClock and RunLease serve ratelimit.New and the
+// lease package. It is safe for concurrent use, and holds no resources of
+// its own: closing the client is the caller's business.
 type Store struct {
-	*engine
+	engine *redisengine.Engine
 	client vk.Client
 }
 
-// engine is the shared engine, embedded under an unexported name: its
-// Decide, Update, Delete, Prefix and ServerClock are the Store's.
-type engine = redisengine.Engine
-
 var (
-	_ ratelimit.Store   = (*Store)(nil)
-	_ ratelimit.Decider = (*Store)(nil)
+	_ ratelimit.Store         = (*Store)(nil)
+	_ ratelimit.Decider       = (*Store)(nil)
+	_ ratelimit.ServerClocker = (*Store)(nil)
+	_ lease.Runner            = (*Store)(nil)
 )
 
-// Option configures a Store: WithPrefix or WithServerClock.
+// Option configures a Store: WithPrefix or WithServerClock. It is
+// store/redis's Option, so the options of either package configure both.
 type Option = redisengine.Option
 
 // WithPrefix sets the prefix of every key the store writes (DefaultPrefix
-// otherwise): 1 to 64 bytes without braces. Stores with different prefixes
-// on one server never share state.
+// otherwise), as redis.WithPrefix does.
 func WithPrefix(prefix string) Option { return redisengine.WithPrefix(prefix) }
 
-// WithServerClock chooses whose clock the store uses. With on (the
-// default), every decision reads the server's TIME inside its script, so
-// machines whose clocks disagree still share one timeline; ratelimit.New
-// then refuses ratelimit.WithClock with any clock but clock.System, which
-// the store would ignore. With off, the store uses the time the limiter
-// passes, which is what tests with a fake clock need. The server still expires keys by its own real-time
-// clock, so with off each key is kept for twice its state's longest TTL of
-// real time: a limiter clock running at less than half real-time speed
-// can see state vanish early (docs/stores/redis.md, Expiry).
-// On a cluster, each key's time comes from the node that holds it.
+// WithServerClock chooses whose clock the store uses: the server's TIME
+// (on, the default) or the time the limiter passes (off, for tests with a
+// fake clock), as redis.WithServerClock does.
 func WithServerClock(on bool) Option { return redisengine.WithServerClock(on) }
 
 // New returns a store on client. It sends nothing to the server: scripts are
@@ -96,6 +90,46 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // Client returns the client the store uses: an escape hatch for what the
 // store does not do, such as closing it.
 func (s *Store) Client() vk.Client { return s.client }
+
+// Decide implements ratelimit.Decider as redis.Store.Decide does; a batch
+// goes to the server in one DoMulti.
+func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+	return s.engine.Decide(ctx, key, alg, req)
+}
+
+// Update implements ratelimit.Store as redis.Store.Update does: a bounded
+// optimistic compare-and-set, for algorithms without a Lua form.
+func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+	return s.engine.Update(ctx, key, now, fn)
+}
+
+// Delete implements ratelimit.Store as redis.Store.Delete does.
+func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+	return s.engine.Delete(ctx, key)
+}
+
+// Export implements ratelimit.Exporter as redis.Store.Export does, with
+// SCAN on every primary the client knows.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+	return s.engine.Export(ctx, namespace, now, yield)
+}
+
+// Import implements ratelimit.Importer as redis.Store.Import does.
+func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimit.Entry, now int64) (bool, error) {
+	return s.engine.Import(ctx, alg, e, now)
+}
+
+// RunLease implements lease.Runner as redis.Store.RunLease does.
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+	return s.engine.RunLease(ctx, key, now, req)
+}
+
+// Prefix returns the prefix of the store's keys (see WithPrefix).
+func (s *Store) Prefix() string { return s.engine.Prefix() }
+
+// ServerClock implements ratelimit.ServerClocker: it reports whether the
+// store decides by the server's TIME (see WithServerClock).
+func (s *Store) ServerClock() bool { return s.engine.ServerClock() }
 
 // backend runs the engine's commands on a valkey-go client.
 type backend struct{ c vk.Client }
