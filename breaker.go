@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // ErrCircuitOpen is returned (wrapped) with decisions made without calling
@@ -41,7 +43,9 @@ func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 		if coolDown < time.Microsecond {
 			return fmt.Errorf("%w: circuit breaker cool-down %v must be at least 1µs", ErrInvalidParams, coolDown)
 		}
-		guardOf(l).breaker = &breaker{threshold: int64(failures), coolDown: int64(coolDown / time.Microsecond)}
+		l.makers[breakerLink] = func(_ *chainOf, next link) (link, error) {
+			return &breaker{passForget: passForget{next}, threshold: int64(failures), coolDown: int64(coolDown / time.Microsecond)}, nil
+		}
 		return nil
 	}
 }
@@ -53,10 +57,11 @@ const (
 	breakerProbing              // one call (the probe) went to the store
 )
 
-// breaker is a circuit breaker on the limiter's clock (microseconds). Its
-// fast path, a closed breaker, is one atomic load before the call and at
-// most one after it.
+// breaker is WithCircuitBreaker's link: a circuit breaker on the
+// limiter's clock (microseconds). Its fast path, a closed breaker, is one
+// atomic load before the call and at most one after it.
 type breaker struct {
+	passForget
 	threshold int64 // consecutive failures that open it
 	coolDown  int64 // µs
 
@@ -64,6 +69,19 @@ type breaker struct {
 	failures atomic.Int64 // consecutive failures while closed
 	until    atomic.Int64 // end of the cool-down while open, µs
 	err      atomic.Pointer[circuitError]
+}
+
+// decide asks the rest of the chain unless the breaker is open, and counts
+// the outcome. While it is open it decides nothing and returns the error
+// that opened it, wrapped in ErrCircuitOpen: made once when it opened, so
+// that path allocates nothing.
+func (b *breaker) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+	if !b.allow(req.Now) {
+		return Decision{}, b.err.Load()
+	}
+	d, err := b.next.decide(ctx, t, k, req)
+	b.record(ctx, req.Now, err)
+	return d, err
 }
 
 // allow reports whether a call may go to the store at now. When the
@@ -109,10 +127,6 @@ func (b *breaker) open(now int64, err error) {
 	b.state.Store(breakerOpen)
 }
 
-// openError is the error returned with decisions made while the breaker is
-// open: made once when it opened, so returning it allocates nothing.
-func (b *breaker) openError() error { return b.err.Load() }
-
 // circuitError is ErrCircuitOpen with the failure that opened the breaker.
 type circuitError struct {
 	cause    error
@@ -122,6 +136,12 @@ type circuitError struct {
 func (e *circuitError) Error() string {
 	return fmt.Sprintf("ratelimit: circuit open (the store is probed every %v): %v", e.coolDown, e.cause)
 }
+
+// storesFault makes an open breaker the store's fault (storeFault).
+func (e *circuitError) storesFault() {}
+
+// retryAfter is how long the store is not called, at most (retryError).
+func (e *circuitError) retryAfter() time.Duration { return e.coolDown }
 
 // Is reports ErrCircuitOpen.
 func (e *circuitError) Is(target error) bool { return target == ErrCircuitOpen }

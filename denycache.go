@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -43,7 +44,11 @@ func WithDenyCache(maxKeys int) Option {
 		if err := checkPositive("deny cache size", maxKeys); err != nil {
 			return err
 		}
-		guardOf(l).deny = newDenyCache(maxKeys)
+		l.makers[denyLink] = func(_ *chainOf, next link) (link, error) {
+			c := newDenyCache(maxKeys)
+			c.next = next
+			return c, nil
+		}
 		return nil
 	}
 }
@@ -52,8 +57,10 @@ func WithDenyCache(maxKeys int) Option {
 // callers on different keys rarely wait on one lock.
 const denyShards = 16
 
-// denyCache maps keys to their latest denial, in shards of bounded size.
+// denyCache is WithDenyCache's link: it maps keys to the store's latest
+// denial, in shards of bounded size.
 type denyCache struct {
+	next     link
 	seed     maphash.Seed
 	shards   []denyShard
 	perShard int
@@ -82,6 +89,26 @@ func newDenyCache(maxKeys int) *denyCache {
 		c.shards[i].m = make(map[string]denial)
 	}
 	return c
+}
+
+// decide denies req from a denial in the cache, or asks the rest of the
+// chain and remembers a denial that comes back without an error: the
+// store's.
+func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (d Decision, err error) {
+	if c.lookup(k.ID, t, req, &d) {
+		return d, nil
+	}
+	d, err = c.next.decide(ctx, t, k, req)
+	if err == nil && !d.Allowed {
+		c.remember(k.ID, t, req, &d)
+	}
+	return d, err
+}
+
+// forget drops k's denial, then has the rest of the chain forget k.
+func (c *denyCache) forget(ctx context.Context, k Key) error {
+	c.drop(k.ID)
+	return c.next.forget(ctx, k)
 }
 
 func (c *denyCache) shard(key string) *denyShard {
@@ -115,7 +142,7 @@ func (c *denyCache) lookup(key string, t *Tier, req algorithms.Request, d *Decis
 }
 
 // remember records the store's denial d of req at tier t.
-func (c *denyCache) remember(key string, t *Tier, req algorithms.Request, d Decision) {
+func (c *denyCache) remember(key string, t *Tier, req algorithms.Request, d *Decision) {
 	retry := int64(d.RetryAfter / time.Microsecond)
 	if retry <= 0 {
 		return
@@ -158,7 +185,8 @@ func (sh *denyShard) makeRoom(now int64) {
 	delete(sh.m, victim)
 }
 
-func (c *denyCache) forget(key string) {
+// drop drops key's denial.
+func (c *denyCache) drop(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)

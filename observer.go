@@ -2,8 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // Observer is told about every decision a limiter makes, for metrics,
@@ -64,7 +67,41 @@ func WithObserver(o Observer) Option {
 		if isNil(o) {
 			return fmt.Errorf("%w: nil observer", ErrInvalidParams)
 		}
-		guardOf(l).observer = o
+		l.makers[observerLink] = func(c *chainOf, next link) (link, error) {
+			return &observed{passForget{next}, o, c.name(), c.l.alg.Name()}, nil
+		}
 		return nil
 	}
+}
+
+// observed is WithObserver's link: it tells its observer of the decision
+// the rest of the chain made.
+type observed struct {
+	passForget
+	o         Observer
+	limiter   string
+	algorithm string
+}
+
+func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+	start := time.Now()
+	d, err := ob.next.decide(ctx, t, k, req)
+	latency := time.Since(start)
+	called := d.Source != SourceDenyCache && !errors.Is(err, ErrCircuitOpen)
+	if !called {
+		latency = 0
+	}
+	ob.o.ObserveDecision(ctx, Event{
+		Limiter:      ob.limiter,
+		Algorithm:    ob.algorithm,
+		Key:          k.ID,
+		Cost:         int(req.Cost),
+		Peek:         req.Peek,
+		Allowed:      d.Allowed && !d.Shadowed,
+		Decision:     d,
+		CalledStore:  called,
+		StoreLatency: latency,
+		Err:          err,
+	})
+	return d, err
 }
