@@ -248,6 +248,37 @@ func (s *storeLink) update(ctx context.Context, alg algorithms.Algorithm, k Key,
 	return d.set(step.Decision, nil)
 }
 
+// set makes d the store's Decision for the algorithm's decision a, unless
+// err is set, and returns err. It is not inlined so that a and err arrive
+// in registers and are read field by field: a Decision has too many fields
+// for the compiler to keep in registers, and the copy it makes of a struct
+// written field by field costs a stall on the hot path.
+//
+//go:noinline
+func (d *Decision) set(a algorithms.Decision, err error) error {
+	if err != nil {
+		return err
+	}
+	d.setFields(a.Allowed, a.Limit, a.Remaining, a.RetryAfter, a.ResetAfter, a.Delay)
+	if a.Parts != nil {
+		d.Limits = limitsOf(a.Parts)
+	}
+	return nil
+}
+
+// setFields makes d the store's Decision for a single algorithm's decision
+// with these fields (durations in microseconds); its Limits is nil.
+func (d *Decision) setFields(allowed bool, limit, remaining, retryAfter, resetAfter, delay int64) {
+	d.Allowed = allowed
+	d.Limit = int(limit)
+	d.Remaining = int(remaining)
+	d.RetryAfter = time.Duration(retryAfter) * time.Microsecond
+	d.ResetAfter = time.Duration(resetAfter) * time.Microsecond
+	d.Delay = time.Duration(delay) * time.Microsecond
+	d.Source = SourceStore
+	d.Limits = nil
+}
+
 // forget deletes k's state in the store.
 func (s *storeLink) forget(ctx context.Context, k Key) error { return s.store.Delete(ctx, k) }
 
