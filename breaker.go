@@ -17,24 +17,20 @@ import (
 var ErrCircuitOpen = errors.New("ratelimit: circuit open")
 
 // WithCircuitBreaker stops calling a failing store. After failures
-// consecutive store failures the breaker opens: for coolDown, decisions are
-// made without calling the store (by the fallback, or else the failure
-// policy) and come with an error wrapping ErrCircuitOpen and the failure
-// that opened it, so a dead store costs nothing per request. After the
-// cool-down one request probes the store, while the others go on as if
-// open: a probe that succeeds closes the breaker, one that fails opens it
-// for another cool-down.
+// consecutive store failures the breaker opens: for coolDown, the store is
+// not called, and the request is decided as for any store failure, with an
+// error wrapping ErrCircuitOpen and the failure that opened it, so a dead
+// store costs nothing per request. After the cool-down one request probes
+// the store, while the others go on as if open: a probe that succeeds
+// closes the breaker, one that fails opens it for another cool-down.
 //
-// What counts as a failure is an error from the store, a store call that
-// ran out of its time budget (DefaultStoreTimeout, WithStoreTimeout)
-// included; not the caller's context ending (even when the store's error
-// arrives first, the caller's deadline having passed, or the call having
-// shared a batch with callers whose deadlines ended it), not state the
-// algorithm cannot read (ErrCorruptState), and not a step of a user's
-// algorithm that breaks the contract (ErrInvalidParams). The breaker measures time on
-// the limiter's clock. The store's time budget makes a probe to a store
-// that hangs end within it; with WithStoreTimeout(0), a probe waits as long
-// as the store client lets it.
+// What counts as a failure is an error that is the store's fault, one that
+// ended a call's time budget included; not the caller's context ending
+// (even when the store's error arrives first, the caller's deadline having
+// passed, or the call having shared a batch with callers whose deadlines
+// ended it), not state the algorithm cannot read (ErrCorruptState), and
+// not a step of a user's algorithm that breaks the contract
+// (ErrInvalidParams). The breaker measures time on the limiter's clock.
 func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("circuit breaker failures", failures); err != nil {
@@ -75,13 +71,13 @@ type breaker struct {
 // the outcome. While it is open it decides nothing and returns the error
 // that opened it, wrapped in ErrCircuitOpen: made once when it opened, so
 // that path allocates nothing.
-func (b *breaker) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+func (b *breaker) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if !b.allow(req.Now) {
-		return Decision{}, b.err.Load()
+		return b.err.Load()
 	}
-	d, err := b.next.decide(ctx, t, k, req)
+	err := b.next.decide(ctx, t, k, req, d)
 	b.record(ctx, req.Now, err)
-	return d, err
+	return err
 }
 
 // allow reports whether a call may go to the store at now. When the

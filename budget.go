@@ -11,8 +11,8 @@ import (
 
 // DefaultStoreTimeout is the time budget of each store call of a limiter
 // created without WithStoreTimeout, on a store outside the process: a store
-// that hangs then costs a decision at most this long, and the decision
-// comes from the failure policy (or the fallback) with an error wrapping
+// that hangs then costs a decision at most this long, and the decision is
+// made as for any store failure, with an error wrapping
 // context.DeadlineExceeded. It is long enough for a healthy store on a
 // loaded machine (its calls take well under 10ms) and short enough that an
 // HTTP client is still waiting for the answer.
@@ -83,15 +83,15 @@ type budget struct {
 // decide asks the rest of the chain within the budget. Its error is a
 // budgetError only when the budget ran out before the call ended, and
 // before the caller's own deadline.
-func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	end := time.Now().Add(b.timeout)
 	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		// The caller's deadline comes first and bounds the call: a call
 		// that ends by it ends by the caller's choice.
-		return b.ask(ctx, t, k, req)
+		return b.ask(ctx, t, k, req, d)
 	}
 	sctx, cancel := context.WithDeadline(ctx, end)
-	d, err := b.ask(sctx, t, k, req)
+	err := b.ask(sctx, t, k, req, d)
 	// The budget ran out if its context ended while the caller's did not,
 	// or if its end has passed on the monotonic clock: a client that
 	// set its socket's deadline from the context may answer before the
@@ -100,17 +100,26 @@ func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Requ
 		err = &budgetError{budget: b.timeout, err: err}
 	}
 	cancel()
-	return d, err
+	return err
 }
 
 // ask asks the rest of the chain under ctx, which has a deadline: directly
 // for a store known to give up when its context ends, and otherwise on a
 // goroutine of its own that the caller stops waiting for when ctx ends.
-func (b *budget) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+func (b *budget) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if !b.detach {
-		return b.next.decide(ctx, t, k, req)
+		return b.next.decide(ctx, t, k, req, d)
 	}
-	return detached(ctx, func(ctx context.Context) (Decision, error) { return b.next.decide(ctx, t, k, req) })
+	// The goroutine decides into a Decision of its own: it may outlive
+	// the call, and d is the caller's (see link.decide).
+	v, err := detached(ctx, func(ctx context.Context) (v Decision, err error) {
+		err = b.next.decide(ctx, t, k, req, &v)
+		return v, err
+	})
+	if err == nil {
+		*d = v
+	}
+	return err
 }
 
 // forget has the rest of the chain forget k (the store's Delete) within

@@ -18,16 +18,9 @@ import (
 //
 // The cache only ever denies what the store itself would deny if nothing
 // else happened to the key, so it admits nothing extra. A denial holds for
-// the numbers it was made with: a request for the key at another Tier (a
-// key that moved to a larger plan, say) goes to the store and drops the
-// entry, since a decision under other numbers may change when the key is
-// admitted under these. (One case remains where the cache denies what the
-// store would admit: a key that moved to numbers under which its state
-// would be kept longer than the numbers that wrote it kept it, such as a
-// longer window or a slower refill. The store forgets that state at its
-// old expiry, which can come before a denial's RetryAfter under the new
-// numbers; the cache denies until that RetryAfter. See docs/tiers.md.)
-// What it cannot see
+// the numbers it was made with: a request for the key at another Tier goes
+// to the store and drops the entry (docs/tiers.md has the one case where
+// the cache still denies what the store would admit). What it cannot see
 // is a Reset or a change of numbers made by another process: such a key
 // stays denied here until T (Reset on this limiter clears its entry).
 // Requests of a smaller cost, which might fit sooner, still go to the
@@ -37,8 +30,7 @@ import (
 // The cache is off by default. maxKeys bounds its memory (about 100 bytes
 // per key plus the key); when it is full, an entry that has expired, or
 // else an arbitrary one, makes room. Times are read from the limiter's
-// clock, so a store on its server's clock and a limiter on a fake one do
-// not mix here.
+// clock.
 func WithDenyCache(maxKeys int) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("deny cache size", maxKeys); err != nil {
@@ -94,15 +86,15 @@ func newDenyCache(maxKeys int) *denyCache {
 // decide denies req from a denial in the cache, or asks the rest of the
 // chain and remembers a denial that comes back without an error: the
 // store's.
-func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (d Decision, err error) {
-	if c.lookup(k.ID, t, req, &d) {
-		return d, nil
+func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	if c.lookup(k.ID, t, req, d) {
+		return nil
 	}
-	d, err = c.next.decide(ctx, t, k, req)
+	err := c.next.decide(ctx, t, k, req, d)
 	if err == nil && !d.Allowed {
-		c.remember(k.ID, t, req, &d)
+		c.remember(k.ID, t, req, d)
 	}
-	return d, err
+	return err
 }
 
 // forget drops k's denial, then has the rest of the chain forget k.

@@ -25,12 +25,11 @@ import (
 //
 // It answers only for a store at fault: not when the caller's context has
 // ended, nor for state the algorithm cannot read (ErrCorruptState), nor
-// when the fallback store itself fails; the decision is then the failure
-// policy's. A request whose cost exceeds the fallback's share of the burst
-// is denied, with a RetryAfter of the time the error says the store will
-// not be called (an open circuit breaker's cool-down), or else one second.
-// A tier (Limiter.Tier) falls back to its own numbers divided the same
-// way.
+// when the fallback store itself fails; the failure policy decides those.
+// A request whose cost exceeds the fallback's share of the burst is
+// denied, with a RetryAfter of the time the store's error says it will not
+// be called, or else one second. A tier (Limiter.Tier) falls back to its
+// own numbers divided the same way.
 //
 // The fallback keeps its state under the limiter's namespace: give it a
 // store of its own, not the limiter's store. An algorithm that is neither
@@ -84,19 +83,20 @@ func (f *fallback) share(alg algorithms.Algorithm) (any, error) {
 	return t, nil
 }
 
-func (f *fallback) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
-	d, err := f.next.decide(ctx, t, k, req)
+func (f *fallback) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := f.next.decide(ctx, t, k, req, d)
 	if err == nil || !storeFault(ctx, err) {
-		return d, err
+		return err
 	}
 	share := t.local[f.slot].(*Tier)
 	if req.Cost > share.maxCost {
-		return Decision{Limit: int(share.maxCost), RetryAfter: retryAfter(err), Source: SourceFallback}, err
+		*d = Decision{Limit: int(share.maxCost), RetryAfter: retryAfter(err), Source: SourceFallback}
+		return err
 	}
-	if f.local.decideInto(ctx, share, k, req, &d) == nil {
+	if f.local.decide(ctx, share, k, req, d) == nil {
 		d.Source = SourceFallback
 	}
-	return d, err
+	return err
 }
 
 // forget drops k's local state, then has the rest of the chain forget it.

@@ -50,8 +50,9 @@ type Event struct {
 	Decision Decision
 	// CalledStore reports whether the decision called the store (the deny
 	// cache and an open circuit breaker spare it), and StoreLatency how
-	// long that call took, failed or not. The fallback's local call is not
-	// counted.
+	// long the decision took from the observer's hook on when it did,
+	// failed or not: the store call, and the in-process steps beside it
+	// (a fallback's, after a failure).
 	CalledStore  bool
 	StoreLatency time.Duration
 	// Err is the error returned with the decision: the store's failure, or
@@ -83,9 +84,9 @@ type observed struct {
 	algorithm string
 }
 
-func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
+func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	start := time.Now()
-	d, err := ob.next.decide(ctx, t, k, req)
+	err := ob.next.decide(ctx, t, k, req, d)
 	latency := time.Since(start)
 	called := d.Source != SourceDenyCache && !errors.Is(err, ErrCircuitOpen)
 	if !called {
@@ -98,10 +99,10 @@ func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.R
 		Cost:         int(req.Cost),
 		Peek:         req.Peek,
 		Allowed:      d.Allowed && !d.Shadowed,
-		Decision:     d,
+		Decision:     *d,
 		CalledStore:  called,
 		StoreLatency: latency,
 		Err:          err,
 	})
-	return d, err
+	return err
 }

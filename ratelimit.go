@@ -186,12 +186,12 @@ func makePolicyStep(c *chainOf, next link) (link, error) {
 	return &policyStep{passForget{next}, c.l.policy}, nil
 }
 
-func (p *policyStep) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
-	d, err := p.next.decide(ctx, t, k, req)
+func (p *policyStep) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := p.next.decide(ctx, t, k, req, d)
 	if err != nil && d.Source == SourceNone {
-		p.policy.decide(t, err, &d)
+		p.policy.decide(t, err, d)
 	}
-	return d, err
+	return err
 }
 
 // decide makes d the decision p prescribes at tier t for err.
@@ -422,12 +422,11 @@ func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek b
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 	if l.head != nil {
-		*d, err = l.head.decide(ctx, t, k, req)
-		return err
+		return l.head.decide(ctx, t, k, req, noescape(d))
 	}
 	// No link: the store, then the failure policy, as the chain's last
 	// two links would.
-	if err := l.storeLink.decideInto(ctx, t, k, req, d); err != nil {
+	if err := l.storeLink.decide(ctx, t, k, req, d); err != nil {
 		l.policy.decide(t, err, d)
 		return err
 	}

@@ -25,10 +25,10 @@ func WithShadow() Option {
 // shadow is WithShadow's link.
 type shadow struct{ passForget }
 
-func (s shadow) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
-	d, err := s.next.decide(ctx, t, k, req)
+func (s shadow) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := s.next.decide(ctx, t, k, req, d)
 	if !d.Allowed {
 		d.Allowed, d.Shadowed = true, true
 	}
-	return d, err
+	return err
 }
