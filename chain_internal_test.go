@@ -152,4 +152,4 @@ func TestFallbackSharePerTier(t *testing.T) {
 type errStore struct{ err error }
 
 func (s errStore) Update(context.Context, Key, int64, UpdateFunc) error { return s.err }
-func (s errStore) Delete(context.Context, Key) error                   { return s.err }
+func (s errStore) Delete(context.Context, Key) error                    { return s.err }
