@@ -39,10 +39,9 @@ func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 		if coolDown < time.Microsecond {
 			return fmt.Errorf("%w: circuit breaker cool-down %v must be at least 1µs", ErrInvalidParams, coolDown)
 		}
-		l.makers[breakerLink] = func(_ *chainOf, next link) (link, error) {
+		return l.addLink(breakerLink, func(_ *chainOf, next link) (link, error) {
 			return &breaker{passForget: passForget{next}, threshold: int64(failures), coolDown: int64(coolDown / time.Microsecond)}, nil
-		}
-		return nil
+		})
 	}
 }
 

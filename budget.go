@@ -45,8 +45,7 @@ func WithStoreTimeout(d time.Duration) Option {
 		if d < 0 {
 			return fmt.Errorf("%w: store timeout %v must not be negative", ErrInvalidParams, d)
 		}
-		l.makers[budgetLink] = makeBudget(d)
-		return nil
+		return l.addLink(budgetLink, makeBudget(d))
 	}
 }
 

@@ -55,6 +55,18 @@ type passForget struct{ next link }
 
 func (p passForget) forget(ctx context.Context, k Key) error { return p.next.forget(ctx, k) }
 
+// addLink has New make the link of the given place in the chain with
+// make, in place of any it had for that place. Outside New (an Option
+// called on a Limiter New returned) it is an error wrapping
+// ErrInvalidParams: a chain is built once.
+func (l *Limiter) addLink(place int, make linkMaker) error {
+	if l.makers == nil {
+		return fmt.Errorf("%w: an option applies only in New", ErrInvalidParams)
+	}
+	l.makers[place] = make
+	return nil
+}
+
 // A linkMaker makes an option's link in front of next, or returns next
 // itself when the option, as configured, adds nothing.
 type linkMaker func(c *chainOf, next link) (link, error)

@@ -36,12 +36,11 @@ func WithDenyCache(maxKeys int) Option {
 		if err := checkPositive("deny cache size", maxKeys); err != nil {
 			return err
 		}
-		l.makers[denyLink] = func(_ *chainOf, next link) (link, error) {
+		return l.addLink(denyLink, func(_ *chainOf, next link) (link, error) {
 			c := newDenyCache(maxKeys)
 			c.next = next
 			return c, nil
-		}
-		return nil
+		})
 	}
 }
 

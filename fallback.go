@@ -42,7 +42,7 @@ func WithFallback(store Store, replicas int) Option {
 		if err := checkPositive("fallback replicas", replicas); err != nil {
 			return err
 		}
-		l.makers[fallbackLink] = func(c *chainOf, next link) (link, error) {
+		return l.addLink(fallbackLink, func(c *chainOf, next link) (link, error) {
 			if err := checkClock(store, c.l.clock); err != nil {
 				return nil, fmt.Errorf("fallback: %w", err)
 			}
@@ -50,8 +50,7 @@ func WithFallback(store Store, replicas int) Option {
 			f.local.init(store, c.l.alg)
 			f.slot = c.perTier(f.share)
 			return f, nil
-		}
-		return nil
+		})
 	}
 }
 

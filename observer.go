@@ -68,10 +68,9 @@ func WithObserver(o Observer) Option {
 		if isNil(o) {
 			return fmt.Errorf("%w: nil observer", ErrInvalidParams)
 		}
-		l.makers[observerLink] = func(c *chainOf, next link) (link, error) {
+		return l.addLink(observerLink, func(c *chainOf, next link) (link, error) {
 			return &observed{passForget{next}, o, c.name(), c.l.alg.Name()}, nil
-		}
-		return nil
+		})
 	}
 }
 

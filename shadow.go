@@ -15,10 +15,9 @@ import (
 // returned.
 func WithShadow() Option {
 	return func(l *Limiter) error {
-		l.makers[shadowLink] = func(_ *chainOf, next link) (link, error) {
+		return l.addLink(shadowLink, func(_ *chainOf, next link) (link, error) {
 			return shadow{passForget{next}}, nil
-		}
-		return nil
+		})
 	}
 }
 
