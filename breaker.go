@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // ErrCircuitOpen is returned (wrapped) with decisions made without calling
@@ -15,24 +17,20 @@ import (
 var ErrCircuitOpen = errors.New("ratelimit: circuit open")
 
 // WithCircuitBreaker stops calling a failing store. After failures
-// consecutive store failures the breaker opens: for coolDown, decisions are
-// made without calling the store (by the fallback, or else the failure
-// policy) and come with an error wrapping ErrCircuitOpen and the failure
-// that opened it, so a dead store costs nothing per request. After the
-// cool-down one request probes the store, while the others go on as if
-// open: a probe that succeeds closes the breaker, one that fails opens it
-// for another cool-down.
+// consecutive store failures the breaker opens: for coolDown, the store is
+// not called, and the request is decided as for any store failure, with an
+// error wrapping ErrCircuitOpen and the failure that opened it, so a dead
+// store costs nothing per request. After the cool-down one request probes
+// the store, while the others go on as if open: a probe that succeeds
+// closes the breaker, one that fails opens it for another cool-down.
 //
-// What counts as a failure is an error from the store, a store call that
-// ran out of its time budget (DefaultStoreTimeout, WithStoreTimeout)
-// included; not the caller's context ending (even when the store's error
-// arrives first, the caller's deadline having passed, or the call having
-// shared a batch with callers whose deadlines ended it), not state the
-// algorithm cannot read (ErrCorruptState), and not a step of a user's
-// algorithm that breaks the contract (ErrInvalidParams). The breaker measures time on
-// the limiter's clock. The store's time budget makes a probe to a store
-// that hangs end within it; with WithStoreTimeout(0), a probe waits as long
-// as the store client lets it.
+// What counts as a failure is an error that is the store's fault, one that
+// ended a call's time budget included; not the caller's context ending
+// (even when the store's error arrives first, the caller's deadline having
+// passed, or the call having shared a batch with callers whose deadlines
+// ended it), not state the algorithm cannot read (ErrCorruptState), and
+// not a step of a user's algorithm that breaks the contract
+// (ErrInvalidParams). The breaker measures time on the limiter's clock.
 func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("circuit breaker failures", failures); err != nil {
@@ -41,8 +39,9 @@ func WithCircuitBreaker(failures int, coolDown time.Duration) Option {
 		if coolDown < time.Microsecond {
 			return fmt.Errorf("%w: circuit breaker cool-down %v must be at least 1µs", ErrInvalidParams, coolDown)
 		}
-		guardOf(l).breaker = &breaker{threshold: int64(failures), coolDown: int64(coolDown / time.Microsecond)}
-		return nil
+		return l.addLink(breakerLink, func(_ *chainOf, next link) (link, error) {
+			return &breaker{passForget: passForget{next}, threshold: int64(failures), coolDown: int64(coolDown / time.Microsecond)}, nil
+		})
 	}
 }
 
@@ -53,10 +52,11 @@ const (
 	breakerProbing              // one call (the probe) went to the store
 )
 
-// breaker is a circuit breaker on the limiter's clock (microseconds). Its
-// fast path, a closed breaker, is one atomic load before the call and at
-// most one after it.
+// breaker is WithCircuitBreaker's link: a circuit breaker on the
+// limiter's clock (microseconds). Its fast path, a closed breaker, is one
+// atomic load before the call and at most one after it.
 type breaker struct {
+	passForget
 	threshold int64 // consecutive failures that open it
 	coolDown  int64 // µs
 
@@ -64,6 +64,19 @@ type breaker struct {
 	failures atomic.Int64 // consecutive failures while closed
 	until    atomic.Int64 // end of the cool-down while open, µs
 	err      atomic.Pointer[circuitError]
+}
+
+// decide asks the rest of the chain unless the breaker is open, and counts
+// the outcome. While it is open it decides nothing and returns the error
+// that opened it, wrapped in ErrCircuitOpen: made once when it opened, so
+// that path allocates nothing.
+func (b *breaker) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	if !b.allow(req.Now) {
+		return b.err.Load()
+	}
+	err := b.next.decide(ctx, t, k, req, d)
+	b.record(ctx, req.Now, err)
+	return err
 }
 
 // allow reports whether a call may go to the store at now. When the
@@ -109,10 +122,6 @@ func (b *breaker) open(now int64, err error) {
 	b.state.Store(breakerOpen)
 }
 
-// openError is the error returned with decisions made while the breaker is
-// open: made once when it opened, so returning it allocates nothing.
-func (b *breaker) openError() error { return b.err.Load() }
-
 // circuitError is ErrCircuitOpen with the failure that opened the breaker.
 type circuitError struct {
 	cause    error
@@ -122,6 +131,12 @@ type circuitError struct {
 func (e *circuitError) Error() string {
 	return fmt.Sprintf("ratelimit: circuit open (the store is probed every %v): %v", e.coolDown, e.cause)
 }
+
+// storesFault makes an open breaker the store's fault (storeFault).
+func (e *circuitError) storesFault() {}
+
+// retryAfter is how long the store is not called, at most (retryError).
+func (e *circuitError) retryAfter() time.Duration { return e.coolDown }
 
 // Is reports ErrCircuitOpen.
 func (e *circuitError) Is(target error) bool { return target == ErrCircuitOpen }

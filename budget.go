@@ -11,8 +11,8 @@ import (
 
 // DefaultStoreTimeout is the time budget of each store call of a limiter
 // created without WithStoreTimeout, on a store outside the process: a store
-// that hangs then costs a decision at most this long, and the decision
-// comes from the failure policy (or the fallback) with an error wrapping
+// that hangs then costs a decision at most this long, and the decision is
+// made as for any store failure, with an error wrapping
 // context.DeadlineExceeded. It is long enough for a healthy store on a
 // loaded machine (its calls take well under 10ms) and short enough that an
 // HTTP client is still waiting for the answer.
@@ -45,85 +45,95 @@ func WithStoreTimeout(d time.Duration) Option {
 		if d < 0 {
 			return fmt.Errorf("%w: store timeout %v must not be negative", ErrInvalidParams, d)
 		}
-		l.timeout = d
-		return nil
+		return l.addLink(budgetLink, makeBudget(d))
 	}
 }
 
-// initTimeout gives the limiter's guard the store budget its options chose:
-// WithStoreTimeout's, or DefaultStoreTimeout on a store outside the
-// process (one that is not the memory store's toDecider).
-func (l *Limiter) initTimeout() {
-	d := l.timeout
-	if d < 0 { // not set
-		if _, local := l.store.(toDecider); local {
-			return
+// makeBudget makes the budget's link for a timeout of d: WithStoreTimeout's,
+// or, for d < 0 (no option), DefaultStoreTimeout on a store outside the
+// process (one that is not the memory store's toDecider). A budget of 0
+// adds no link.
+func makeBudget(d time.Duration) linkMaker {
+	return func(c *chainOf, next link) (link, error) {
+		store, timeout := c.l.store, d
+		if timeout < 0 {
+			if _, local := store.(toDecider); local {
+				return next, nil
+			}
+			timeout = DefaultStoreTimeout
 		}
-		d = DefaultStoreTimeout
-	}
-	if d > 0 {
-		guardOf(l).timeout = d
-		l.detach = !ctxaware.Honours(l.store)
+		if timeout == 0 {
+			return next, nil
+		}
+		return &budget{passForget{next}, timeout, !ctxaware.Honours(store)}, nil
 	}
 }
 
-// budgeted asks the store at tier t within the guard's time budget, if it
-// has one. An error is a budgetError only when the budget ran out before
-// the call ended, and before the caller's own deadline.
-func (l *Limiter) budgeted(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
-	budget := l.guard.timeout
-	if budget == 0 {
-		return l.fromStore(ctx, t, k, req)
-	}
-	end := time.Now().Add(budget)
+// budget is the link that runs the rest of the chain, down to the store,
+// within a time budget.
+type budget struct {
+	passForget
+	timeout time.Duration
+	// detach is set for a store not known to give up when its context
+	// ends: it is called on a goroutine of its own (ctxaware.Detached).
+	detach bool
+}
+
+// decide asks the rest of the chain within the budget. Its error is a
+// budgetError only when the budget ran out before the call ended, and
+// before the caller's own deadline.
+func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	end := time.Now().Add(b.timeout)
 	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		// The caller's deadline comes first and bounds the call: a call
 		// that ends by it ends by the caller's choice.
-		return l.askStore(ctx, t, k, req)
+		return b.ask(ctx, t, k, req, d)
 	}
 	sctx, cancel := context.WithDeadline(ctx, end)
-	d, err := l.askStore(sctx, t, k, req)
+	err := b.ask(sctx, t, k, req, d)
 	// The budget ran out if its context ended while the caller's did not,
 	// or if its end has passed on the monotonic clock: a client that
 	// set its socket's deadline from the context may answer before the
 	// context's own timer fires.
 	if err != nil && ctx.Err() == nil && (sctx.Err() != nil || !time.Now().Before(end)) {
-		err = &budgetError{budget: budget, err: err}
+		err = &budgetError{budget: b.timeout, err: err}
 	}
 	cancel()
-	return d, err
+	return err
 }
 
-// askStore is fromStore for a call with a deadline: made directly on a
-// store known to give up when its context ends, and otherwise on a
+// ask asks the rest of the chain under ctx, which has a deadline: directly
+// for a store known to give up when its context ends, and otherwise on a
 // goroutine of its own that the caller stops waiting for when ctx ends.
-func (l *Limiter) askStore(ctx context.Context, t *Tier, k Key, req algorithms.Request) (Decision, error) {
-	if !l.detach {
-		return l.fromStore(ctx, t, k, req)
+func (b *budget) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	if !b.detach {
+		return b.next.decide(ctx, t, k, req, d)
 	}
-	return ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (Decision, error) { return l.fromStore(ctx, t, k, req) })
+	// The goroutine decides into a Decision of its own: it may outlive
+	// the call, and d is the caller's (see link.decide).
+	v, err := ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (v Decision, err error) {
+		err = b.next.decide(ctx, t, k, req, &v)
+		return v, err
+	})
+	if err == nil {
+		*d = v
+	}
+	return err
 }
 
-// bounded runs a store call that returns no decision (Reset's Delete)
-// within the limiter's budget, as budgeted does for decisions.
-func (l *Limiter) bounded(ctx context.Context, call func(context.Context) error) error {
-	var budget time.Duration
-	if l.guard != nil {
-		budget = l.guard.timeout
-	}
-	if budget == 0 {
-		return call(ctx)
-	}
-	end := time.Now().Add(budget)
+// forget has the rest of the chain forget k (the store's Delete) within
+// the budget, as decide does for decisions.
+func (b *budget) forget(ctx context.Context, k Key) error {
+	end := time.Now().Add(b.timeout)
 	if dl, ok := ctx.Deadline(); !ok || dl.After(end) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, end)
 		defer cancel()
 	}
-	if !l.detach {
-		return call(ctx)
+	if !b.detach {
+		return b.next.forget(ctx, k)
 	}
-	_, err := ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx) })
+	_, err := ctxaware.Detached(ctx, "ratelimit: ", func(ctx context.Context) (struct{}, error) { return struct{}{}, b.next.forget(ctx, k) })
 	return err
 }
 
@@ -139,6 +149,9 @@ func (e *budgetError) Error() string {
 
 // Unwrap returns the store's error.
 func (e *budgetError) Unwrap() error { return e.err }
+
+// storesFault makes a budget that ran out the store's fault (storeFault).
+func (e *budgetError) storesFault() {}
 
 // Is reports context.DeadlineExceeded, whatever the client made of the
 // deadline (go-redis returns its socket's i/o timeout).

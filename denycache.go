@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -17,16 +18,9 @@ import (
 //
 // The cache only ever denies what the store itself would deny if nothing
 // else happened to the key, so it admits nothing extra. A denial holds for
-// the numbers it was made with: a request for the key at another Tier (a
-// key that moved to a larger plan, say) goes to the store and drops the
-// entry, since a decision under other numbers may change when the key is
-// admitted under these. (One case remains where the cache denies what the
-// store would admit: a key that moved to numbers under which its state
-// would be kept longer than the numbers that wrote it kept it, such as a
-// longer window or a slower refill. The store forgets that state at its
-// old expiry, which can come before a denial's RetryAfter under the new
-// numbers; the cache denies until that RetryAfter. See docs/tiers.md.)
-// What it cannot see
+// the numbers it was made with: a request for the key at another Tier goes
+// to the store and drops the entry (docs/tiers.md has the one case where
+// the cache still denies what the store would admit). What it cannot see
 // is a Reset or a change of numbers made by another process: such a key
 // stays denied here until T (Reset on this limiter clears its entry).
 // Requests of a smaller cost, which might fit sooner, still go to the
@@ -36,15 +30,17 @@ import (
 // The cache is off by default. maxKeys bounds its memory (about 100 bytes
 // per key plus the key); when it is full, an entry that has expired, or
 // else an arbitrary one, makes room. Times are read from the limiter's
-// clock, so a store on its server's clock and a limiter on a fake one do
-// not mix here.
+// clock.
 func WithDenyCache(maxKeys int) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("deny cache size", maxKeys); err != nil {
 			return err
 		}
-		guardOf(l).deny = newDenyCache(maxKeys)
-		return nil
+		return l.addLink(denyLink, func(_ *chainOf, next link) (link, error) {
+			c := newDenyCache(maxKeys)
+			c.next = next
+			return c, nil
+		})
 	}
 }
 
@@ -52,8 +48,10 @@ func WithDenyCache(maxKeys int) Option {
 // callers on different keys rarely wait on one lock.
 const denyShards = 16
 
-// denyCache maps keys to their latest denial, in shards of bounded size.
+// denyCache is WithDenyCache's link: it maps keys to the store's latest
+// denial, in shards of bounded size.
 type denyCache struct {
+	next     link
 	seed     maphash.Seed
 	shards   []denyShard
 	perShard int
@@ -82,6 +80,26 @@ func newDenyCache(maxKeys int) *denyCache {
 		c.shards[i].m = make(map[string]denial)
 	}
 	return c
+}
+
+// decide denies req from a denial in the cache, or asks the rest of the
+// chain and remembers a denial that comes back without an error: the
+// store's.
+func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	if c.lookup(k.ID, t, req, d) {
+		return nil
+	}
+	err := c.next.decide(ctx, t, k, req, d)
+	if err == nil && !d.Allowed {
+		c.remember(k.ID, t, req, d)
+	}
+	return err
+}
+
+// forget drops k's denial, then has the rest of the chain forget k.
+func (c *denyCache) forget(ctx context.Context, k Key) error {
+	c.drop(k.ID)
+	return c.next.forget(ctx, k)
 }
 
 func (c *denyCache) shard(key string) *denyShard {
@@ -115,7 +133,7 @@ func (c *denyCache) lookup(key string, t *Tier, req algorithms.Request, d *Decis
 }
 
 // remember records the store's denial d of req at tier t.
-func (c *denyCache) remember(key string, t *Tier, req algorithms.Request, d Decision) {
+func (c *denyCache) remember(key string, t *Tier, req algorithms.Request, d *Decision) {
 	retry := int64(d.RetryAfter / time.Microsecond)
 	if retry <= 0 {
 		return
@@ -158,7 +176,8 @@ func (sh *denyShard) makeRoom(now int64) {
 	delete(sh.m, victim)
 }
 
-func (c *denyCache) forget(key string) {
+// drop drops key's denial.
+func (c *denyCache) drop(key string) {
 	sh := c.shard(key)
 	sh.mu.Lock()
 	delete(sh.m, key)

@@ -17,7 +17,7 @@ func TestDenyCacheBounded(t *testing.T) {
 		denied := Decision{RetryAfter: time.Hour}
 		for i := range 20 * size {
 			key := fmt.Sprint("key-", i)
-			c.remember(key, testTier, algorithms.Request{Now: int64(i), Cost: 1}, denied)
+			c.remember(key, testTier, algorithms.Request{Now: int64(i), Cost: 1}, &denied)
 			if n := c.len(); n > size {
 				t.Fatalf("deny cache of size %d holds %d keys after %d denials", size, n, i+1)
 			}
@@ -33,8 +33,8 @@ func TestDenyCacheBounded(t *testing.T) {
 // expired entries before live ones.
 func TestDenyCacheReclaimsExpired(t *testing.T) {
 	c := newDenyCache(1)
-	c.remember("old", testTier, algorithms.Request{Now: 0, Cost: 1}, Decision{RetryAfter: time.Microsecond})
-	c.remember("new", testTier, algorithms.Request{Now: 10, Cost: 1}, Decision{RetryAfter: time.Hour})
+	c.remember("old", testTier, algorithms.Request{Now: 0, Cost: 1}, &Decision{RetryAfter: time.Microsecond})
+	c.remember("new", testTier, algorithms.Request{Now: 10, Cost: 1}, &Decision{RetryAfter: time.Hour})
 	var d Decision
 	if c.len() != 1 || !c.lookup("new", testTier, algorithms.Request{Now: 10, Cost: 1}, &d) {
 		t.Errorf("a full deny cache of 1 did not replace its expired entry: %d keys", c.len())

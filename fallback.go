@@ -23,10 +23,13 @@ import (
 // store returns). It is meant to keep a service up and its limit roughly
 // enforced for the length of an outage.
 //
-// The failure policy still applies where the fallback cannot answer: when
-// the caller's context has ended, for state the algorithm cannot read
-// (ErrCorruptState), and when the fallback store itself fails. A request
-// whose cost exceeds the fallback's share of the burst is denied.
+// It answers only for a store at fault: not when the caller's context has
+// ended, nor for state the algorithm cannot read (ErrCorruptState), nor
+// when the fallback store itself fails; the failure policy decides those.
+// A request whose cost exceeds the fallback's share of the burst is
+// denied, with a RetryAfter of the time the store's error says it will not
+// be called, or else one second. A tier (Limiter.Tier) falls back to its
+// own numbers divided the same way.
 //
 // The fallback keeps its state under the limiter's namespace: give it a
 // store of its own, not the limiter's store. An algorithm that is neither
@@ -39,59 +42,74 @@ func WithFallback(store Store, replicas int) Option {
 		if err := checkPositive("fallback replicas", replicas); err != nil {
 			return err
 		}
-		guardOf(l).fallback = &fallback{store: store, replicas: int64(replicas)}
-		return nil
+		return l.addLink(fallbackLink, func(c *chainOf, next link) (link, error) {
+			if err := checkClock(store, c.l.clock); err != nil {
+				return nil, fmt.Errorf("fallback: %w", err)
+			}
+			f := &fallback{passForget: passForget{next}, replicas: int64(replicas)}
+			f.local.init(store, c.l.alg)
+			f.slot = c.perTier(f.share)
+			return f, nil
+		})
 	}
 }
 
-// fallback is the local limiter of WithFallback. Each Tier of the limiter
-// holds its share of the tier's numbers as a Tier of lim (Tier.fb).
+// fallback is WithFallback's link: when the rest of the chain fails by the
+// store's fault, it decides on its own store with each tier's share of
+// the numbers, which it keeps in the tier (Tier.local[slot]).
 type fallback struct {
-	store    Store
+	passForget
+	local    storeLink
 	replicas int64
-	lim      *Limiter // a plain limiter (no guard) on store, in l's namespace
+	slot     int
 }
 
-func (f *fallback) init(l *Limiter) error {
-	alg, err := algorithms.Divide(l.alg, f.replicas)
-	if err != nil {
-		return fmt.Errorf("fallback: %w", err)
+// share returns the fallback's share of alg's numbers, as a Tier that
+// local decides with.
+func (f *fallback) share(alg algorithms.Algorithm) (any, error) {
+	div, err := algorithms.Divide(alg, f.replicas)
+	if err == nil {
+		err = div.Validate()
 	}
-	if f.lim, err = New(f.store, alg, WithClock(l.clock)); err != nil {
-		return err
-	}
-	f.lim.ns = l.ns
-	return nil
-}
-
-// tier returns the fallback's share of alg's numbers, a tier of f.lim.
-func (f *fallback) tier(alg algorithms.Algorithm) (*Tier, error) {
-	share, err := algorithms.Divide(alg, f.replicas)
 	if err != nil {
 		return nil, fmt.Errorf("fallback: %w", err)
 	}
-	return f.lim.Tier(share)
+	t := &Tier{alg: div, maxCost: div.MaxCost()}
+	if t.maxCost <= 0 {
+		return nil, fmt.Errorf("%w: fallback: %v has max cost %d", ErrInvalidParams, div, t.maxCost)
+	}
+	t.setNumbers()
+	return t, nil
 }
 
-// fallbackDecide asks the fallback store, at fb (a tier of the fallback
-// limiter), into d, and reports false when it cannot answer. retry is the
-// RetryAfter of a request above the fallback's burst, which only the store
-// can admit.
-func fallbackDecide(ctx context.Context, fb *Tier, k Key, req algorithms.Request, retry time.Duration, d *Decision) bool {
-	if req.Cost > fb.maxCost {
-		*d = Decision{Limit: int(fb.maxCost), RetryAfter: retry, Source: SourceFallback}
-		return true
+func (f *fallback) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := f.next.decide(ctx, t, k, req, d)
+	if err == nil || !storeFault(ctx, err) {
+		return err
 	}
-	fd, err := fb.l.fromStore(ctx, fb, k, req)
-	if err != nil {
-		return false
+	share := t.local[f.slot].(*Tier)
+	if req.Cost > share.maxCost {
+		*d = Decision{Limit: int(share.maxCost), RetryAfter: retryAfter(err), Source: SourceFallback}
+		return err
 	}
-	*d = fd
-	d.Source = SourceFallback
-	return true
+	if f.local.decide(ctx, share, k, req, d) == nil {
+		d.Source = SourceFallback
+	}
+	return err
 }
 
-// forget drops key's local state.
-func (f *fallback) forget(ctx context.Context, key string) {
-	_ = f.lim.store.Delete(ctx, Key{Namespace: f.lim.ns, ID: key})
+// forget drops k's local state, then has the rest of the chain forget it.
+func (f *fallback) forget(ctx context.Context, k Key) error {
+	_ = f.local.forget(ctx, k)
+	return f.next.forget(ctx, k)
+}
+
+// retryAfter is the RetryAfter of a request only the store can admit,
+// while it fails with err: the time err says the store will not be called
+// (a retryError), or one second.
+func retryAfter(err error) time.Duration {
+	if r, ok := err.(retryError); ok {
+		return r.retryAfter()
+	}
+	return time.Second
 }

@@ -2,8 +2,11 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // Observer is told about every decision a limiter makes, for metrics,
@@ -47,8 +50,9 @@ type Event struct {
 	Decision Decision
 	// CalledStore reports whether the decision called the store (the deny
 	// cache and an open circuit breaker spare it), and StoreLatency how
-	// long that call took, failed or not. The fallback's local call is not
-	// counted.
+	// long the decision took from the observer's hook on when it did,
+	// failed or not: the store call, and the in-process steps beside it
+	// (a fallback's, after a failure).
 	CalledStore  bool
 	StoreLatency time.Duration
 	// Err is the error returned with the decision: the store's failure, or
@@ -64,7 +68,40 @@ func WithObserver(o Observer) Option {
 		if isNil(o) {
 			return fmt.Errorf("%w: nil observer", ErrInvalidParams)
 		}
-		guardOf(l).observer = o
-		return nil
+		return l.addLink(observerLink, func(c *chainOf, next link) (link, error) {
+			return &observed{passForget{next}, o, c.name(), c.l.alg.Name()}, nil
+		})
 	}
+}
+
+// observed is WithObserver's link: it tells its observer of the decision
+// the rest of the chain made.
+type observed struct {
+	passForget
+	o         Observer
+	limiter   string
+	algorithm string
+}
+
+func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	start := time.Now()
+	err := ob.next.decide(ctx, t, k, req, d)
+	latency := time.Since(start)
+	called := d.Source != SourceDenyCache && !errors.Is(err, ErrCircuitOpen)
+	if !called {
+		latency = 0
+	}
+	ob.o.ObserveDecision(ctx, Event{
+		Limiter:      ob.limiter,
+		Algorithm:    ob.algorithm,
+		Key:          k.ID,
+		Cost:         int(req.Cost),
+		Peek:         req.Peek,
+		Allowed:      d.Allowed && !d.Shadowed,
+		Decision:     *d,
+		CalledStore:  called,
+		StoreLatency: latency,
+		Err:          err,
+	})
+	return err
 }

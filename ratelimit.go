@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"reflect"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -175,15 +174,39 @@ func WithFailurePolicy(p FailurePolicy) Option {
 	}
 }
 
+// policyStep is the failure policy's link: it decides what nothing after
+// it decided, because of the error that came back. Every chain has it;
+// a limiter without a chain applies the policy itself (Limiter.decide).
+type policyStep struct {
+	passForget
+	policy FailurePolicy
+}
+
+func makePolicyStep(c *chainOf, next link) (link, error) {
+	return &policyStep{passForget{next}, c.l.policy}, nil
+}
+
+func (p *policyStep) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := p.next.decide(ctx, t, k, req, d)
+	if err != nil && d.Source == SourceNone {
+		p.policy.decide(t, err, d)
+	}
+	return err
+}
+
+// decide makes d the decision p prescribes at tier t for err.
+func (p FailurePolicy) decide(t *Tier, err error, d *Decision) {
+	*d = Decision{Limit: int(t.maxCost), Source: SourceFailurePolicy}
+	if p == FailOpen && !notStoresFault(err) {
+		d.Allowed = true
+	}
+}
+
 // Limiter decides whether keys may act now, under one algorithm, with state
 // in one store. Create it with New; the zero value is not usable. Allow is
 // the method most callers want. A Limiter is safe for concurrent use.
 type Limiter struct {
-	store   Store
-	decider Decider // store as a Decider, or nil
-	// to is store as a toDecider (the memory store) when alg is an
-	// algorithms.ToDecider, or nil.
-	to    toDecider
+	store Store
 	alg   algorithms.Algorithm
 	clock clock.Clock
 	// systemClock is set when clock is clock.System, which the limiter
@@ -193,18 +216,17 @@ type Limiter struct {
 	ns          string
 	policy      FailurePolicy
 	maxCost     int64
-	// noServerForm is set once the store has said it cannot run alg.
-	noServerForm atomic.Bool
-	// timeout is WithStoreTimeout's budget, or -1 when not given
-	// (budget.go).
-	timeout time.Duration
-	// detach is set when store calls run within a budget on a store not
-	// known to give up when its context ends (budget.go).
-	detach bool
-	// guard holds the options for store failures, the deny cache, shadow
-	// mode and the observer, and the store's time budget (guard.go); nil
-	// when none is set.
-	guard *guard
+	// storeLink asks the store: the last link of head's chain, or the
+	// whole path when head is nil (chain.go).
+	storeLink storeLink
+	// head is the first link of the path New built from the options, or
+	// nil when they added none (chain.go).
+	head link
+	// makers holds the options' links while New runs, by their place in
+	// the chain; nil afterwards.
+	makers *[numLinks]linkMaker
+	// perTier makes what the links keep for each tier (Tier.local).
+	perTier []func(algorithms.Algorithm) (any, error)
 	// own is the tier of the limiter's own numbers, which Allow, AllowN,
 	// Peek and Wait decide with (tier.go).
 	own Tier
@@ -231,21 +253,20 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if err := checkName("algorithm name", alg.Name()); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost(), timeout: -1}
+	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost()}
 	if l.maxCost <= 0 {
 		return nil, fmt.Errorf("%w: algorithm %s has max cost %d", ErrInvalidParams, alg.Name(), l.maxCost)
 	}
+	// The links the limiter has without options; an option replaces its
+	// own.
+	l.makers = &[numLinks]linkMaker{policyLink: makePolicyStep, budgetLink: makeBudget(-1)}
 	for _, opt := range opts {
 		if err := opt(l); err != nil {
 			return nil, err
 		}
 	}
-	if sc, ok := store.(ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
-		return nil, fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
-	}
-	l.initTimeout()
-	if !ownAlgorithm(alg) {
-		l.decider, _ = store.(Decider) // a user's algorithm goes through update
+	if err := checkClock(store, l.clock); err != nil {
+		return nil, err
 	}
 	l.systemClock = l.clock == clock.System
 	name := l.name
@@ -255,17 +276,27 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		name = fmt.Sprintf("p%016x", h.Sum64())
 	}
 	l.ns = name + ":" + alg.Name()
+	l.storeLink.init(store, alg)
+	err := l.buildChain(l.makers)
+	l.makers = nil
+	if err != nil {
+		return nil, err
+	}
 	l.own = Tier{l: l, alg: alg, maxCost: l.maxCost}
 	l.own.setNumbers()
-	if l.own.to != nil {
-		l.to, _ = store.(toDecider)
-	}
-	if l.guard != nil {
-		if err := l.guard.init(l, name); err != nil {
-			return nil, err
-		}
+	if l.own.local, err = l.tierLocal(alg); err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+// checkClock refuses a clock other than clock.System with a store that
+// decides by its server's clock, which would ignore it.
+func checkClock(store Store, c clock.Clock) error {
+	if sc, ok := store.(ServerClocker); ok && c != clock.System && sc.ServerClock() {
+		return fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
+	}
+	return nil
 }
 
 // Algorithm returns the limiter's algorithm.
@@ -316,11 +347,11 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	if l.guard != nil {
-		l.guard.forget(ctx, key)
-	}
 	k := Key{Namespace: l.ns, ID: key}
-	return l.bounded(ctx, func(ctx context.Context) error { return l.store.Delete(ctx, k) })
+	if l.head != nil {
+		return l.head.forget(ctx, k)
+	}
+	return l.storeLink.forget(ctx, k)
 }
 
 // Wait blocks until key may make one request, consumes it, and returns the
@@ -390,22 +421,13 @@ func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek b
 	}
 	k := Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
-	if l.guard != nil {
-		*d, err = l.guarded(ctx, t, k, req)
-		return err
+	if l.head != nil {
+		return l.head.decide(ctx, t, k, req, noescape(d))
 	}
-	if l.to != nil {
-		// The memory store's path, fromStoreInto's first case inlined.
-		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
-		if err == nil {
-			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
-			return nil
-		}
-		*d, err = l.failed(t, err)
-		return err
-	}
-	if err := l.fromStoreInto(ctx, t, k, req, d); err != nil {
-		*d, err = l.failed(t, err)
+	// No link: the store, then the failure policy, as the chain's last
+	// two links would.
+	if err := l.storeLink.decide(ctx, t, k, req, d); err != nil {
+		l.policy.decide(t, err, d)
 		return err
 	}
 	return nil
@@ -417,112 +439,6 @@ func (l *Limiter) now() int64 {
 		return clock.UnixMicro()
 	}
 	return l.clock.Now().UnixMicro()
-}
-
-// fromStore asks the store for a decision with tier t's numbers: through
-// its Decider when it has one for the algorithm, through Update otherwise.
-// It returns the store's error as it is.
-func (l *Limiter) fromStore(ctx context.Context, t *Tier, k Key, req algorithms.Request) (d Decision, err error) {
-	err = l.fromStoreInto(ctx, t, k, req, &d)
-	return d, err
-}
-
-// fromStoreInto is fromStore writing the decision to d; d is unchanged
-// when it returns an error.
-func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
-	if l.to != nil {
-		// The memory store, which never answers ErrUnsupported.
-		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
-		if err == nil {
-			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
-		}
-		return err
-	}
-	if l.decider != nil && !l.noServerForm.Load() {
-		err := d.set(l.decider.Decide(ctx, k, t.alg, req))
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, ErrUnsupported) {
-			return err
-		}
-		l.noServerForm.Store(true)
-	}
-	return l.update(ctx, t.alg, k, req, d)
-}
-
-// update runs alg through the store's atomic Update, holding each step to
-// the contract the built-in algorithms keep (checkStep) before the store
-// writes it, so that a user's algorithm decides alike on every store.
-func (l *Limiter) update(ctx context.Context, alg algorithms.Algorithm, k Key, req algorithms.Request, d *Decision) error {
-	var step algorithms.Step
-	err := l.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
-		r := req
-		r.Now = now
-		var err error
-		step, err = alg.Decide(cur, r)
-		if err == nil {
-			err = checkStep(alg, r, &step)
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		return step.Next, step.TTL, nil
-	})
-	if err != nil {
-		return err
-	}
-	return d.set(step.Decision, nil)
-}
-
-// failed returns the decision the failure policy prescribes for err, at
-// tier t.
-func (l *Limiter) failed(t *Tier, err error) (Decision, error) {
-	d := Decision{Limit: int(t.maxCost), Source: SourceFailurePolicy}
-	if l.policy == FailOpen && !notStoresFault(err) {
-		d.Allowed = true
-	}
-	return d, err
-}
-
-// notStoresFault reports an error that a working store returned: state the
-// algorithm cannot read (ErrCorruptState), or a step of a user's algorithm
-// that breaks the contract (checkStep, ErrInvalidParams). No failure policy
-// admits on it and the circuit breaker does not count it: waiting for the
-// store to recover would change nothing.
-func notStoresFault(err error) bool {
-	return errors.Is(err, ErrCorruptState) || errors.Is(err, ErrInvalidParams)
-}
-
-// set makes d the store's Decision for the algorithm's decision a, unless
-// err is set, and returns err. It is not inlined so that a and err arrive
-// in registers and are read field by field: a Decision has too many fields
-// for the compiler to keep in registers, and the copy it makes of a struct
-// written field by field costs a stall on the hot path.
-//
-//go:noinline
-func (d *Decision) set(a algorithms.Decision, err error) error {
-	if err != nil {
-		return err
-	}
-	d.setFields(a.Allowed, a.Limit, a.Remaining, a.RetryAfter, a.ResetAfter, a.Delay)
-	if a.Parts != nil {
-		d.Limits = limitsOf(a.Parts)
-	}
-	return nil
-}
-
-// setFields makes d the store's Decision for a single algorithm's decision
-// with these fields (durations in microseconds); its Limits is nil.
-func (d *Decision) setFields(allowed bool, limit, remaining, retryAfter, resetAfter, delay int64) {
-	d.Allowed = allowed
-	d.Limit = int(limit)
-	d.Remaining = int(remaining)
-	d.RetryAfter = time.Duration(retryAfter) * time.Microsecond
-	d.ResetAfter = time.Duration(resetAfter) * time.Microsecond
-	d.Delay = time.Duration(delay) * time.Microsecond
-	d.Source = SourceStore
-	d.Limits = nil
 }
 
 // checkKey reports an empty or oversized key. The check is inlined where

@@ -1,20 +1,33 @@
 package ratelimit
 
+import (
+	"context"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
 // WithShadow puts the limiter in shadow mode, for rolling out a new limit
-// safely: it decides as usual (store, fallback, deny cache, failure policy),
-// consumes what an enforcing limiter would consume, and reports the
-// decision, but never denies. A request the limit denies comes back with
-// Allowed true and Shadowed true, its other fields (RetryAfter included)
-// those of the denial, so the caller can log what enforcing would do. The
-// observer sees the limit's own answer (Event.Allowed false), so metrics
-// count shadow denials as denials.
-//
-// Store errors are still returned, and in shadow mode a failing store is
-// never a reason to deny either: the failure policy's denial is shadowed
-// like any other.
+// safely: it decides and consumes as an enforcing limiter would, and
+// reports the decision, but never denies. A request the limit denies, for
+// whatever reason (a failing store included), comes back with Allowed true
+// and Shadowed true, its other fields (RetryAfter included) those of the
+// denial, so the caller can log what enforcing would do. Errors are still
+// returned.
 func WithShadow() Option {
 	return func(l *Limiter) error {
-		guardOf(l).shadow = true
-		return nil
+		return l.addLink(shadowLink, func(_ *chainOf, next link) (link, error) {
+			return shadow{passForget{next}}, nil
+		})
 	}
+}
+
+// shadow is WithShadow's link.
+type shadow struct{ passForget }
+
+func (s shadow) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+	err := s.next.decide(ctx, t, k, req, d)
+	if !d.Allowed {
+		d.Allowed, d.Shadowed = true, true
+	}
+	return err
 }

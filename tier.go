@@ -29,9 +29,9 @@ type Tier struct {
 	l       *Limiter
 	alg     algorithms.Algorithm
 	maxCost int64
-	// fb is the fallback limiter's share of these numbers (WithFallback),
-	// a tier of that limiter; nil without a fallback.
-	fb *Tier
+	// local holds what the links of the limiter's chain keep for these
+	// numbers, each at the index it registered (chainOf.perTier).
+	local []any
 	// policy is alg's Policy when alg is a built-in algorithm (whose
 	// Policy determines its decisions), for sameNumbers; builtin says so.
 	policy  algorithms.Policy
@@ -68,12 +68,9 @@ func (l *Limiter) Tier(alg algorithms.Algorithm) (*Tier, error) {
 		return nil, fmt.Errorf("%w: tier algorithm %v has max cost %d", ErrInvalidParams, alg, t.maxCost)
 	}
 	t.setNumbers()
-	if l.guard != nil && l.guard.fallback != nil {
-		fb, err := l.guard.fallback.tier(alg)
-		if err != nil {
-			return nil, err
-		}
-		t.fb = fb
+	var err error
+	if t.local, err = l.tierLocal(alg); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
