@@ -297,12 +297,13 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			// Let the impatient callers fill the store's queues first.
 			time.Sleep(20 * time.Millisecond)
 			const requests = 200
-			var fromStore, admitted, policy int
+			var fromStore, admitted, policy, late int
 			var lastErr error
 			deadline := time.Now().Add(60 * time.Second) // the test's own bound
-			for i := 0; i < requests && time.Now().Before(deadline); i++ {
+			for fromStore+policy < requests && time.Now().Before(deadline) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 				d, err := lim.Allow(ctx, "patient")
+				ownDeadline := ctx.Err() != nil
 				cancel()
 				switch {
 				case d.Source == ratelimit.SourceStore && err == nil:
@@ -310,6 +311,11 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 					if d.Allowed {
 						admitted++
 					}
+				case ownDeadline && !errors.Is(err, ratelimit.ErrCircuitOpen):
+					// The patient caller's own second ran out (a loaded
+					// machine): not the breaker's doing; ask again. The
+					// store may have counted the request it never saw.
+					late++
 				default:
 					policy++
 					lastErr = err
@@ -317,10 +323,10 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			}
 			close(stop)
 			wg.Wait()
-			t.Logf("%s: impatient callers made %d calls, %d ended by their own deadline", st.name, calls.Load(), early.Load())
-			if admitted != 100 || fromStore != requests {
-				t.Errorf("patient caller of lim.Allow (limit 100) beside 63 callers with %v deadlines: %d of %d answers from the store, %d admitted by it, %d from elsewhere (last error %v); want all %d from the store, 100 admitted",
-					st.impatient, fromStore, requests, admitted, policy, lastErr, requests)
+			t.Logf("%s: impatient callers made %d calls, %d ended by their own deadline; the patient caller's own deadline ended %d calls", st.name, calls.Load(), early.Load(), late)
+			if fromStore != requests || admitted > 100 || admitted < 100-late {
+				t.Errorf("patient caller of lim.Allow (limit 100) beside 63 callers with %v deadlines: %d of %d answers from the store, %d admitted by it, %d from elsewhere (last error %v), %d ended by its own deadline; want all %d from the store, 100 admitted (less those its own deadline hid)",
+					st.impatient, fromStore, requests, admitted, policy, lastErr, late, requests)
 			}
 			if early.Load() == 0 {
 				t.Errorf("no impatient call ended by its deadline: the test did not test")
