@@ -6,7 +6,8 @@
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
 --            (the latest of its parts'), then for each part: when the
 --            part's state expires, its length in bytes (0 for none, 8 per
---            field otherwise), and its fields
+--            field otherwise), and its fields (for the sliding log, the Go
+--            form's: the header (-1, total), then (time, cost) pairs)
 --   ARGV     now, cost, peek, server_clock, slack, packed(every part's
 --            parameters, in order), then the parts' algorithm names
 --   reply    for each part: {allowed, limit, remaining, retry_after,
@@ -112,8 +113,9 @@ local function decide_counter(now, cost, peek, live, sv_, av_)
     start + period - now, {s_start, s_used, s_seen}
 end
 
--- The forms by name: decide, the number of state fields (n) and of
--- parameters (na), and the state's check.
+-- The forms by name: decide, the number of state fields (n; false for
+-- a state of any number of pairs of fields) and of parameters (na), and
+-- the state's check.
 local FORMS = {
   counter = {decide = decide_counter, n = 3, na = 2, valid = function(sv_)
     local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
@@ -165,12 +167,21 @@ if raw then
     end
     local e, len
     e, len, pos = struct.unpack('<dd', raw, pos)
-    if not (e >= 0 and e <= MAX) or (len ~= 0 and len ~= 8 * p.f.n) or pos + len > #raw + 1 then
+    if not (e >= 0 and e <= MAX) or pos + len > #raw + 1
+      or (len ~= 0 and (p.f.n and len ~= 8 * p.f.n or not p.f.n and len % 16 ~= 0)) then
       return redis.error_reply('CORRUPT composite part ' .. i)
     end
     if len > 0 then
-      local s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
-      pos = table.remove(s)
+      local s
+      if p.f.n then
+        s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
+        pos = table.remove(s)
+      else
+        -- A state of any length, read a field at a time (unpacking it
+        -- whole could pass Lua's limit on a call's results).
+        s = {}
+        for j = 1, len / 8 do s[j], pos = struct.unpack('<d', raw, pos) end
+      end
       if now < e then
         if not p.f.valid(s) then
           return redis.error_reply('CORRUPT composite part ' .. i .. ' state')
@@ -185,7 +196,7 @@ if raw then
 end
 for i = 1, np do
   local p = parts[i]
-  if not p.live then
+  if not p.live and p.f.n then
     for j = 1, p.f.n do p.s[j] = 0 end
   end
 end
@@ -223,8 +234,8 @@ for i = 1, np do
   end
   vals[#vals + 1] = e
   if s then
-    vals[#vals + 1] = 8 * p.f.n
-    for j = 1, p.f.n do vals[#vals + 1] = s[j] end
+    vals[#vals + 1] = 8 * #s
+    for j = 1, #s do vals[#vals + 1] = s[j] end
   else
     vals[#vals + 1] = 0
   end
@@ -237,5 +248,12 @@ vals[1] = top
 local r999 = top - now + 999
 local q = floor(r999 / 1000)
 if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
-redis.call('SET', KEYS[1], struct.pack('<' .. string.rep('d', #vals), unpack(vals)), 'PX', max(q, 1) + slack)
+-- Packed in runs of at most 256 fields, within Lua's limit on a call's
+-- arguments.
+local packed = {}
+for j = 1, #vals, 256 do
+  local k = min(j + 255, #vals)
+  packed[#packed + 1] = struct.pack('<' .. string.rep('d', k - j + 1), unpack(vals, j, k))
+end
+redis.call('SET', KEYS[1], table.concat(packed), 'PX', max(q, 1) + slack)
 return out
