@@ -176,6 +176,7 @@ type Store struct {
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
+	leaseSQL                                    string
 }
 
 // New returns a store that keeps its state in db. It does not contact the
@@ -211,6 +212,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, expires_at = $3 WHERE key = $1"
 	s.insertSQL = "INSERT INTO " + t + " (key, state, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	s.deleteSQL = "DELETE FROM " + t + " WHERE key = $1"
+	s.leaseSQL = "SELECT res, holder FROM " + s.leaseFunction() + "($1, $2, $3, $4, $5, $6)"
 	s.expiredSQL = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
 		" WHERE expires_at <= " + s.ident("ratelimit_now") + "() LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	return s, nil

@@ -132,6 +132,8 @@ func (s *Store) SchemaSQL() string {
 	}
 	b.WriteString(s.decideFunctionSQL(compositeName, s.forms.composite, true))
 	b.WriteString("\n")
+	b.WriteString(s.leaseFunctionSQL()) // lease.go
+	b.WriteString("\n")
 	return b.String()
 }
 
