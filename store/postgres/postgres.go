@@ -381,12 +381,12 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // locks the key's row, runs the composite SQL form (ratelimit_all_<version>, which
 // calls each part's SQL form as a peek and, when every part admits, for
 // real) and writes every part's next state only when all admit. For a
-// composite with a part that has no generated SQL form it returns an error
+// composite with a part that has no composite SQL form it returns an error
 // wrapping ratelimit.ErrUnsupported without contacting the server.
 func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
 	names, args, ok := algorithms.CompositeForm(c)
 	if !ok {
-		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a generated SQL form: %w", c, ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a composite SQL form: %w", c, ratelimit.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)

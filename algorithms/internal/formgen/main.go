@@ -196,6 +196,7 @@ func Generate(dir string) (map[string][]byte, error) {
 		return nil, err
 	}
 	out[filepath.Join("lua", "all.lua")] = []byte(LuaAll(forms, parts))
+	out[filepath.Join("lua", "many", "all.lua")] = []byte(LuaManyAll(forms, parts))
 	out[filepath.Join("sql", "all.sql")] = []byte(SQLAll(forms, parts))
 	defs[filepath.Join("sql", "all.sql")] = sqlAllDefines
 	hand, err := addHandWrittenSQL(dir, out, defs)
