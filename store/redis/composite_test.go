@@ -1,6 +1,7 @@
 package redis_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
@@ -54,5 +55,56 @@ func TestCompositeOneRoundTrip(t *testing.T) {
 		c = goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)}) // a client without the hook
 		t.Cleanup(func() { c.Close() })
 		s = mustNew(t, c, redis.WithPrefix(fmt.Sprint("rt-composite-", time.Now().UnixNano())), redis.WithServerClock(false))
+	}
+}
+
+// TestCompositeLongSlidingLog checks a composite whose sliding log holds
+// more entries than one Lua call may return or take (about 8,000 values):
+// a log of 4,500 entries, built by the Go form and imported, decides and
+// is stored as the Go form decides and stores it.
+func TestCompositeLongSlidingLog(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
+	t.Cleanup(func() { c.Close() })
+	s := mustNew(t, c, redis.WithPrefix(fmt.Sprint("long-log-", time.Now().UnixNano())), redis.WithServerClock(false))
+	ctx := context.Background()
+	alg := algorithms.All(algorithms.SlidingLog(5000, time.Hour), algorithms.FixedWindow(100_000, time.Hour))
+	key := ratelimit.Key{Namespace: "long", ID: "k"}
+	base := time.Now().UnixMicro()
+	var state []byte
+	var expires int64
+	for i := range 4500 {
+		now := base + int64(i)
+		st, err := alg.Decide(state, algorithms.Request{Now: now, Cost: 1})
+		if err != nil || !st.Decision.Allowed {
+			t.Fatalf("Go form, request %d: %+v, %v", i, st.Decision, err)
+		}
+		state, expires = st.Next, now+st.TTL
+	}
+	if ok, err := s.Import(ctx, alg, ratelimit.Entry{Key: key, State: state, Expires: expires}, base+4500); !ok || err != nil {
+		t.Fatalf("Import = %v, %v", ok, err)
+	}
+	for i, cost := range []int64{1, 600, 2} {
+		req := algorithms.Request{Now: base + 4500 + int64(i), Cost: cost}
+		want, err := alg.Decide(state, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Decide(ctx, key, alg, req)
+		if err != nil {
+			t.Fatalf("request %d (cost %d): %v", i, cost, err)
+		}
+		if got.Allowed != want.Decision.Allowed || got.Remaining != want.Decision.Remaining || got.RetryAfter != want.Decision.RetryAfter {
+			t.Errorf("request %d (cost %d): %+v, want the Go form's %+v", i, cost, got, want.Decision)
+		}
+		if want.Next != nil {
+			state = want.Next
+		}
+	}
+	stored, _, err := redis.State(s)(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, state) {
+		t.Errorf("stored state of %d bytes differs from the Go form's of %d bytes", len(stored), len(state))
 	}
 }
