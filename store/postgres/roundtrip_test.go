@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,4 +116,30 @@ func errString(err error) string {
 		return "nil"
 	}
 	return err.Error()
+}
+
+// TestLeaseWithoutFunction checks a table migrated by a release without
+// the lease function: leases still work, through Update.
+func TestLeaseWithoutFunction(t *testing.T) {
+	p := newTestPool(t, 4)
+	s := newStore(t, p, postgres.WithServerClock(false))
+	ctx := context.Background()
+	fn := strings.TrimSuffix(s.Table(), `"`) + `_lease"`
+	if _, err := p.Exec(ctx, "DROP FUNCTION "+fn); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := lease.New(s, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le, err := lk.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatalf("TryAcquire without the lease function: %v", err)
+	}
+	if _, err := lk.TryAcquire(ctx, "job"); !errors.Is(err, lease.ErrHeld) {
+		t.Fatalf("second TryAcquire = %v, want ErrHeld", err)
+	}
+	if err := le.Release(ctx); err != nil {
+		t.Fatalf("Release without the lease function: %v", err)
+	}
 }
