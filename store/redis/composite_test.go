@@ -3,7 +3,9 @@ package redis_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -106,5 +108,57 @@ func TestCompositeLongSlidingLog(t *testing.T) {
 	}
 	if !bytes.Equal(stored, state) {
 		t.Errorf("stored state of %d bytes differs from the Go form's of %d bytes", len(stored), len(state))
+	}
+}
+
+// TestCompositeLegacySlidingLog checks a composite whose sliding log was
+// written before the log had its header (entries alone): the composite
+// Lua form sums it once and writes it with the header, as the Go form does.
+func TestCompositeLegacySlidingLog(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
+	t.Cleanup(func() { c.Close() })
+	s := mustNew(t, c, redis.WithPrefix(fmt.Sprint("legacy-log-", time.Now().UnixNano())), redis.WithServerClock(false))
+	ctx := context.Background()
+	alg := algorithms.All(algorithms.SlidingLog(5, time.Second), algorithms.FixedWindow(100, time.Hour))
+	key := ratelimit.Key{Namespace: "legacy", ID: "k"}
+	base := time.Now().UnixMicro()
+	var log []byte
+	for _, e := range [][2]int64{{base - 900_000, 2}, {base - 500_000, 1}, {base - 100, 1}} {
+		log = binary.LittleEndian.AppendUint64(log, uint64(e[0]))
+		log = binary.LittleEndian.AppendUint64(log, uint64(e[1]))
+	}
+	exp := base + 900_000
+	var state []byte
+	state = binary.LittleEndian.AppendUint64(state, uint64(exp))
+	state = binary.LittleEndian.AppendUint64(state, uint64(len(log)))
+	state = append(state, log...)
+	state = binary.LittleEndian.AppendUint64(state, 0)
+	state = binary.LittleEndian.AppendUint64(state, 0)
+	if ok, err := s.Import(ctx, alg, ratelimit.Entry{Key: key, State: state, Expires: exp}, base); !ok || err != nil {
+		t.Fatalf("Import = %v, %v", ok, err)
+	}
+	for i, step := range []struct{ at, cost int64 }{{0, 1}, {1, 1}, {200_000, 1}, {600_000, 2}} {
+		req := algorithms.Request{Now: base + step.at, Cost: step.cost}
+		want, err := alg.Decide(state, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Decide(ctx, key, alg, req)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(got, want.Decision) {
+			t.Errorf("request %d at +%dµs cost %d: %+v, want the Go form's %+v", i, step.at, step.cost, got, want.Decision)
+		}
+		if want.Next != nil {
+			state = want.Next
+		}
+		stored, _, err := redis.State(s)(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(stored, state) {
+			t.Errorf("request %d: stored state %v, want the Go form's %v", i, stored, state)
+		}
 	}
 }
