@@ -34,12 +34,12 @@ const MaxParts = 8
 // numbers under a limiter name applies to existing keys, as it does for a
 // single algorithm.
 //
-// The Redis, Valkey and PostgreSQL stores decide a composite of the
-// algorithms whose server forms are generated (every built-in but the
-// sliding log) in one round trip, with the composite server form that
+// The Redis, Valkey and PostgreSQL stores decide a composite of built-in
+// algorithms in one round trip, with the composite server form that
 // internal/formgen generates from the parts' Go forms (lua/all.lua,
-// sql/all.sql). A composite holding a sliding log or a user's algorithm
-// runs through Store.Update, as a user's algorithm does.
+// sql/all.sql; the sliding log's part is written by hand beside its Go
+// form, and reads and writes its whole log). A composite holding a user's
+// algorithm runs through Store.Update, as a user's algorithm does.
 func All(parts ...Algorithm) Algorithm {
 	c := &composite{parts: append([]Algorithm(nil), parts...)}
 	c.err = c.validate()
@@ -253,9 +253,8 @@ func Combine(parts []Decision) Decision {
 
 // CompositeForm returns the names of parts' algorithms and their
 // ServerArgs concatenated, as the composite server forms take them (see
-// lua.go and sql.go), and false when a part has no generated server form:
-// it is not a built-in, or it is the sliding log, whose forms are written
-// by hand and keep state the composite forms cannot hold.
+// lua.go and sql.go), and false when a part is not a built-in the
+// composite forms hold (Builtin.Composable).
 func CompositeForm(c Composite) (names []string, args []int64, ok bool) {
 	for _, p := range c.Parts() {
 		b := BuiltinOf(p)

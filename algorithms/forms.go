@@ -16,8 +16,8 @@ func Lua(name string) (string, bool) { return form("lua/" + name + ".lua") }
 
 // ManyLua returns the coalesced Lua form of the built-in algorithm with
 // the given name (lua/many/<name>.lua), which decides several requests on
-// one key in one run, and false when there is none. lua.go documents its
-// calling convention.
+// one key in one run, and false when there is none; ManyLua("all") is the
+// composite form's. lua.go documents its calling convention.
 func ManyLua(name string) (string, bool) { return form("lua/many/" + name + ".lua") }
 
 // SQL returns the SQL form of the built-in algorithm with the given name,

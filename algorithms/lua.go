@@ -83,14 +83,15 @@ func PackLuaArgs(args []int64) string {
 }
 
 // The composite Lua form (lua/all.lua, read with CompositeLua) decides a
-// composite (All) of algorithms whose Lua forms are generated (see
-// Builtin.Composable) with one EVALSHA, on one key:
+// composite (All) of built-in algorithms (see Builtin.Composable) with one
+// EVALSHA, on one key:
 //
 //	KEYS[1]  the key that holds every part's state
 //	ARGV[1..5]  now, cost, peek, server clock and slack, as above
-//	ARGV[6]  every part's ServerArgs, in order, packed into one string
-//	         (PackLuaArgs of their concatenation; CompositeForm returns it)
-//	ARGV[7…] the parts' algorithm names, in order
+//	ARGV[6]  the parts: their algorithm names, in order, separated by
+//	         spaces, a newline, then every part's ServerArgs, in order,
+//	         packed into one string (PackLuaArgs of their concatenation;
+//	         CompositeForm returns both)
 //
 // The reply is LuaReplyLen integers per part, in order, as above: each
 // part's own decision, which Combine turns into the composite's. The state
@@ -102,7 +103,10 @@ func PackLuaArgs(args []int64) string {
 // function of (now, cost, peek, live, state, args) returning the decision,
 // the TTL and the next state, and calls every part's as a peek, then, when
 // all admit and the request is not a peek, for real, writing the key only
-// when every part admits again.
+// when every part admits again. Its coalesced form, lua/many/all.lua (read
+// with ManyLua("all")), decides several keys' composite requests as the
+// coalesced forms below do, with each key's parts (ARGV[6] above) as its
+// params, and LuaReplyLen integers per part per request in its reply.
 
 // The coalesced Lua forms (lua/many/<name>.lua, read with ManyLua), one
 // per generated form, decide the requests of several keys, with one

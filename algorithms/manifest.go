@@ -10,19 +10,19 @@ var manifest = struct {
 	compositeSQLFunction string
 }{
 	forms: []formEntry{
-		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, args: 2, fields: 2,
+		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, composable: true, args: 2, fields: 2,
 			version: "b4a6d38d", sqlFunction: "ratelimit_fixed_window_b4a6d38d", sqlRowFunction: "ratelimit_fixed_window_row_b4a6d38d"},
-		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, args: 5, fields: 3,
+		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, composable: true, args: 5, fields: 3,
 			version: "bbf7c4ef", sqlFunction: "ratelimit_gcra_bbf7c4ef", sqlRowFunction: "ratelimit_gcra_row_bbf7c4ef"},
-		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, args: 5, fields: 3,
+		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, composable: true, args: 5, fields: 3,
 			version: "4029784f", sqlFunction: "ratelimit_leaky_bucket_4029784f", sqlRowFunction: "ratelimit_leaky_bucket_row_4029784f"},
-		{name: "sliding_log", source: "slidinglog.sql", version: "30c96794", sqlFunction: "ratelimit_sliding_log_30c96794"},
-		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, args: 2, fields: 3,
+		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "30c96794", sqlFunction: "ratelimit_sliding_log_30c96794"},
+		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, composable: true, args: 2, fields: 3,
 			version: "dd29e801", sqlFunction: "ratelimit_sliding_window_dd29e801", sqlRowFunction: "ratelimit_sliding_window_row_dd29e801"},
-		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, args: 5, fields: 3,
+		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
 			version: "ec92b156", sqlFunction: "ratelimit_token_bucket_ec92b156", sqlRowFunction: "ratelimit_token_bucket_row_ec92b156"},
 	},
-	compositeSQLFunction: "ratelimit_all_2a255dbd",
+	compositeSQLFunction: "ratelimit_all_7f64d8de",
 }
 
 // formEntry is one built-in algorithm's server-side forms.
@@ -31,12 +31,15 @@ type formEntry struct {
 	source string // the file formgen read it from
 	goType string // the Go type whose decide it translated (generated forms)
 	// generated reports that formgen translated the Go form: it wrote
-	// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql, and the
-	// composite forms hold the form. Otherwise the form is written by hand
-	// and formgen only versions its copy in sql/.
+	// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql. Otherwise the
+	// form is written by hand and formgen only versions its copy in sql/.
 	generated bool
-	args      int // how many ServerArgs the generated forms take
-	fields    int // how many int64 fields the generated forms' state has
+	// composable reports that the composite forms (lua/all.lua,
+	// sql/all.sql) hold the form: every generated form, and a hand-written
+	// one with a hand-written composite part (the sliding log).
+	composable bool
+	args       int // how many ServerArgs the forms take (generated or composable)
+	fields     int // how many int64 fields the generated forms' state has
 	// version is the version of its SQL form: the first 8 hex digits of
 	// the SHA-256 of sql/<name>.sql's text, in its functions' names.
 	version string

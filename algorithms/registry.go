@@ -83,7 +83,7 @@ func (b *Builtin) SQLRowFunction() string { return SQLRowFunction(b.Name) }
 
 // Composable reports whether the algorithm can be a part of a composite
 // (All) that the stores decide with the composite server forms: its server
-// forms are generated from its Go form by internal/formgen, so the
-// composite forms hold them too (formgen's manifest says so). Every
-// built-in but the sliding log is.
-func (b *Builtin) Composable() bool { return manifestEntry(b.Name).generated }
+// forms hold it (formgen's manifest says so): every generated form,
+// and the sliding log, whose composite part is written by hand. Every
+// built-in is.
+func (b *Builtin) Composable() bool { return manifestEntry(b.Name).composable }

@@ -16,13 +16,13 @@ import (
 // admitted only if every limit admits, and then every limit consumes;
 // otherwise none consumes, also under concurrency. It runs on both paths:
 // a store's Decider (the composite server forms, one round trip) and its
-// Update. A composite with a part that has no generated server form (the
-// sliding log) has no server path: the store answers ErrUnsupported and
-// the limiter uses Update, which the group checks too.
+// Update. A composite with a part that has no composite server form (a
+// user's own algorithm) has no server path: the store answers
+// ErrUnsupported and the limiter uses Update, which the group checks too.
 
 // composites are the composites the group runs: two limits of different
 // kinds, every kind with a generated form at once, and one with a sliding
-// log (Update only on every store).
+// log (whose composite part is written by hand).
 func composites() []algorithms.Algorithm {
 	const s, m = time.Second, time.Minute
 	return []algorithms.Algorithm{
@@ -70,7 +70,7 @@ var compositePaths = []path{
 		_, err := dec.Decide(context.Background(), key, alg, algorithms.Request{Now: epoch.UnixMicro(), Cost: 1, Peek: true})
 		switch {
 		case errors.Is(err, ratelimit.ErrUnsupported) && h.DecidesAllBuiltins && composable(alg):
-			t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins and every part has a generated server form", alg, err)
+			t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins and every part has a composite server form", alg, err)
 		case errors.Is(err, ratelimit.ErrUnsupported):
 			t.Skipf("store has no server form for %v: %v", alg, err)
 		case err != nil:
@@ -81,7 +81,7 @@ var compositePaths = []path{
 	paths[1],
 }
 
-// composable reports whether every part of alg has a generated server form.
+// composable reports whether every part of alg has a composite server form.
 func composable(alg algorithms.Algorithm) bool {
 	c, ok := alg.(algorithms.Composite)
 	if !ok {

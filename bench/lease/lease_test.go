@@ -109,7 +109,8 @@ var stores = []struct {
 			tb.Fatal(err)
 		}
 		tb.Cleanup(func() {
-			for _, stmt := range []string{"DROP TABLE IF EXISTS " + pgx.Identifier{table}.Sanitize()} {
+			for _, stmt := range []string{"DROP TABLE IF EXISTS " + pgx.Identifier{table}.Sanitize(),
+				"DROP FUNCTION IF EXISTS " + pgx.Identifier{table + "_lease"}.Sanitize()} {
 				if _, err := p.Exec(context.Background(), stmt); err != nil {
 					tb.Error(err)
 				}

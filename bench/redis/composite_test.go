@@ -19,8 +19,10 @@ import (
 // (algorithms.All of a GCRA and a day's fixed window, one round trip)
 // against the same two limits as two separate limiters called one after
 // the other for each request (two round trips), on one Redis server and one
-// go-redis client. The bar: the composite's decisions/s at least 0.8 of the
-// two calls'.
+// go-redis client. The bar: the composite's decisions/s at least those of
+// the two calls (issue #23; #12 asked for 0.8). Both sides are coalesced by
+// the store's batcher: a batch's decisions on one key run in one script
+// call, the composite's in the coalesced composite form (lua/many/all.lua).
 
 // The two limits: high enough that (almost) every request is admitted, so
 // both sides do the same work on every call.
@@ -69,7 +71,7 @@ func TestCompositeReport(t *testing.T) {
 		t.Skip("set RATELIMIT_BENCH_COMPOSITE=1 (or run bash bench/run.sh composite) to measure the composite")
 	}
 	rounds := benchRounds(t)
-	const bar = 0.8
+	const bar = 1.0
 	workloads := []struct {
 		name    string
 		hot     bool

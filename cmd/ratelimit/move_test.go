@@ -160,7 +160,8 @@ func TestMoveChain(t *testing.T) {
 		cases = append(cases, chainCase{b.Name, b.New(5, time.Hour, 4)})
 	}
 	// A composite moves as one key holding every limit's state.
-	cases = append(cases, chainCase{"composite", algorithms.All(algorithms.GCRA(5, time.Hour, 4), algorithms.FixedWindow(7, time.Hour))})
+	cases = append(cases, chainCase{"composite", algorithms.All(algorithms.GCRA(5, time.Hour, 4), algorithms.FixedWindow(7, time.Hour))},
+		chainCase{"composite-log", algorithms.All(algorithms.SlidingLog(6, time.Hour), algorithms.FixedWindow(7, time.Hour))})
 	for _, c := range cases {
 		b := struct{ Name string }{c.name}
 		t.Run(c.name, func(t *testing.T) {

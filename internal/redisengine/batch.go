@@ -133,6 +133,11 @@ type pending struct {
 	args [algorithms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
 	done chan struct{} // one send: the outcome is in
+
+	// width is how many reply fields the decision takes in a coalesced
+	// run's reply: LuaReplyLen (when 0), or that per part of a composite.
+	width int
+
 	// Set by coalesce, in the batch's goroutine.
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
@@ -474,7 +479,11 @@ func (r *run) spread() {
 		if at < rep.n {
 			ierr = rep.err(at)
 		}
-		n := algorithms.LuaReplyLen * len(e.members)
+		w := e.members[0].width // every member's: they share a run's numbers
+		if w == 0 {
+			w = algorithms.LuaReplyLen
+		}
+		n := w * len(e.members)
 		if ierr != nil {
 			n = 1
 		}
@@ -488,7 +497,7 @@ func (r *run) spread() {
 			case ierr != nil:
 				c.Reply, c.Err = nil, ierr
 			default:
-				f, l := at+i*algorithms.LuaReplyLen, algorithms.LuaReplyLen
+				f, l := at+i*w, w
 				c.Reply, c.Err = nil, nil
 				if rep.arr != nil {
 					c.fields = rep.arr[f : f+l : f+l]

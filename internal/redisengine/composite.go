@@ -3,6 +3,7 @@ package redisengine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -11,16 +12,25 @@ import (
 )
 
 // allScript is the composite Lua form (algorithms.CompositeLua): one script
-// for every composite of algorithms with generated Lua forms, which names
-// its parts in its arguments.
-var allScript = NewScript("all", algorithms.CompositeLua(), 0)
+// for every composite of built-in algorithms, which names its parts in its
+// arguments; its coalesced form (lua/many/all.lua) decides a batch's
+// composite decisions on keys that share a run, as a single algorithm's
+// does (see batcher).
+var allScript = func() *Script {
+	s := NewScript("all", algorithms.CompositeLua(), 0)
+	if many, ok := algorithms.ManyLua("all"); ok {
+		s.Many = NewScript("all (many)", many, 0)
+	}
+	return s
+}()
 
 // compositeArgs are a composite's script arguments after the fixed ones:
-// the parts' packed parameters, then their names, boxed once.
+// its parts (their names, separated by spaces, a newline, then their
+// packed parameters: the composite forms' ARGV[6]), boxed once.
 type compositeArgs struct {
-	tail  []any
+	parts any
 	slack any
-	parts int
+	n     int // how many parts
 }
 
 // composites caches compositeArgs by composite, up to maxCachedParams.
@@ -29,7 +39,7 @@ type composites struct {
 	n atomic.Int64
 }
 
-// args returns c's compositeArgs, and nil when a part has no generated Lua
+// args returns c's compositeArgs, and nil when a part has no composite Lua
 // form (algorithms.CompositeForm).
 func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 	if v, ok := e.comps.m.Load(c); ok {
@@ -39,10 +49,7 @@ func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 	if !ok {
 		return nil
 	}
-	a := &compositeArgs{tail: []any{algorithms.PackLuaArgs(args)}, slack: e.slackFor(c), parts: len(names)}
-	for _, n := range names {
-		a.tail = append(a.tail, n)
-	}
+	a := &compositeArgs{parts: strings.Join(names, " ") + "\n" + algorithms.PackLuaArgs(args), slack: e.slackFor(c), n: len(names)}
 	if e.comps.n.Load() < maxCachedParams {
 		e.comps.n.Add(1)
 		e.comps.m.Store(c, a)
@@ -53,36 +60,54 @@ func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 // decideAll decides a composite with one EVALSHA of the composite Lua form,
 // atomic on the server, with no retries: the script runs every part's
 // decide as a peek, and only when all admit, for real, writing every
-// part's state under the one key (see algorithms/lua.go). For a composite
-// with a part that has no generated Lua form it returns an error wrapping
+// part's state under the one key (see algorithms/lua.go). Concurrent
+// decisions share round trips, and a batch's decisions of one composite
+// on keys that share a run are decided in one run of the coalesced form,
+// as a single algorithm's are (see batcher). For a composite with a part
+// that has no composite Lua form it returns an error wrapping
 // ratelimit.ErrUnsupported without sending anything.
 func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
 	a := e.compositeArgs(c)
 	if a == nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: composite %v has a part without a generated Lua form: %w", e.name, c, ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("%s: composite %v has a part without a composite Lua form: %w", e.name, c, ratelimit.ErrUnsupported)
 	}
 	what := fmt.Sprintf("decide %s for %q", c.Name(), key.String())
 	p := &pending{}
 	p.key[0] = StateKey(e.prefix, key)
-	args := make([]any, 0, algorithms.LuaFixedArgs+len(a.tail))
-	args = append(args, req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack)
-	args = append(args, a.tail...)
-	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], args, true
-	var r any
+	p.args = [...]any{req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack, a.parts}
+	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], p.args[:], true
+	p.req, p.width = req, algorithms.LuaReplyLen*a.n
+	f := make([]int64, algorithms.LuaReplyLen*a.n)
 	var err error
+	decoded := true
 	if e.batch == nil {
-		r, err = e.run(ctx, allScript, p.Keys, p.Args)
-	} else if err = e.batch.do(ctx, p); err == nil {
-		r, err = p.Reply, p.Err
+		var r any
+		if r, err = e.run(ctx, allScript, p.Keys, p.Args); err != nil {
+			decoded = false
+		} else {
+			err = Ints(r, f)
+		}
+	} else if err = e.batch.do(ctx, p); err != nil {
+		decoded = false
+	} else {
+		switch {
+		case p.Err != nil:
+			decoded, err = false, p.Err
+		case p.ints != nil:
+			err = ints(p.ints, nil, f)
+		case p.fields != nil:
+			err = fields(p.fields, f)
+		default:
+			err = Ints(p.Reply, f)
+		}
 	}
 	if err != nil {
+		if decoded {
+			return algorithms.Decision{}, fmt.Errorf("%s: %s: %w", e.name, what, err)
+		}
 		return algorithms.Decision{}, wrap(ctx, e.name, what, err)
 	}
-	f := make([]int64, algorithms.LuaReplyLen*a.parts)
-	if err := Ints(r, f); err != nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: %s: %w", e.name, what, err)
-	}
-	parts := make([]algorithms.Decision, a.parts)
+	parts := make([]algorithms.Decision, a.n)
 	for i := range parts {
 		parts[i] = decision(f[algorithms.LuaReplyLen*i:])
 	}

@@ -357,7 +357,8 @@ func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en rateli
 
 // luaState is the inverse of state for a Lua form's string: the expiry,
 // then each little-endian int64 field of the Go form's state, as
-// little-endian doubles.
+// little-endian doubles. A field may be -1: the header mark of a sliding
+// log that is a composite's part.
 func luaState(st []byte, expires int64) (string, error) {
 	if len(st)%8 != 0 {
 		return "", fmt.Errorf("%w: %d bytes, not a multiple of 8", ratelimit.ErrCorruptState, len(st))
@@ -365,7 +366,7 @@ func luaState(st []byte, expires int64) (string, error) {
 	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(st)), math.Float64bits(float64(expires)))
 	for i := 0; i < len(st); i += 8 {
 		v := int64(binary.LittleEndian.Uint64(st[i:]))
-		if v < 0 || v > algorithms.MaxExact {
+		if v < -1 || v > algorithms.MaxExact {
 			return "", fmt.Errorf("%w: field %d is %d", ratelimit.ErrCorruptState, i/8, v)
 		}
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))

@@ -36,6 +36,11 @@ func dropTable(t testing.TB, p *testPool, name string) {
 	if _, err := p.Exec(ctx, "DROP TABLE IF EXISTS "+table); err != nil {
 		t.Errorf("drop table %s: %v", table, err)
 	}
+	for _, fn := range []string{pgx.Identifier{name + "_lease"}.Sanitize(), pgx.Identifier{name + "_decide_all"}.Sanitize()} {
+		if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
+			t.Errorf("drop function %s: %v", fn, err)
+		}
+	}
 	for _, b := range algorithms.Builtins() {
 		fn := pgx.Identifier{name + "_decide_" + b.Name}.Sanitize()
 		if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {

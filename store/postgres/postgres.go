@@ -176,6 +176,7 @@ type Store struct {
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
+	leaseSQL                                    string
 }
 
 // New returns a store that keeps its state in db. It does not contact the
@@ -211,6 +212,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	s.updateSQL = "UPDATE " + t + " SET state = $2, vals = NULL, expires_at = $3 WHERE key = $1"
 	s.insertSQL = "INSERT INTO " + t + " (key, state, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING"
 	s.deleteSQL = "DELETE FROM " + t + " WHERE key = $1"
+	s.leaseSQL = "SELECT res, holder FROM " + s.leaseFunction() + "($1, $2, $3, $4, $5, $6)"
 	s.expiredSQL = "DELETE FROM " + t + " WHERE key IN (SELECT key FROM " + t +
 		" WHERE expires_at <= " + s.ident("ratelimit_now") + "() LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	return s, nil
@@ -379,12 +381,12 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // locks the key's row, runs the composite SQL form (ratelimit_all_<version>, which
 // calls each part's SQL form as a peek and, when every part admits, for
 // real) and writes every part's next state only when all admit. For a
-// composite with a part that has no generated SQL form it returns an error
+// composite with a part that has no composite SQL form it returns an error
 // wrapping ratelimit.ErrUnsupported without contacting the server.
 func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
 	names, args, ok := algorithms.CompositeForm(c)
 	if !ok {
-		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a generated SQL form: %w", c, ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a composite SQL form: %w", c, ratelimit.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)

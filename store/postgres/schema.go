@@ -95,8 +95,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // (ratelimit_now, the server's clock in microseconds, and ratelimit_int8s,
 // which reads state written by Update), every built-in algorithm's SQL form,
 // the composite SQL form (ratelimit_all_<version>, algorithms.CompositeSQL),
-// and the table's decide functions (one per algorithm, and one for
-// composites), which call the forms. Run it in one transaction. Every
+// the table's decide functions (one per algorithm, and one for
+// composites), which call the forms, and the table's lease function
+// (lease.sql). Run it in one transaction. Every
 // statement creates only what is missing or replaces a function, so it can
 // run again after an upgrade. Objects are created in the first schema of
 // the search_path.
@@ -126,6 +127,8 @@ func (s *Store) SchemaSQL() string {
 		b.WriteString("\n")
 	}
 	b.WriteString(s.decideFunctionSQL(compositeName, s.forms.composite, true))
+	b.WriteString("\n")
+	b.WriteString(s.leaseFunctionSQL()) // lease.go
 	b.WriteString("\n")
 	return b.String()
 }

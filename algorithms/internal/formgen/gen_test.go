@@ -42,7 +42,7 @@ func TestGenerated(t *testing.T) {
 	}
 	sort.Strings(names)
 	want := []string{
-		"lua/all.lua", "lua/fixed_window.lua", "lua/gcra.lua", "lua/leaky_bucket.lua",
+		"lua/all.lua", "lua/fixed_window.lua", "lua/gcra.lua", "lua/leaky_bucket.lua", "lua/many/all.lua",
 		"lua/many/fixed_window.lua", "lua/many/gcra.lua", "lua/many/leaky_bucket.lua", "lua/many/sliding_window.lua", "lua/many/token_bucket.lua",
 		"lua/sliding_window.lua", "lua/token_bucket.lua", "manifest.go",
 		"sql/all.sql", "sql/fixed_window.sql", "sql/gcra.sql", "sql/leaky_bucket.sql", "sql/sliding_log.sql", "sql/sliding_window.sql", "sql/token_bucket.sql",

@@ -191,15 +191,20 @@ func Generate(dir string) (map[string][]byte, error) {
 		p := filepath.Join("sql", f.name+".sql")
 		out[p], defs[p] = []byte(sql), d
 	}
-	out[filepath.Join("lua", "all.lua")] = []byte(LuaAll(forms))
-	out[filepath.Join("sql", "all.sql")] = []byte(SQLAll(forms))
+	parts, err := readHandParts(dir)
+	if err != nil {
+		return nil, err
+	}
+	out[filepath.Join("lua", "all.lua")] = []byte(LuaAll(forms, parts))
+	out[filepath.Join("lua", "many", "all.lua")] = []byte(LuaManyAll(forms, parts))
+	out[filepath.Join("sql", "all.sql")] = []byte(SQLAll(forms, parts))
 	defs[filepath.Join("sql", "all.sql")] = sqlAllDefines
 	hand, err := addHandWrittenSQL(dir, out, defs)
 	if err != nil {
 		return nil, err
 	}
 	versioned := versionSQL(out, defs)
-	if out[manifestFile], err = Manifest(forms[0].pkg, forms, hand, versioned); err != nil {
+	if out[manifestFile], err = Manifest(forms[0].pkg, forms, hand, parts, versioned); err != nil {
 		return nil, err
 	}
 	return out, nil

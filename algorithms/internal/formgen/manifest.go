@@ -27,7 +27,10 @@ const (
 // hand-written SQL forms formgen copied (hand: their names by source
 // file), and the versioned names of the SQL functions (versioned, by plain
 // name, as versionSQL returns them).
-func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[string]string) ([]byte, error) {
+//
+// parts are the hand-written composite parts: their entries say they are
+// composable, with their number of parameters.
+func Manifest(pkg string, forms []*form, hand map[string]string, parts []luaPart, versioned map[string]string) ([]byte, error) {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	srcs := strings.Split(files(forms), ", ")
@@ -54,7 +57,7 @@ func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[s
 	var entries []entry
 	for _, f := range forms {
 		var t strings.Builder
-		fmt.Fprintf(&t, "\t\t{name: %q, source: %q, goType: %q, generated: true, args: %d, fields: %d,\n",
+		fmt.Fprintf(&t, "\t\t{name: %q, source: %q, goType: %q, generated: true, composable: true, args: %d, fields: %d,\n",
 			f.name, f.file, f.goType, len(f.args), len(f.state))
 		fn := versioned[sqlFunction(f)]
 		fmt.Fprintf(&t, "\t\t\tversion: %q, sqlFunction: %q, sqlRowFunction: %q},\n",
@@ -63,8 +66,14 @@ func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[s
 	}
 	for src, name := range hand {
 		fn := versioned["ratelimit_"+name]
-		entries = append(entries, entry{name, fmt.Sprintf("\t\t{name: %q, source: %q, version: %q, sqlFunction: %q},\n",
-			name, src, fn[len("ratelimit_"+name)+1:], fn)})
+		part := ""
+		for _, p := range parts {
+			if p.name == name {
+				part = fmt.Sprintf(" composable: true, args: %d,", p.args)
+			}
+		}
+		entries = append(entries, entry{name, fmt.Sprintf("\t\t{name: %q, source: %q,%s version: %q, sqlFunction: %q},\n",
+			name, src, part, fn[len("ratelimit_"+name)+1:], fn)})
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].name < entries[j].name })
 	for _, e := range entries {
@@ -80,11 +89,14 @@ func Manifest(pkg string, forms []*form, hand map[string]string, versioned map[s
 	w("\tsource string // the file formgen read it from")
 	w("\tgoType string // the Go type whose decide it translated (generated forms)")
 	w("\t// generated reports that formgen translated the Go form: it wrote")
-	w("\t// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql, and the")
-	w("\t// composite forms hold the form. Otherwise the form is written by hand")
-	w("\t// and formgen only versions its copy in sql/.")
+	w("\t// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql. Otherwise the")
+	w("\t// form is written by hand and formgen only versions its copy in sql/.")
 	w("\tgenerated bool")
-	w("\targs      int // how many ServerArgs the generated forms take")
+	w("\t// composable reports that the composite forms (lua/all.lua,")
+	w("\t// sql/all.sql) hold the form: every generated form, and a hand-written")
+	w("\t// one with a hand-written composite part (the sliding log).")
+	w("\tcomposable bool")
+	w("\targs       int // how many ServerArgs the forms take (generated or composable)")
 	w("\tfields    int // how many int64 fields the generated forms' state has")
 	w("\t// version is the version of its SQL form: the first 8 hex digits of")
 	w("\t// the SHA-256 of sql/<name>.sql's text, in its functions' names.")

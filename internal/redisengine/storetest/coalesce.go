@@ -319,7 +319,8 @@ func queueBehind(t *testing.T, q Queue, s ratelimit.Store, first ratelimit.Key, 
 }
 
 // CoalescedAlgorithms are the algorithms Coalesced runs with: every one
-// with a coalesced form, at numbers a 30-request test runs out of.
+// with a coalesced form, at numbers a 30-request test runs out of, and two
+// composites (the coalesced composite form), one with a sliding log part.
 func CoalescedAlgorithms() []algorithms.Algorithm {
 	return []algorithms.Algorithm{
 		algorithms.GCRA(5, time.Second, 5),
@@ -327,6 +328,8 @@ func CoalescedAlgorithms() []algorithms.Algorithm {
 		algorithms.LeakyBucket(5, time.Second, 5),
 		algorithms.FixedWindow(5, time.Second),
 		algorithms.SlidingWindow(5, time.Second),
+		algorithms.All(algorithms.GCRA(5, time.Second, 5), algorithms.FixedWindow(8, time.Second)),
+		algorithms.All(algorithms.SlidingLog(6, time.Second), algorithms.TokenBucket(5, time.Second, 5)),
 	}
 }
 

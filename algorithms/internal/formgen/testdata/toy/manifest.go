@@ -10,7 +10,7 @@ var manifest = struct {
 	compositeSQLFunction string
 }{
 	forms: []formEntry{
-		{name: "counter", source: "toy.go", goType: "counter", generated: true, args: 2, fields: 3,
+		{name: "counter", source: "toy.go", goType: "counter", generated: true, composable: true, args: 2, fields: 3,
 			version: "316e6b2d", sqlFunction: "ratelimit_counter_316e6b2d", sqlRowFunction: "ratelimit_counter_row_316e6b2d"},
 	},
 	compositeSQLFunction: "ratelimit_all_b98fdaec",
@@ -22,12 +22,15 @@ type formEntry struct {
 	source string // the file formgen read it from
 	goType string // the Go type whose decide it translated (generated forms)
 	// generated reports that formgen translated the Go form: it wrote
-	// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql, and the
-	// composite forms hold the form. Otherwise the form is written by hand
-	// and formgen only versions its copy in sql/.
+	// lua/<name>.lua, lua/many/<name>.lua and sql/<name>.sql. Otherwise the
+	// form is written by hand and formgen only versions its copy in sql/.
 	generated bool
-	args      int // how many ServerArgs the generated forms take
-	fields    int // how many int64 fields the generated forms' state has
+	// composable reports that the composite forms (lua/all.lua,
+	// sql/all.sql) hold the form: every generated form, and a hand-written
+	// one with a hand-written composite part (the sliding log).
+	composable bool
+	args       int // how many ServerArgs the forms take (generated or composable)
+	fields     int // how many int64 fields the generated forms' state has
 	// version is the version of its SQL form: the first 8 hex digits of
 	// the SHA-256 of sql/<name>.sql's text, in its functions' names.
 	version string

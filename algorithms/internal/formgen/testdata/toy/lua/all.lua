@@ -6,9 +6,11 @@
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
 --            (the latest of its parts'), then for each part: when the
 --            part's state expires, its length in bytes (0 for none, 8 per
---            field otherwise), and its fields
---   ARGV     now, cost, peek, server_clock, slack, packed(every part's
---            parameters, in order), then the parts' algorithm names
+--            field otherwise), and its fields (for the sliding log, the Go
+--            form's: the header (-1, total), then (time, cost) pairs)
+--   ARGV     now, cost, peek, server_clock, slack, the parts: their
+--            algorithm names, separated by spaces, a newline, then
+--            packed(every part's parameters, in order)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
 --            reset_after, delay}
 
@@ -112,8 +114,9 @@ local function decide_counter(now, cost, peek, live, sv_, av_)
     start + period - now, {s_start, s_used, s_seen}
 end
 
--- The forms by name: decide, the number of state fields (n) and of
--- parameters (na), and the state's check.
+-- The forms by name: decide, the number of state fields (n; false for
+-- a state of any number of pairs of fields) and of parameters (na), and
+-- the state's check.
 local FORMS = {
   counter = {decide = decide_counter, n = 3, na = 2, valid = function(sv_)
     local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
@@ -124,6 +127,163 @@ local FORMS = {
   end},
 }
 
+-- The parts of spec (the parts' names, separated by spaces, a newline,
+-- then their packed parameters), each with no state; or nil and an error.
+local function parse(spec)
+  local sep = string.find(spec, '\n', 1, true)
+  if not sep then
+    return nil, 'ratelimit: composite parts without their names'
+  end
+  local packed = string.sub(spec, sep + 1)
+  local parts, apos = {}, 1
+  for name in string.gmatch(string.sub(spec, 1, sep - 1), '[^ ]+') do
+    local f = FORMS[name]
+    if not f then
+      return nil, 'ratelimit: no composite Lua form for ' .. name
+    end
+    if apos + 8 * f.na > #packed + 1 then
+      return nil, 'ratelimit: composite parameters of ' .. #packed .. ' bytes'
+    end
+    local a = {struct.unpack('<' .. string.rep('d', f.na), packed, apos)}
+    apos = table.remove(a)
+    local zero = {}
+    if f.n then
+      for j = 1, f.n do zero[j] = 0 end
+    end
+    parts[#parts + 1] = {f = f, a = a, zero = zero, has = false, e = 0, s = zero}
+  end
+  if #parts == 0 or apos ~= #packed + 1 then
+    return nil, 'ratelimit: composite parameters of ' .. #packed .. ' bytes'
+  end
+  return parts
+end
+
+-- Reads raw, a key's stored state (or false for none), into parts: each
+-- part's state and expiry (has: it has one, live or not). A part whose
+-- state is live at now is checked. It returns nil, or the error of a state
+-- it cannot read.
+local function read(raw, parts, now)
+  for _, p in ipairs(parts) do
+    p.has, p.e, p.s = false, 0, p.zero
+  end
+  if not raw then
+    return nil
+  end
+  if #raw < 8 or #raw % 8 ~= 0 then
+    return 'CORRUPT composite state of ' .. #raw .. ' bytes'
+  end
+  local top, pos = struct.unpack('<d', raw)
+  if not (top >= 0 and top <= MAX) then
+    return 'CORRUPT composite state of ' .. #raw .. ' bytes'
+  end
+  for i, p in ipairs(parts) do
+    if pos + 15 > #raw then
+      return 'CORRUPT composite state ends before part ' .. i
+    end
+    local e, len
+    e, len, pos = struct.unpack('<dd', raw, pos)
+    if not (e >= 0 and e <= MAX) or pos + len > #raw + 1
+      or (len ~= 0 and (p.f.n and len ~= 8 * p.f.n or not p.f.n and len % 16 ~= 0)) then
+      return 'CORRUPT composite part ' .. i
+    end
+    if len > 0 then
+      local s
+      if p.f.n then
+        s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
+        pos = table.remove(s)
+      else
+        -- A state of any length, read a field at a time (unpacking it
+        -- whole could pass Lua's limit on a call's results).
+        s = {}
+        for j = 1, len / 8 do s[j], pos = struct.unpack('<d', raw, pos) end
+      end
+      if now < e and not p.f.valid(s) then
+        return 'CORRUPT composite part ' .. i .. ' state'
+      end
+      p.has, p.e, p.s = true, e, s
+    end
+  end
+  if pos ~= #raw + 1 then
+    return 'CORRUPT composite state of ' .. #raw .. ' bytes'
+  end
+  return nil
+end
+
+-- Part i's decision, into out after base.
+local function put(out, base, i, allowed, limit, remaining, retry_after, reset_after, delay)
+  local k = base + 6 * (i - 1)
+  out[k + 1], out[k + 2], out[k + 3] = allowed and 1 or 0, limit, remaining
+  out[k + 4], out[k + 5], out[k + 6] = retry_after, reset_after, delay
+  return allowed
+end
+
+-- Decides one request on parts, appending every part's decision to out.
+-- Check: every part decides it as a peek. Commit, unless a part denies or
+-- it is a peek: every part decides it for real. It returns true and the
+-- latest of the parts' expiries when the key is to hold the parts' next
+-- states (each part's new state, or its state as it was), and false when
+-- nothing is to be written.
+local function decide(parts, now, cost, peek, out)
+  local base = #out
+  local ok = true
+  for i, p in ipairs(parts) do
+    p.live = p.has and now < p.e
+    p.cur = p.zero
+    if p.live then p.cur = p.s end
+    ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a)) and ok
+  end
+  if not ok or peek then
+    return false
+  end
+  local top = 0
+  for i, p in ipairs(parts) do
+    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a)}
+    ok = put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) and ok
+    if r[8] then
+      p.ne, p.ns = now + max(r[7], 1), r[8]
+    elseif p.live then
+      p.ne, p.ns = p.e, p.s
+    else
+      p.ne, p.ns = 0, nil
+    end
+    top = max(top, p.ne)
+  end
+  if not ok or top <= now then
+    return false
+  end
+  for _, p in ipairs(parts) do
+    p.has, p.e, p.s = p.ns ~= nil, p.ne, p.ns or p.zero
+  end
+  return true, top
+end
+
+-- Writes the parts' states to key, expiring top - now µs from now (in
+-- whole ms rounded up) plus slack ms.
+local function write(key, parts, top, now, slack)
+  local vals = {top}
+  for _, p in ipairs(parts) do
+    if p.has then
+      vals[#vals + 1] = p.e
+      vals[#vals + 1] = 8 * #p.s
+      for j = 1, #p.s do vals[#vals + 1] = p.s[j] end
+    else
+      vals[#vals + 1] = 0
+      vals[#vals + 1] = 0
+    end
+  end
+  local r999 = top - now + 999
+  local q = floor(r999 / 1000)
+  if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
+  -- Packed in runs of at most 256 fields, within Lua's limit on a call's
+  -- arguments.
+  local packed = {}
+  for j = 1, #vals, 256 do
+    local k = min(j + 255, #vals)
+    packed[#packed + 1] = struct.pack('<' .. string.rep('d', k - j + 1), unpack(vals, j, k))
+  end
+  redis.call('SET', key, table.concat(packed), 'PX', max(q, 1) + slack)
+end
+
 local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
@@ -133,109 +293,20 @@ local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
 
--- The parts and their parameters.
-local np = #ARGV - 6
-local parts = {}
-local apos = 1
-for i = 1, np do
-  local f = FORMS[ARGV[6 + i]]
-  if not f then
-    return redis.error_reply('ratelimit: no composite Lua form for ' .. ARGV[6 + i])
-  end
-  local a = {struct.unpack('<' .. string.rep('d', f.na), ARGV[6], apos)}
-  apos = table.remove(a)
-  parts[i] = {f = f, a = a, live = false, exp = 0, s = {}}
+if #ARGV ~= 6 then
+  return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
-if apos ~= #ARGV[6] + 1 then
-  return redis.error_reply('ratelimit: composite parameters of ' .. #ARGV[6] .. ' bytes')
+local parts, perr = parse(ARGV[6])
+if not parts then
+  return redis.error_reply(perr)
 end
-
--- The parts' live states. A part with no state, or whose state expired,
--- decides as on no state (its fields are zeros, which decide does not read).
-local raw = redis.call('GET', KEYS[1])
-if raw then
-  local top, pos = struct.unpack('<d', raw)
-  if #raw % 8 ~= 0 or not (top >= 0 and top <= MAX) then
-    return redis.error_reply('CORRUPT composite state of ' .. #raw .. ' bytes')
-  end
-  for i = 1, np do
-    local p = parts[i]
-    if pos + 15 > #raw then
-      return redis.error_reply('CORRUPT composite state ends before part ' .. i)
-    end
-    local e, len
-    e, len, pos = struct.unpack('<dd', raw, pos)
-    if not (e >= 0 and e <= MAX) or (len ~= 0 and len ~= 8 * p.f.n) or pos + len > #raw + 1 then
-      return redis.error_reply('CORRUPT composite part ' .. i)
-    end
-    if len > 0 then
-      local s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
-      pos = table.remove(s)
-      if now < e then
-        if not p.f.valid(s) then
-          return redis.error_reply('CORRUPT composite part ' .. i .. ' state')
-        end
-        p.live, p.exp, p.s = true, e, s
-      end
-    end
-  end
-  if pos ~= #raw + 1 then
-    return redis.error_reply('CORRUPT composite state of ' .. #raw .. ' bytes')
-  end
+local err = read(redis.call('GET', KEYS[1]), parts, now)
+if err then
+  return redis.error_reply(err)
 end
-for i = 1, np do
-  local p = parts[i]
-  if not p.live then
-    for j = 1, p.f.n do p.s[j] = 0 end
-  end
-end
-
--- Check: every part decides the request as a peek.
 local out = {}
-local ok = true
-local function put(i, allowed, limit, remaining, retry_after, reset_after, delay)
-  local k = 6 * (i - 1)
-  out[k + 1], out[k + 2], out[k + 3] = allowed and 1 or 0, limit, remaining
-  out[k + 4], out[k + 5], out[k + 6] = retry_after, reset_after, delay
-  return allowed
+local w, top = decide(parts, now, cost, peek, out)
+if w then
+  write(KEYS[1], parts, top, now, slack)
 end
-for i = 1, np do
-  local p = parts[i]
-  ok = put(i, p.f.decide(now, cost, true, p.live, p.s, p.a)) and ok
-end
-if not ok or peek then
-  return out
-end
-
--- Commit: every part decides the request for real; the key holds every
--- part's next state (or its state as it was, when it stores nothing).
-local vals = {0}
-local top = 0
-for i = 1, np do
-  local p = parts[i]
-  local r = {p.f.decide(now, cost, false, p.live, p.s, p.a)}
-  ok = put(i, r[1], r[2], r[3], r[4], r[5], r[6]) and ok
-  local e, s = 0, nil
-  if r[8] then
-    e, s = now + max(r[7], 1), r[8]
-  elseif p.live then
-    e, s = p.exp, p.s
-  end
-  vals[#vals + 1] = e
-  if s then
-    vals[#vals + 1] = 8 * p.f.n
-    for j = 1, p.f.n do vals[#vals + 1] = s[j] end
-  else
-    vals[#vals + 1] = 0
-  end
-  top = max(top, e)
-end
-if not ok or top <= now then
-  return out
-end
-vals[1] = top
-local r999 = top - now + 999
-local q = floor(r999 / 1000)
-if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
-redis.call('SET', KEYS[1], struct.pack('<' .. string.rep('d', #vals), unpack(vals)), 'PX', max(q, 1) + slack)
 return out
