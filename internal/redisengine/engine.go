@@ -133,6 +133,9 @@ func New(name string, backend Backend, opts ...Option) (*Engine, error) {
 	e.slackArg = strconv.FormatInt(e.slack, 10)
 	if p, ok := backend.(Pipeliner); ok {
 		e.batch = &batcher{p: p, noScript: backend.NoScript}
+		if r, ok := backend.(Router); ok {
+			e.batch.router = r
+		}
 	}
 	e.seed = maphash.MakeSeed()
 	e.locks = make([]chan struct{}, 256)
