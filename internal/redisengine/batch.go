@@ -142,6 +142,9 @@ type pending struct {
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
 	retry bool // its run's node did not serve its key: sent again alone
+	// The node that serves its key, as the Router saw it when the
+	// decision was made (nil without one): keys of one node share a run.
+	node any
 	// Set by spread instead of Reply, when the decision was decided in a
 	// run whose reply had its fields: the run's reply's own elements, so
 	// that no interface is boxed per decision (ints when the reply was an
@@ -225,7 +228,7 @@ func (b *batcher) next() []*pending {
 // of busy batches, which no caller's context cancels (see batchContext).
 func (b *batcher) loop(batch []*pending) {
 	for batch != nil {
-		calls, runs := b.scratch.coalesce(batch, b.p.Slot, b.route())
+		calls, runs := b.scratch.coalesce(batch, b.p.Slot)
 		bctx, cancel := batchContext(batch)
 		b.pipeline(bctx, calls)
 		for _, r := range runs {
@@ -244,14 +247,6 @@ func (b *batcher) loop(batch []*pending) {
 		}
 		batch = b.next()
 	}
-}
-
-// route is the router's Node, or nil without a router.
-func (b *batcher) route() func(string) any {
-	if b.router == nil {
-		return nil
-	}
-	return b.router.Node
 }
 
 // batchContext returns the context a batch is sent under: its first
@@ -323,9 +318,9 @@ type entry struct {
 // (two algorithms, or two sets of numbers, on one key) as its own call, in
 // arrival order. It returns the runs too, whose outcomes spread hands to
 // their members once the calls are sent.
-func coalesce(batch []*pending, slot func(string) int, node func(string) any) ([]*Call, []*run) {
+func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 	var s scratch
-	return s.coalesce(batch, slot, node)
+	return s.coalesce(batch, slot)
 }
 
 // runKey is what the keys of one run share.
@@ -347,7 +342,7 @@ type scratch struct {
 	again   []*Call
 }
 
-func (s *scratch) coalesce(batch []*pending, slot func(string) int, node func(string) any) ([]*Call, []*run) {
+func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 	if s.byKey == nil {
 		s.byKey = make(map[string]*entry, len(batch))
 		s.byRun = make(map[runKey]*run)
@@ -383,10 +378,8 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int, node func(st
 		}
 		m := e.members[0]
 		k := runKey{s: m.Script.Many, slot: slot(m.Keys[0])}
-		if node != nil && k.slot >= 0 && m.Script.Many.Node != nil {
-			if n := node(m.Keys[0]); n != nil {
-				k.slot, k.node = 0, n
-			}
+		if m.node != nil && k.slot >= 0 && m.Script.Many.Node != nil {
+			k.slot, k.node = 0, m.node
 		}
 		r := byRun[k]
 		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
@@ -604,10 +597,22 @@ func Queued(e *Engine) int {
 	if e.batch == nil {
 		return -1
 	}
-	e.batch.mu.Lock()
-	defer e.batch.mu.Unlock()
-	if !e.batch.busy {
+	n := e.batch.queued()
+	e.nodes.Range(func(_, b any) bool {
+		if q := b.(*batcher).queued(); q >= 0 {
+			n = max(n, 0) + q
+		}
+		return true
+	})
+	return n
+}
+
+// queued is Queued for one batcher.
+func (b *batcher) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.busy {
 		return -1
 	}
-	return len(e.batch.queue)
+	return len(b.queue)
 }

@@ -36,7 +36,7 @@ func TestCoalesceRuns(t *testing.T) {
 		mk("a", gA), mk("b", gB), mk("a", gA), mk("m", gA), mk("c", tb), mk("m", gB), mk("d", gA), mk("lone", tb),
 	}
 	slotOf := map[string]int{"a": 1, "b": 1, "m": 1, "c": 1, "d": 2, "lone": 3}
-	calls, runs := coalesce(batch, func(k string) int { return slotOf[k] }, nil)
+	calls, runs := coalesce(batch, func(k string) int { return slotOf[k] })
 	// a, b (gcra, slot 1) in one run; m twice alone; c and d and lone each
 	// alone in their runs (single forms).
 	var got []string
@@ -52,7 +52,7 @@ func TestCoalesceRuns(t *testing.T) {
 	}
 
 	// A negative slot: no two keys share a run, one key's decisions still do.
-	calls, _ = coalesce([]*pending{mk("x", gA), mk("y", gA), mk("x", gA)}, func(string) int { return -1 }, nil)
+	calls, _ = coalesce([]*pending{mk("x", gA), mk("y", gA), mk("x", gA)}, func(string) int { return -1 })
 	if len(calls) != 2 || len(calls[0].Keys) != 1 || calls[0].Script.Many != nil || len(calls[1].Keys) != 1 {
 		t.Errorf("at a negative slot: %d calls, first %v", len(calls), calls[0].Keys)
 	}
@@ -62,7 +62,7 @@ func TestCoalesceRuns(t *testing.T) {
 	for i := range 2*maxRunKeys + 1 {
 		many = append(many, mk(fmt.Sprint("k", i), gA))
 	}
-	calls, _ = coalesce(many, func(string) int { return 0 }, nil)
+	calls, _ = coalesce(many, func(string) int { return 0 })
 	if len(calls) != 3 || len(calls[0].Keys) != maxRunKeys || len(calls[1].Keys) != maxRunKeys || len(calls[2].Keys) != 1 {
 		t.Errorf("%d keys: %d calls, want runs of %d, %d and a single call", len(many), len(calls), maxRunKeys, maxRunKeys)
 	}
@@ -118,7 +118,7 @@ func TestSpreadIntReply(t *testing.T) {
 	want := [][]int64{vals[:L], vals[L : 2*L], nil, vals[2*L+1:]}
 	for name, reply := range map[string]any{"[]any": items, "IntReply": IntReply{Ints: vals, Errs: errs}} {
 		batch := []*pending{mk("a"), mk("b"), mk("a"), mk("c")}
-		calls, runs := coalesce(batch, func(string) int { return 0 }, nil)
+		calls, runs := coalesce(batch, func(string) int { return 0 })
 		if len(calls) != 1 || len(runs) != 1 {
 			t.Fatalf("%d calls, %d runs: want one run", len(calls), len(runs))
 		}
@@ -140,7 +140,7 @@ func TestSpreadIntReply(t *testing.T) {
 	// The wrong shape: one field short.
 	for name, reply := range map[string]any{"[]any": items[:len(items)-1], "IntReply": IntReply{Ints: vals[:len(vals)-1], Errs: errs[:len(errs)-1]}} {
 		batch := []*pending{mk("a"), mk("b"), mk("a"), mk("c")}
-		_, runs := coalesce(batch, func(string) int { return 0 }, nil)
+		_, runs := coalesce(batch, func(string) int { return 0 })
 		runs[0].Reply = reply
 		runs[0].spread()
 		for i, c := range batch {

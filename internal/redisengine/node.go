@@ -29,12 +29,15 @@ import (
 // is written for it; the engine sends its decisions again, each as its own
 // call of the single form with its key declared, through the cluster
 // client, which follows MOVED and ASK as it does for every call. EXISTS
-// runs twice when the first finds nothing: the first may delete a key
-// whose TTL has passed, after which a migrating slot no longer serves it,
-// and the second says so before the coalesced form writes. A run is one
-// script, so no slot can start or finish moving during it: each key is
-// decided on the one node that holds it, and no decision is counted twice
-// or on a copy of the state.
+// may itself delete a key whose TTL has passed, after which a migrating
+// slot no longer serves it: the coalesced form's first touch of each key
+// is a read through redis.pcall, which then fails without writing, and the
+// node form turns such a failure (any but the CORRUPT and WRONGTYPE of
+// state it cannot read) into NotLocal too; so no key is written that the
+// node does not serve, and no run fails half done. A run is one script,
+// so no slot can start or finish moving during it: each key is decided on
+// the one node that holds it, and no decision is counted twice or on a
+// copy of the state.
 
 // NotLocal starts the error item the node form gives a key its node does
 // not serve.
@@ -82,9 +85,7 @@ local at, all = 0, true
 for k = 1, n do
   local key, a = ARGV[k + 1], n + 3 * k + 1
   local c = tonumber(ARGV[a + 2]) or 0
-  local r = redis.pcall('EXISTS', key)
-  if r == 0 then r = redis.pcall('EXISTS', key) end
-  if type(r) == 'number' then
+  if type(redis.pcall('EXISTS', key)) == 'number' then
     here[k] = true
     keys[#keys + 1] = key
     local m = #argv
@@ -97,16 +98,21 @@ for k = 1, n do
   end
   at = at + 24 * c
 end
-if all then
-  argv[2] = reqs
-  return many(keys, argv)
-end
 local res = {}
 if #keys > 0 then
-  argv[2] = table.concat(parts)
+  argv[2] = all and reqs or table.concat(parts)
   res = many(keys, argv)
   if res.err then return res end
 end
+-- A key whose first read failed for another reason than its state (a
+-- redirection: see above) is the node's to give back, not its error.
+for i = 1, #res do
+  local item = res[i]
+  if type(item) == 'table' and not (item.err:find('^CORRUPT') or item.err:find('^WRONGTYPE')) then
+    res[i] = {err = '%[2]s ' .. item.err}
+  end
+end
+if all then return res end
 local out, i = {}, 1
 for k = 1, n do
   if here[k] then

@@ -49,12 +49,9 @@ func onNodes(calls []*redisengine.Call) bool {
 func (b backend) send(ctx context.Context, words [][]any, nodes []any) []*goredis.Cmd {
 	cmds := make([]*goredis.Cmd, len(words))
 	var pipe goredis.Pipeliner
-	var byNode map[*goredis.Client]goredis.Pipeliner
+	byNode := make(map[*goredis.Client]goredis.Pipeliner, 4)
 	for i, w := range words {
 		if n, ok := nodes[i].(*goredis.Client); ok {
-			if byNode == nil {
-				byNode = make(map[*goredis.Client]goredis.Pipeliner, 4)
-			}
 			p := byNode[n]
 			if p == nil {
 				p = n.Pipeline()
@@ -68,17 +65,25 @@ func (b backend) send(ctx context.Context, words [][]any, nodes []any) []*goredi
 		}
 		cmds[i] = pipe.Do(ctx, w...)
 	}
-	var wg sync.WaitGroup
-	for _, p := range byNode {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = p.Exec(ctx) // every command's error is its own
-		}()
-	}
+	// Every pipeline at once: all but one on goroutines of their own, the
+	// last on this one (a batch of one node's decisions, the usual case,
+	// starts none). Every command's error is its own, read by the caller.
 	if pipe != nil {
-		_, _ = pipe.Exec(ctx)
+		byNode[nil] = pipe
 	}
+	var wg sync.WaitGroup
+	var last goredis.Pipeliner
+	for _, p := range byNode {
+		if last != nil {
+			wg.Add(1)
+			go func(p goredis.Pipeliner) {
+				defer wg.Done()
+				_, _ = p.Exec(ctx)
+			}(last)
+		}
+		last = p
+	}
+	_, _ = last.Exec(ctx)
 	wg.Wait()
 	return cmds
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -42,6 +43,31 @@ func (s *scriptCounter) ProcessPipelineHook(next goredis.ProcessPipelineHook) go
 func (s *scriptCounter) count(c goredis.Cmder) {
 	if n := c.Name(); n == "evalsha" || n == "eval" {
 		s.runs.Add(1)
+	}
+}
+
+// masterOf returns which master of the cluster c serves a key: the index
+// of its slot range's master in CLUSTER SLOTS, as c sees it now.
+func masterOf(t *testing.T, c goredis.UniversalClient) func(key string) int {
+	t.Helper()
+	ranges, err := c.ClusterSlots(context.Background()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]int{}
+	return func(key string) int {
+		slot := redisengine.ClusterSlot(key)
+		for _, r := range ranges {
+			if slot >= r.Start && slot <= r.End {
+				a := r.Nodes[0].Addr
+				if _, ok := addrs[a]; !ok {
+					addrs[a] = len(addrs)
+				}
+				return addrs[a]
+			}
+		}
+		t.Fatalf("no master serves slot %d", slot)
+		return -1
 	}
 }
 
