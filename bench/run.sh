@@ -403,10 +403,10 @@ section_cluster() {
 	echo "Load after: $(load). Server: $(redis-server --version | cut -d' ' -f1-3), 3 masters, no replicas, on this machine's loopback."
 	loadnote
 	echo
-	echo "7 interleaved rounds per workload, 5,000 calls a round at 32 callers, each contender with a cluster client of its own (go-redis: pool of 64 connections per master; valkey-go: its defaults). × redis_rate, × one-line script: the median over the rounds of the SDK's decisions/s ÷ the baseline's in the same round (smallest–largest); the one-line script is \`INCR\` + \`PEXPIRE\` in one \`EVALSHA\`, through the same client as the SDK's row. Server CPU: the three masters' user + system time together, per decision (\`INFO cpu\`)."
+	echo "7 interleaved rounds per workload, 5,000 calls a round at 32 callers, each contender with a cluster client of its own (go-redis: pool of 64 connections per master; valkey-go: its defaults). × redis_rate, × one-line script: the median over the rounds of the SDK's decisions/s ÷ the baseline's in the same round (smallest–largest); the one-line script is \`INCR\` + \`PEXPIRE\` in one \`EVALSHA\`, through the same client as the SDK's row. Server CPU: the three masters' user + system time together, per decision (\`INFO cpu\`); in scripts: the part of it spent running scripts, the commands they run included (\`INFO commandstats\`, \`EVAL\` and \`EVALSHA\`, after \`CONFIG RESETSTAT\`), the rest being the connections' reading, parsing and answering; script runs per decision from the same statistics."
 	echo
-	echo "| workload | contender | decisions/s | server CPU µs/decision, all masters | × redis_rate (range) | × one-line script (range) |"
-	echo "|---|---|---:|---:|---:|---:|"
+	echo "| workload | contender | decisions/s | server CPU µs/decision, all masters | in scripts µs | script runs/decision | × redis_rate (range) | × one-line script (range) |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|"
 	awk "$PARSE"'/^BenchmarkCluster\/[^ ]*c32-/ {
 		parse("BenchmarkCluster/")
 		split("redis-sdk-gcra redis_rate redis-incr-pexpire valkey-sdk-gcra valkey-incr-pexpire", cs, " ")
@@ -414,7 +414,7 @@ section_cluster() {
 			xr = "–"; xi = "–"
 			if ((c ":x-redis_rate") in v) xr = sprintf("%.2f (%.2f–%.2f)", v[c ":x-redis_rate"], v[c ":x-redis_rate-min"], v[c ":x-redis_rate-max"])
 			if ((c ":x-incr") in v) xi = sprintf("%.2f (%.2f–%.2f)", v[c ":x-incr"], v[c ":x-incr-min"], v[c ":x-incr-max"])
-			printf "| %s | %s | %.0f | %.1f | %s | %s |\n", n, c, v[c ":dec/s"], v[c ":server-us/dec"], xr, xi
+			printf "| %s | %s | %.0f | %.1f | %.1f | %.2f | %s | %s |\n", n, c, v[c ":dec/s"], v[c ":server-us/dec"], v[c ":cmd-us/dec"], v[c ":cmds/dec"], xr, xi
 		}
 	}' "$raw"
 	echo

@@ -92,9 +92,11 @@ func valkeyCluster(tb testing.TB) vk.Client {
 // workload (10,000 keys or one hot key, 32 callers); one iteration runs
 // every contender once per round, 5,000 calls, in an order rotated each
 // round, for 7 rounds, and reports per contender (the unit's prefix names
-// it) the medians over the rounds of dec/s and server-us/dec, the CPU
-// time, user plus system, of all the masters together per decision (INFO
-// cpu of each), and for the SDK's rows the median over the rounds of the
+// it) the medians over the rounds of dec/s; server-us/dec, the CPU time,
+// user plus system, of all the masters together per decision (INFO cpu of
+// each); cmd-us/dec and cmds/dec, the masters' time inside scripts and
+// their script runs per decision (INFO commandstats after CONFIG
+// RESETSTAT, as BenchmarkServerCost); and for the SDK's rows the median over the rounds of the
 // SDK's dec/s ÷ the baseline's in the same round (x-redis_rate,
 // x-incr: redis_rate and the one-line script on go-redis; x-incr alone on
 // valkey-go), with its range (-min, -max). Run it with -benchtime 1x
@@ -113,6 +115,20 @@ func BenchmarkCluster(b *testing.B) {
 			sum += serverCPU(b, n)
 		}
 		return sum
+	}
+	resetStats := func() {
+		for _, n := range nodes {
+			if err := n.ConfigResetStat(context.Background()).Err(); err != nil {
+				b.Fatalf("CONFIG RESETSTAT: %v", err)
+			}
+		}
+	}
+	scripts := func() (usec, calls float64) {
+		for _, n := range nodes {
+			u, c := commandStats(b, n)
+			usec, calls = usec+u, calls+c
+		}
+		return usec, calls
 	}
 	idx := func(name string) int {
 		return slices.IndexFunc(clusterContenders, func(c contender) bool { return c.name == name })
@@ -136,6 +152,8 @@ func BenchmarkCluster(b *testing.B) {
 			}
 			rates := make([][]float64, len(cs))
 			server := make([][]float64, len(cs))
+			inScripts := make([][]float64, len(cs))
+			runs := make([][]float64, len(cs))
 			xs := make([][]float64, len(ratios))
 			var failures int64
 			b.ResetTimer()
@@ -144,9 +162,13 @@ func BenchmarkCluster(b *testing.B) {
 					rate := make([]float64, len(cs))
 					for j := range cs {
 						i := (j + r) % len(cs) // rotate who goes first
+						resetStats()
 						cpu0 := cpu()
 						res := run(decide[i], n, callers, sh.hot)
 						server[i] = append(server[i], (cpu()-cpu0)/n)
+						usec, calls := scripts()
+						inScripts[i] = append(inScripts[i], usec/n)
+						runs[i] = append(runs[i], calls/n)
 						failures += res.failures
 						rate[i] = res.perSec()
 						rates[i] = append(rates[i], rate[i])
@@ -160,6 +182,8 @@ func BenchmarkCluster(b *testing.B) {
 			for i, c := range cs {
 				b.ReportMetric(median(rates[i]), c.name+":dec/s")
 				b.ReportMetric(median(server[i]), c.name+":server-us/dec")
+				b.ReportMetric(median(inScripts[i]), c.name+":cmd-us/dec")
+				b.ReportMetric(median(runs[i]), c.name+":cmds/dec")
 			}
 			for k, x := range ratios {
 				b.ReportMetric(median(xs[k]), x.sdk+":"+x.unit)

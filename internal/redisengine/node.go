@@ -80,7 +80,8 @@ if not n or n < 1 or #ARGV ~= 4 * n + 3 then
   return redis.error_reply('ratelimit: node call of ' .. tostring(ARGV[1]) .. ' keys and ' .. #ARGV .. ' arguments')
 end
 local reqs = ARGV[n + 3]
-local keys, argv, parts, here = {}, {ARGV[n + 2], ''}, {}, {}
+local keys, argv, here = {}, {ARGV[n + 2], reqs}, {}
+local parts = nil -- the requests of the keys served here, once one is not
 local at, all = 0, true
 for k = 1, n do
   local key, a = ARGV[k + 1], n + 3 * k + 1
@@ -92,15 +93,16 @@ for k = 1, n do
     argv[m + 1] = ARGV[a]
     argv[m + 2] = ARGV[a + 1]
     argv[m + 3] = ARGV[a + 2]
-    parts[#parts + 1] = string.sub(reqs, at + 1, at + 24 * c)
-  else
+    if parts then parts[#parts + 1] = string.sub(reqs, at + 1, at + 24 * c) end
+  elseif all then
     all = false
+    parts = {string.sub(reqs, 1, at)}
   end
   at = at + 24 * c
 end
 local res = {}
 if #keys > 0 then
-  argv[2] = all and reqs or table.concat(parts)
+  if not all then argv[2] = table.concat(parts) end
   res = many(keys, argv)
   if res.err then return res end
 end
