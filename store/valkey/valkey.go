@@ -86,7 +86,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("valkey: nil client: %w", ratelimit.ErrInvalidParams)
 	}
-	e, err := redisengine.New("valkey", backend{client}, opts...)
+	e, err := redisengine.New("valkey", backend{client, newRouter(client)}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +98,10 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 func (s *Store) Client() vk.Client { return s.client }
 
 // backend runs the engine's commands on a valkey-go client.
-type backend struct{ c vk.Client }
+type backend struct {
+	c vk.Client
+	r *router // a cluster's map of slots (cluster.go), or nil
+}
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
 	return b.c.Do(ctx, b.evalSha(sha, keys, args)).ToAny()
@@ -152,6 +155,22 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 		} else {
 			cmds[i] = b.evalSha(c.Script.SHA, c.Keys, c.Args)
 		}
+	}
+	var nodes []any // where each call goes, when one goes to a master itself
+	for _, c := range calls {
+		if c.Node != nil {
+			nodes = make([]any, len(calls))
+			for i, c := range calls {
+				nodes[i] = c.Node
+			}
+			break
+		}
+	}
+	if nodes != nil {
+		for i, r := range b.doMulti(ctx, cmds, nodes) {
+			calls[i].Reply, calls[i].Err = result(calls[i], r)
+		}
+		return
 	}
 	if len(cmds) == 1 {
 		calls[0].Reply, calls[0].Err = result(calls[0], b.c.Do(ctx, cmds[0]))
