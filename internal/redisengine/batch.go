@@ -115,7 +115,10 @@ type Pipeliner interface {
 // one run of the algorithm's coalesced form (Script.Many), each key's in
 // that order (see coalesce): a hot key costs the server one script run per
 // batch, not per decision, and so do many keys on a standalone server,
-// which pays the script's dispatch and TIME once per batch.
+// which pays the script's dispatch and TIME once per batch. With a Router
+// (a cluster), each master has a batcher of its own (Engine.batcherFor),
+// and the keys of one master, whatever their slots, share a run (the node
+// form, node.go).
 type batcher struct {
 	p        Pipeliner
 	noScript func(error) bool

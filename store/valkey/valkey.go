@@ -7,8 +7,8 @@
 // store implements ratelimit.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
 // batch, in one DoMulti, and the decisions in it of one algorithm run as one
-// script (any keys on a standalone server, one hash slot's on a cluster;
-// docs/stores/redis.md). Scripts are run by their SHA1; when the
+// script (any keys on a standalone server, any keys of one master on a
+// cluster; docs/stores/redis.md). Scripts are run by their SHA1; when the
 // server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it. A user's own algorithm
 // runs through Update, an optimistic compare-and-set that retries a bounded
