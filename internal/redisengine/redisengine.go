@@ -72,7 +72,9 @@ func init() {
 			s := NewScript(b.Name, src, b.Args)
 			if many, ok := algorithms.ManyLua(b.Name); ok {
 				s.Many = NewScript(b.Name+" (many)", many, b.Args)
-				s.Many.Node = NewScript(b.Name+" (node)", nodeForm(b.Name, many), b.Args)
+				if node, ok := nodeForm(b.Name, many); ok {
+					s.Many.Node = NewScript(b.Name+" (node)", node, b.Args)
+				}
 			}
 			forms[b] = s
 		}
