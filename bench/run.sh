@@ -41,6 +41,14 @@
 #               whose hash slot moves between masters, on a Redis Cluster of
 #               its own; for docs/scaling.md only. About 3 minutes.
 #
+#   cluster     bench/redis BenchmarkCluster: store/redis beside redis_rate and
+#               INCR+PEXPIRE through one go-redis cluster client, and
+#               store/valkey beside INCR+PEXPIRE through valkey-go, on a
+#               3-master Redis Cluster of its own, 10,000 keys and a hot key
+#               at 32 callers; and BenchmarkClusterMigrationKeys: 64 keys
+#               whose slots move between masters under load. Also
+#               docs/scaling.md's cluster figures. About 3 minutes.
+#
 #   composite   bench/redis TestCompositeReport: a composite of two limits
 #               (algorithms.All, one round trip) against the same limits as
 #               two limiters called one after the other, in
@@ -345,7 +353,7 @@ section_rediscost() {
 			printf "| %s | %s | %.1f | %.0f decisions/s | %.1f, so %d | %d |\n", g, w, p, 1e6 / p, p, ceil(p), ceil(2 * p)
 		}' "$raw"
 		echo
-		echo "Coalescing, measured: the decisions of a batch that use one algorithm run as one script (the algorithm's coalesced form, algorithms/lua/many) when their keys may share a run (any keys on these standalone servers, one hash slot's on a cluster), each still getting its own exact decision, each key's in arrival order. On the hot key at 32 callers they all share one key, so the script reads and writes it once per batch; on 10,000 keys each key is read and written once per decision, but the script's dispatch and TIME are still paid once per batch. Decisions per script run: 1 ÷ the script runs per decision above. One hot key's ceiling: 1,000,000 ÷ the hot key's server CPU per decision, beside 1,000,000 ÷ the 10,000-key row's (the ceiling when every decision reads and writes its own key)."
+		echo "Coalescing, measured: the decisions of a batch that use one algorithm run as one script (the algorithm's coalesced form, algorithms/lua/many) when their keys may share a run (any keys on these standalone servers, any keys of one master on a cluster: bash bench/run.sh cluster), each still getting its own exact decision, each key's in arrival order. On the hot key at 32 callers they all share one key, so the script reads and writes it once per batch; on 10,000 keys each key is read and written once per decision, but the script's dispatch and TIME are still paid once per batch. Decisions per script run: 1 ÷ the script runs per decision above. One hot key's ceiling: 1,000,000 ÷ the hot key's server CPU per decision, beside 1,000,000 ÷ the 10,000-key row's (the ceiling when every decision reads and writes its own key)."
 		echo
 		echo "| server | contender | decisions per script run, hot key | the same, 10,000 keys | server CPU µs/decision, hot key | the same, 10,000 keys | in scripts µs/decision, hot key | the same, 10,000 keys | one hot key's ceiling, decisions/s | at the 10,000-key cost |"
 		echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -381,8 +389,78 @@ section_rediscost() {
 	} >"$OUT/rediscost.scaling.md"
 }
 
+section_cluster() {
+	local raw=$OUT/cluster.txt
+	echo "Command: \`bash bench/run.sh cluster\` (\`BenchmarkCluster\`, \`BenchmarkClusterMigrationKeys\` in \`bench/redis\`); $(machine)"
+	echo
+	echo "Load before: $(load)."
+	# A Redis Cluster of its own: the migration benchmark moves hash slots,
+	# which it must never do to a shared cluster.
+	with_own "REDIS_CLUSTER_ADDRS" bash -c 'cd bench &&
+		go test -run "^$" -bench "^BenchmarkCluster$" -benchtime 1x -timeout 30m ./redis/ &&
+		RATELIMIT_BENCH_MIGRATE=1 go test -run "^$" -bench "^BenchmarkClusterMigrationKeys$" -benchtime 1x -timeout 30m ./redis/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load). Server: $(redis-server --version | cut -d' ' -f1-3), 3 masters, no replicas, on this machine's loopback."
+	loadnote
+	echo
+	echo "7 interleaved rounds per workload, 5,000 calls a round at 32 callers, each contender with a cluster client of its own (go-redis: pool of 64 connections per master; valkey-go: its defaults). × redis_rate, × one-line script: the median over the rounds of the SDK's decisions/s ÷ the baseline's in the same round (smallest–largest); the one-line script is \`INCR\` + \`PEXPIRE\` in one \`EVALSHA\`, through the same client as the SDK's row. Server CPU: the three masters' user + system time together, per decision (\`INFO cpu\`); in scripts: the part of it spent running scripts, the commands they run included (\`INFO commandstats\`, \`EVAL\` and \`EVALSHA\`, after \`CONFIG RESETSTAT\`), the rest being the connections' reading, parsing and answering; script runs per decision from the same statistics."
+	echo
+	echo "| workload | contender | decisions/s | server CPU µs/decision, all masters | in scripts µs | script runs/decision | × redis_rate (range) | × one-line script (range) |"
+	echo "|---|---|---:|---:|---:|---:|---:|---:|"
+	awk "$PARSE"'/^BenchmarkCluster\/[^ ]*c32-/ {
+		parse("BenchmarkCluster/")
+		split("redis-sdk-gcra redis_rate redis-incr-pexpire valkey-sdk-gcra valkey-incr-pexpire", cs, " ")
+		for (j = 1; j <= 5; j++) { c = cs[j]
+			xr = "–"; xi = "–"
+			if ((c ":x-redis_rate") in v) xr = sprintf("%.2f (%.2f–%.2f)", v[c ":x-redis_rate"], v[c ":x-redis_rate-min"], v[c ":x-redis_rate-max"])
+			if ((c ":x-incr") in v) xi = sprintf("%.2f (%.2f–%.2f)", v[c ":x-incr"], v[c ":x-incr-min"], v[c ":x-incr-max"])
+			printf "| %s | %s | %.0f | %.1f | %.1f | %.2f | %s | %s |\n", n, c, v[c ":dec/s"], v[c ":server-us/dec"], v[c ":cmd-us/dec"], v[c ":cmds/dec"], xr, xi
+		}
+	}' "$raw"
+	echo
+	echo "Bars (issue 23), 10,000 keys at 32 callers, medians of the rounds' ratios:"
+	echo
+	awk "$PARSE"'/^BenchmarkCluster\/10000keys\/c32-/ {
+		parse("BenchmarkCluster/")
+		r = v["redis-sdk-gcra:x-redis_rate"]; i = v["redis-sdk-gcra:x-incr"]; k = v["valkey-sdk-gcra:x-incr"]
+		printf "- store/redis ≥ 2 × redis_rate: %.2f, %s\n", r, (r >= 2 ? "met" : "**not met**")
+		printf "- store/redis ≥ 1.0 × the one-line script (go-redis): %.2f, %s\n", i, (i >= 1 ? "met" : "**not met**")
+		printf "- store/valkey ≥ 1.0 × the one-line script (valkey-go): %.2f, %s\n", k, (k >= 1 ? "met" : "**not met**")
+	}' "$raw"
+	echo
+	echo "Resharding under load on many keys (\`BenchmarkClusterMigrationKeys\`): 32 callers send 1,000 requests to each of 64 keys (GCRA, limit 500 per hour per key, the limiter's frozen clock: exactly 32,000 must be admitted), in 3 rounds, while every 50 ms the slot of one of 8 of the keys, in turn, moves to the next master (IMPORTING, MIGRATING, MIGRATE, SETSLOT NODE). The decisions of one master go as one script run per batch; a key that master no longer serves is sent again through the cluster client, which follows MOVED and ASK."
+	echo
+	echo "| rounds | failed calls (most in a round) | over-admitted (most) | under-admitted (most) | slot moves a round (median) | MOVED | ASK |"
+	echo "|---|---:|---:|---:|---:|---:|---:|"
+	awk "$PARSE"'/^BenchmarkClusterMigrationKeys/ {
+		parse("BenchmarkClusterMigrationKeys")
+		printf "| 3 | %d | %d | %d | %d | %d | %d |\n", v["max-failures"], v["max-over-admitted"], v["max-under-admitted"], v["slot-moves"], v["MOVED"], v["ASK"]
+	}' "$raw"
+	echo
+	echo '```'
+	grep '^Benchmark' "$raw"
+	echo '```'
+	{
+		echo "Command: \`bash bench/run.sh cluster\`; $(machine) Load after the run: $(load)."
+		loadnote
+		echo
+		echo "A cluster's masters share the decisions by slot, so with keys spread over the slots each master makes about a third of them; the capacity model counts the CPU of all the masters together per decision, P_all, from \`BenchmarkCluster\` (10,000 keys, 32 callers): masters needed for R decisions/s ≈ R × P_all ÷ 1,000,000, each fully busy, twice that at most half busy; the 3 masters together top out near 3,000,000 ÷ P_all. A hot key lives on one master: its ceiling is that master's, 1,000,000 ÷ P_hot (the hot-key row, where one master does all the work)."
+		echo
+		echo "| workload | contender | server CPU µs/decision, all masters, P | masters for 1,000,000 decisions/s (P, rounded up) | the same, each at most half busy (2 × P, rounded up) | ceiling of the 3 masters, decisions/s (hot key: its one master's) |"
+		echo "|---|---|---:|---:|---:|---:|"
+		awk "$PARSE"'function ceil(x) { return x == int(x) ? x : int(x) + 1 }
+		/^BenchmarkCluster\/[^ ]*c32-/ {
+			parse("BenchmarkCluster/")
+			split("redis-sdk-gcra redis_rate redis-incr-pexpire valkey-sdk-gcra valkey-incr-pexpire", cs, " ")
+			for (j = 1; j <= 5; j++) { c = cs[j]; p = sprintf("%.1f", v[c ":server-us/dec"]) + 0
+				printf "| %s | %s | %.1f | %d | %d | %.0f |\n", n, c, p, ceil(p), ceil(2 * p), (n ~ /^hot/ ? 1e6 / p : 3e6 / p)
+			}
+		}' "$raw"
+	} >"$OUT/cluster.scaling.md"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost composite)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost cluster composite)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done

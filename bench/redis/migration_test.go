@@ -320,3 +320,165 @@ func BenchmarkClusterMigration(b *testing.B) {
 	b.ReportMetric(maxOver, "max-over-admitted")
 	b.ReportMetric(sumFail, "failures-total")
 }
+
+// BenchmarkClusterMigrationKeys is BenchmarkClusterMigration on many keys,
+// whose decisions the store sends as one script run per master and batch
+// (redisengine's node form), while slots move under them: 32 callers send
+// 1,000 requests to each of 64 keys, round robin (GCRA, limit 500 per hour
+// per key, the limiter's frozen clock: exactly 32,000 must be admitted),
+// while every 50 ms the slot of one of 8 of the keys, in turn, moves to the
+// next master. It reports the same figures per round, over 3 rounds. It
+// moves slots, so it runs only with RATELIMIT_BENCH_MIGRATE=1 (bash
+// bench/run.sh cluster). Run it with -benchtime 1x.
+func BenchmarkClusterMigrationKeys(b *testing.B) {
+	if os.Getenv("RATELIMIT_BENCH_MIGRATE") == "" {
+		b.Skip("moves hash slots: set RATELIMIT_BENCH_MIGRATE=1 only for a cluster of its own (bash bench/run.sh cluster)")
+	}
+	addrs := strings.Split(os.Getenv("RATELIMIT_REDIS_CLUSTER_ADDRS"), ",")
+	if len(addrs) < 2 || addrs[0] == "" {
+		b.Fatal("RATELIMIT_REDIS_CLUSTER_ADDRS must name at least two masters")
+	}
+	ctx := context.Background()
+	var nodes []clusterNode
+	for _, a := range addrs {
+		c := goredis.NewClient(&goredis.Options{Addr: a})
+		b.Cleanup(func() { c.Close() })
+		id, err := c.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			b.Fatalf("CLUSTER MYID on %s: %v", a, err)
+		}
+		nodes = append(nodes, clusterNode{a, id, c})
+	}
+	var seen redirects
+	cc := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: addrs, PoolSize: poolSz})
+	cc.OnNewNode(func(n *goredis.Client) { n.AddHook(&seen) })
+	b.Cleanup(func() { cc.Close() })
+	const nkeys, moving, limit, perKey, callers, rounds = 64, 8, 500, 1000, 32, 3
+	frozen := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	owner := func(slot int) clusterNode {
+		ranges, err := nodes[0].c.ClusterSlots(ctx).Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range ranges {
+			if slot >= r.Start && slot <= r.End {
+				for _, n := range nodes {
+					if n.addr == r.Nodes[0].Addr {
+						return n
+					}
+				}
+			}
+		}
+		b.Fatalf("no master in RATELIMIT_REDIS_CLUSTER_ADDRS holds slot %d", slot)
+		return clusterNode{}
+	}
+	var fails, overs, unders, allMoves []float64
+	var moved, ask int64
+	for r := range rounds {
+		p := prefix()
+		s, err := rlredis.New(cc, rlredis.WithPrefix(p), rlredis.WithServerClock(false))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lim, err := ratelimit.New(s, algorithms.GCRA(limit, time.Hour, limit), ratelimit.WithClock(frozen))
+		if err != nil {
+			b.Fatal(err)
+		}
+		var admitted, failures, next atomic.Int64
+		for k := range nkeys { // every key exists, and its slot is known
+			if _, err := lim.Allow(ctx, fmt.Sprintf("k%d", k)); err != nil {
+				b.Fatal(err)
+			}
+			admitted.Add(1)
+		}
+		var slots []int
+		for k := range moving {
+			var redisKey string
+			for _, n := range nodes {
+				ks, err := n.c.Keys(ctx, p+":*:k"+fmt.Sprint(k)+"}").Result()
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(ks) > 0 {
+					redisKey = ks[0]
+				}
+			}
+			if redisKey == "" {
+				b.Fatalf("no key k%d under %s on any master", k, p)
+			}
+			slot, err := nodes[0].c.ClusterKeySlot(ctx, redisKey).Result()
+			if err != nil {
+				b.Fatal(err)
+			}
+			slots = append(slots, int(slot))
+		}
+		m0, a0 := seen.moved.Load(), seen.ask.Load()
+		done := make(chan struct{})
+		var moves int
+		var moveErr error
+		var mwg sync.WaitGroup
+		mwg.Add(1)
+		go func() {
+			defer mwg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				case <-time.After(50 * time.Millisecond):
+				}
+				slot := slots[i%len(slots)]
+				src := owner(slot)
+				dst := nodes[(slices.IndexFunc(nodes, func(n clusterNode) bool { return n.id == src.id })+1)%len(nodes)]
+				if err := migrate(ctx, slot, src, dst, nodes); err != nil {
+					moveErr = err
+					return
+				}
+				moves++
+			}
+		}()
+		var wg sync.WaitGroup
+		for range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := next.Add(1) - 1
+					if i >= nkeys*(perKey-1) {
+						return
+					}
+					d, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%nkeys))
+					switch {
+					case err != nil:
+						if failures.Add(1) == 1 {
+							b.Logf("a decision during the round failed: %v", err)
+						}
+					case d.Allowed:
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(done)
+		mwg.Wait()
+		if moveErr != nil {
+			b.Fatalf("moving slots: %v", moveErr)
+		}
+		a := admitted.Load()
+		if failures.Load() == 0 && a != nkeys*limit {
+			b.Errorf("round %d: %d requests admitted %d, want exactly %d", r, nkeys*perKey, a, nkeys*limit)
+		}
+		fails = append(fails, float64(failures.Load()))
+		overs = append(overs, float64(max(a-nkeys*limit, 0)))
+		unders = append(unders, float64(max(nkeys*limit-a-failures.Load(), 0)))
+		allMoves = append(allMoves, float64(moves))
+		moved += seen.moved.Load() - m0
+		ask += seen.ask.Load() - a0
+	}
+	b.ReportMetric(slices.Max(fails), "max-failures")
+	b.ReportMetric(slices.Max(overs), "max-over-admitted")
+	b.ReportMetric(slices.Max(unders), "max-under-admitted")
+	b.ReportMetric(median(allMoves), "slot-moves")
+	b.ReportMetric(float64(moved), "MOVED")
+	b.ReportMetric(float64(ask), "ASK")
+}

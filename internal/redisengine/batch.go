@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,9 @@ type Call struct {
 	// Pipeliner may hand an array reply whose items are all integers or
 	// error replies over as an IntReply, which boxes no item.
 	Ints bool
+	// Node, when not nil, is the cluster node the call must go to
+	// (Router.Node): the call of a node form, which declares no keys.
+	Node any
 
 	cmd [3 + 1 + algorithms.LuaFixedArgs + 1]any // Command's array, when it fits
 }
@@ -111,10 +115,14 @@ type Pipeliner interface {
 // one run of the algorithm's coalesced form (Script.Many), each key's in
 // that order (see coalesce): a hot key costs the server one script run per
 // batch, not per decision, and so do many keys on a standalone server,
-// which pays the script's dispatch and TIME once per batch.
+// which pays the script's dispatch and TIME once per batch. With a Router
+// (a cluster), each master has a batcher of its own (Engine.batcherFor),
+// and the keys of one master, whatever their slots, share a run (the node
+// form, node.go).
 type batcher struct {
 	p        Pipeliner
 	noScript func(error) bool
+	router   Router // nil unless the backend can say which node serves a key
 	mu       sync.Mutex
 	busy     bool       // a batch is in flight
 	queue    []*pending // callers waiting for the next batch, in arrival order
@@ -141,6 +149,10 @@ type pending struct {
 	// Set by coalesce, in the batch's goroutine.
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
+	retry bool // its run's node did not serve its key: sent again alone
+	// The node that serves its key, as the Router saw it when the
+	// decision was made (nil without one): keys of one node share a run.
+	node any
 	// Set by spread instead of Reply, when the decision was decided in a
 	// run whose reply had its fields: the run's reply's own elements, so
 	// that no interface is boxed per decision (ints when the reply was an
@@ -230,6 +242,13 @@ func (b *batcher) loop(batch []*pending) {
 		for _, r := range runs {
 			r.spread()
 		}
+		if again := b.scratch.retries(batch); len(again) > 0 {
+			// A node run found keys its node does not serve: each of
+			// their decisions goes again as its own call, its key
+			// declared, which the client routes and redirects.
+			b.router.Missed()
+			b.pipeline(bctx, again)
+		}
 		cancel()
 		for _, c := range batch {
 			c.done <- struct{}{}
@@ -283,6 +302,7 @@ type run struct {
 	Call
 	keys []*entry
 	reqs []byte // the packed requests, built here
+	node any    // the node all its keys are on (Router.Node), or nil
 }
 
 // maxRunKeys bounds the keys of one run, so that a batch of thousands of
@@ -315,6 +335,7 @@ func coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
 type runKey struct {
 	s    *Script
 	slot int
+	node any // set instead of slot when a Router says which node
 }
 
 // scratch is coalesce's memory, reused from batch to batch: what one
@@ -326,6 +347,7 @@ type scratch struct {
 	runs    []*run
 	free    []*run // runs of earlier batches, to reuse
 	calls   []*Call
+	again   []*Call
 }
 
 func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
@@ -343,7 +365,7 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 	clear(s.entries[:cap(s.entries)])
 	entries := s.entries[:0] // never grows: pointers stay
 	for _, c := range batch {
-		c.leads, c.inRun, c.fields, c.ints = nil, false, nil, nil
+		c.leads, c.inRun, c.retry, c.fields, c.ints = nil, false, false, nil, nil
 		e := byKey[c.Keys[0]]
 		if e == nil {
 			entries = append(entries, entry{bad: !coalescable(c)})
@@ -363,10 +385,14 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 			continue
 		}
 		m := e.members[0]
-		k := runKey{m.Script.Many, slot(m.Keys[0])}
+		k := runKey{s: m.Script.Many, slot: slot(m.Keys[0])}
+		if m.node != nil && k.slot >= 0 && m.Script.Many.Node != nil {
+			k.slot, k.node = 0, m.node
+		}
 		r := byRun[k]
 		if r == nil || k.slot < 0 || len(r.keys) == maxRunKeys {
 			r = s.newRun()
+			r.node = k.node
 			byRun[k] = r
 			runs = append(runs, r)
 			m.leads = r
@@ -403,6 +429,23 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 	return calls, kept
 }
 
+// retries returns the calls of the batch's decisions whose run's node did
+// not serve their key (spread marked them), in arrival order, each its own
+// call of the single form, to be sent again.
+func (s *scratch) retries(batch []*pending) []*Call {
+	again := s.again[:0]
+	for _, c := range batch {
+		if c.retry {
+			c.fields, c.ints = nil, nil
+			c.Reply, c.Err, c.ByText = nil, nil, false
+			again = append(again, &c.Call)
+		}
+	}
+	clear(again[len(again):cap(again)])
+	s.again = again
+	return again
+}
+
 // newRun returns an empty run, an earlier batch's if there is one.
 func (s *scratch) newRun() *run {
 	if n := len(s.free); n > 0 {
@@ -430,16 +473,29 @@ func sameNumbers(a, b *pending) bool {
 	return a.Script == b.Script && a.Args[3] == b.Args[3] && a.Args[4] == b.Args[4] && a.Args[5] == b.Args[5]
 }
 
-// build sets the run's call of s, the coalesced form, from its keys.
+// build sets the run's call of s, the coalesced form, from its keys: on a
+// node (r.node), and of several keys, a call of s's node form (Script.Node)
+// sent to that node, whose ARGV lead with the keys' number and the keys.
 func (r *run) build(s *Script) {
 	n := 0
 	for _, e := range r.keys {
 		n += len(e.members)
 	}
+	onNode := r.node != nil && len(r.keys) > 1
+	lead := 0 // the ARGV before the coalesced form's own
+	if onNode {
+		lead = 1 + len(r.keys)
+	}
 	reqs := slices.Grow(r.reqs[:0], 24*n)
 	keys := slices.Grow(r.Keys[:0], len(r.keys))
-	args := slices.Grow(r.Args[:0], 2+3*len(r.keys))[:2]
-	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
+	args := slices.Grow(r.Args[:0], lead+2+3*len(r.keys))[:lead+2]
+	if onNode {
+		args[0] = int64(len(r.keys))
+		for i, e := range r.keys {
+			args[1+i] = e.members[0].Keys[0]
+		}
+	}
+	args[lead] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
 	for _, e := range r.keys {
 		for _, c := range e.members {
 			peek := 0.0
@@ -451,11 +507,16 @@ func (r *run) build(s *Script) {
 			reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(peek))
 		}
 		m := e.members[0]
-		keys = append(keys, m.Keys[0])
+		if !onNode {
+			keys = append(keys, m.Keys[0])
+		}
 		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
-	args[1] = string(reqs)
-	r.Script, r.Keys, r.Args, r.reqs, r.Ints = s, keys, args, reqs, true
+	args[lead+1] = string(reqs)
+	r.Script, r.Keys, r.Args, r.reqs, r.Ints, r.Node = s, keys, args, reqs, true, nil
+	if onNode {
+		r.Script, r.Node = s.Node, r.node
+	}
 }
 
 // spread hands the run's outcome to its members. The reply is flat: for
@@ -494,6 +555,8 @@ func (r *run) spread() {
 				c.Reply, c.Err = nil, r.Err
 			case !fits:
 				c.Reply, c.Err = r.Reply, nil
+			case ierr != nil && strings.HasPrefix(ierr.Error(), NotLocal):
+				c.Reply, c.Err, c.retry = nil, nil, true
 			case ierr != nil:
 				c.Reply, c.Err = nil, ierr
 			default:
@@ -546,10 +609,32 @@ func Queued(e *Engine) int {
 	if e.batch == nil {
 		return -1
 	}
-	e.batch.mu.Lock()
-	defer e.batch.mu.Unlock()
-	if !e.batch.busy {
+	n := e.batch.queued()
+	e.nodes.Range(func(_, b any) bool {
+		if q := b.(*batcher).queued(); q >= 0 {
+			n = max(n, 0) + q
+		}
+		return true
+	})
+	return n
+}
+
+// queued is Queued for one batcher.
+func (b *batcher) queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.busy {
 		return -1
 	}
-	return len(e.batch.queue)
+	return len(b.queue)
+}
+
+// Masters returns how many masters' batchers e has made (a Router's nodes
+// it has sent decisions to; see batcherFor), so that a test can tell its
+// decisions went by master. It is not a method so that the stores, which
+// embed the Engine, do not offer it; their tests reach it.
+func Masters(e *Engine) int {
+	n := 0
+	e.nodes.Range(func(_, _ any) bool { n++; return true })
+	return n
 }

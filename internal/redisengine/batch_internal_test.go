@@ -161,3 +161,21 @@ func TestSpreadIntReply(t *testing.T) {
 		t.Error("Ints of a short IntReply: no error")
 	}
 }
+
+// TestNodeForms checks that every algorithm with a coalesced form has its
+// node form (node.go), which needs the coalesced form's reply line.
+func TestNodeForms(t *testing.T) {
+	n := 0
+	for _, s := range Forms() {
+		if s.Many == nil {
+			continue
+		}
+		n++
+		if s.Many.Node == nil {
+			t.Errorf("%s has a coalesced form but no node form: its reply does not start with %q", s.Name, manyResult)
+		}
+	}
+	if n == 0 {
+		t.Error("no algorithm has a coalesced form")
+	}
+}

@@ -60,6 +60,11 @@ type Engine struct {
 	slackArg    any    // slack, boxed once as a script argument
 	backend     Backend
 	batch       *batcher // nil when the backend does not pipeline
+	// With a Router, each node's decisions have a batcher of their own
+	// (node → *batcher), so that a node's batches follow each other
+	// without waiting for the other nodes' (see batcherFor).
+	router Router
+	nodes  sync.Map
 
 	seed  maphash.Seed
 	locks []chan struct{}
@@ -133,6 +138,9 @@ func New(name string, backend Backend, opts ...Option) (*Engine, error) {
 	e.slackArg = strconv.FormatInt(e.slack, 10)
 	if p, ok := backend.(Pipeliner); ok {
 		e.batch = &batcher{p: p, noScript: backend.NoScript}
+		if r, ok := backend.(Router); ok {
+			e.batch.router, e.router = r, r
+		}
 	}
 	e.seed = maphash.MakeSeed()
 	e.locks = make([]chan struct{}, 256)
@@ -239,7 +247,7 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 		}
 		return true, Ints(r, f)
 	}
-	if err := e.batch.do(ctx, c); err != nil {
+	if err := e.batcherFor(c).do(ctx, c); err != nil {
 		// c may still be in a batch in flight: it is never reused.
 		return false, err
 	}
@@ -255,6 +263,28 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	}
 	c.release()
 	return decoded, err
+}
+
+// batcherFor returns the batcher of c's decision: without a Router, the
+// engine's one; with one, the batcher of the node that serves c's key (as
+// the Router sees it now, which c remembers), made on first use, or the
+// engine's one when the Router cannot tell. A cluster's masters each get
+// one, as does a master that replaces one after a failover: their number
+// is that of the masters the engine has seen.
+func (e *Engine) batcherFor(c *pending) *batcher {
+	if e.router == nil {
+		return e.batch
+	}
+	n := e.router.Node(c.key[0])
+	if n == nil {
+		return e.batch
+	}
+	c.node = n
+	if b, ok := e.nodes.Load(n); ok {
+		return b.(*batcher)
+	}
+	b, _ := e.nodes.LoadOrStore(n, &batcher{p: e.batch.p, noScript: e.batch.noScript, router: e.router})
+	return b.(*batcher)
 }
 
 // maxCachedParams bounds the cache of formatted ServerArgs.

@@ -48,6 +48,10 @@ type Script struct {
 	// Many is the algorithm's coalesced form (algorithms.ManyLua), which
 	// decides several requests on one key in one run, or nil.
 	Many *Script
+	// Node is the node form of a coalesced form (on Many's script): the
+	// same decisions for keys of any slots one cluster node serves, in one
+	// run that declares no keys (see Router).
+	Node *Script
 
 	sha, src any // SHA and Src, boxed once for Call.Command
 }
@@ -68,6 +72,9 @@ func init() {
 			s := NewScript(b.Name, src, b.Args)
 			if many, ok := algorithms.ManyLua(b.Name); ok {
 				s.Many = NewScript(b.Name+" (many)", many, b.Args)
+				if node, ok := nodeForm(b.Name, many); ok {
+					s.Many.Node = NewScript(b.Name+" (node)", node, b.Args)
+				}
 			}
 			forms[b] = s
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -16,8 +15,9 @@ import (
 // server and the cluster, for every algorithm with a coalesced form and for
 // one key decided with two sets of numbers, and storetest.CoalescedKeys:
 // decisions queued behind a batch in flight are decided in one script run
-// per algorithm (any keys on the standalone server, one slot's on the
-// cluster), each exactly as one after another.
+// per algorithm (any keys on the standalone server, and on the cluster
+// any keys of one master, whose decisions queue behind the held one), each
+// exactly as one after another.
 func TestCoalescedEqualSequential(t *testing.T) {
 	for _, onCluster := range []bool{false, true} {
 		server := map[bool]string{false: "standalone", true: "cluster"}[onCluster]
@@ -44,7 +44,7 @@ func TestCoalescedEqualSequential(t *testing.T) {
 				Slot: func(string) int { return 0 },
 			}
 			if onCluster {
-				q.Slot = redisengine.ClusterSlot
+				q.Node = masterOf(t, c)
 			}
 			if alg == nil {
 				storetest.CoalescedKeys(t, target(c), q)

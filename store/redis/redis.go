@@ -258,6 +258,16 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 		b.pipelineDetached(ctx, calls)
 		return
 	}
+	if onNodes(calls) {
+		words, nodes := make([][]any, len(calls)), make([]any, len(calls))
+		for i, c := range calls {
+			words[i], nodes[i] = c.Command(), c.Node
+		}
+		for i, cmd := range b.send(ctx, words, nodes) {
+			calls[i].Reply, calls[i].Err = cmd.Result()
+		}
+		return
+	}
 	if len(calls) == 1 {
 		c := calls[0]
 		c.Reply, c.Err = b.c.Do(ctx, c.Command()...).Result()
@@ -278,18 +288,12 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 // are built from copies of the calls' words, and its replies are handed to
 // the calls only if they arrive before ctx ends.
 func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call) {
-	words := make([][]any, len(calls))
+	words, nodes := make([][]any, len(calls)), make([]any, len(calls))
 	for i, c := range calls {
-		words[i] = slices.Clone(c.Command())
+		words[i], nodes[i] = slices.Clone(c.Command()), c.Node
 	}
 	cmds, err := detached(b, ctx, func(ctx context.Context) ([]*goredis.Cmd, error) {
-		pipe := b.c.Pipeline()
-		cmds := make([]*goredis.Cmd, len(words))
-		for i, w := range words {
-			cmds[i] = pipe.Do(ctx, w...)
-		}
-		_, _ = pipe.Exec(ctx)
-		return cmds, nil
+		return b.send(ctx, words, nodes), nil
 	})
 	for i, c := range calls {
 		if err != nil {

@@ -14,3 +14,6 @@ func State(s *Store) func(context.Context, ratelimit.Key) ([]byte, int64, error)
 
 // Queued returns how many decisions wait behind the batch in flight, or -1.
 func Queued(s *Store) int { return redisengine.Queued(s.engine) }
+
+// Routed returns how many masters' batchers the store has made.
+func Routed(s *Store) int { return redisengine.Masters(s.engine) }

@@ -7,8 +7,8 @@
 // store implements ratelimit.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
 // batch, in one DoMulti, and the decisions in it of one algorithm run as one
-// script (any keys on a standalone server, one hash slot's on a cluster;
-// docs/stores/redis.md). Scripts are run by their SHA1; when the
+// script (any keys on a standalone server, any keys of one master on a
+// cluster; docs/stores/redis.md). Scripts are run by their SHA1; when the
 // server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it. A user's own algorithm
 // runs through Update, an optimistic compare-and-set that retries a bounded
@@ -80,7 +80,7 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("valkey: nil client: %w", ratelimit.ErrInvalidParams)
 	}
-	e, err := redisengine.New("valkey", backend{client}, opts...)
+	e, err := redisengine.New("valkey", backend{client, newRouter(client)}, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,10 @@ func (s *Store) Prefix() string { return s.engine.Prefix() }
 func (s *Store) ServerClock() bool { return s.engine.ServerClock() }
 
 // backend runs the engine's commands on a valkey-go client.
-type backend struct{ c vk.Client }
+type backend struct {
+	c vk.Client
+	r *router // a cluster's map of slots (cluster.go), or nil
+}
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
 	return b.c.Do(ctx, b.evalSha(sha, keys, args)).ToAny()
@@ -186,6 +189,22 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 		} else {
 			cmds[i] = b.evalSha(c.Script.SHA, c.Keys, c.Args)
 		}
+	}
+	var nodes []any // where each call goes, when one goes to a master itself
+	for _, c := range calls {
+		if c.Node != nil {
+			nodes = make([]any, len(calls))
+			for i, c := range calls {
+				nodes[i] = c.Node
+			}
+			break
+		}
+	}
+	if nodes != nil {
+		for i, r := range b.doMulti(ctx, cmds, nodes) {
+			calls[i].Reply, calls[i].Err = result(calls[i], r)
+		}
+		return
 	}
 	if len(cmds) == 1 {
 		calls[0].Reply, calls[0].Err = result(calls[0], b.c.Do(ctx, cmds[0]))

@@ -27,8 +27,31 @@ type Queue struct {
 	State func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error)
 	// Slot is the store's rule for which keys may share a script run
 	// (redisengine.Pipeliner's Slot): 0 for every key on a standalone
-	// server, redisengine.ClusterSlot on a cluster.
+	// server, and on a cluster whose store has a redisengine.Router, 0
+	// too, since the tests then choose keys on one node (see Node), where
+	// any keys share a run; redisengine.ClusterSlot on a cluster without.
 	Slot func(key string) int
+	// Node, on a cluster whose store has a redisengine.Router, returns the
+	// master that serves key. Each master's decisions have a batcher of
+	// their own, so only the decisions on the held decision's master queue
+	// behind it: the tests then choose every key on that master. Nil
+	// otherwise.
+	Node func(key string) int
+}
+
+// onNode returns the key of namespace ns whose ID is id, or, with q.Node,
+// the first of id, id-0, id-1, ... whose state key under prefix lies on
+// the master of near's: so that its decisions queue behind near's.
+func (q Queue) onNode(prefix, ns, id string, near ratelimit.Key) ratelimit.Key {
+	k := ratelimit.Key{Namespace: ns, ID: id}
+	if q.Node == nil {
+		return k
+	}
+	want := q.Node(redisengine.StateKey(prefix, near))
+	for i := 0; q.Node(redisengine.StateKey(prefix, k)) != want; i++ {
+		k.ID = fmt.Sprintf("%s-%d", id, i)
+	}
+	return k
 }
 
 // Coalesced checks that decisions queued behind a batch in flight, several
@@ -46,8 +69,9 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 	pa, pb := fmt.Sprintf("rltest-co-%d-a", time.Now().UnixNano()), fmt.Sprintf("rltest-co-%d-b", time.Now().UnixNano())
 	sa, sb := tg.NewStore(t, pa, false), tg.NewStore(t, pb, false)
 	da, db := sa.(ratelimit.Decider), sb.(ratelimit.Decider)
-	hot := ratelimit.Key{Namespace: "co", ID: "hot"}
-	bad := ratelimit.Key{Namespace: "co", ID: "bad"}
+	first := ratelimit.Key{Namespace: "co", ID: "first"}
+	hot := q.onNode(pa, "co", "hot", first)
+	bad := q.onNode(pa, "co", "bad", first)
 	for _, p := range []string{pa, pb} {
 		if err := tg.Set(ctx, redisengine.StateKey(p, bad), "garbage"); err != nil {
 			t.Fatal(err)
@@ -73,7 +97,6 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 
 	// A lone decision on another key, held on its way, so that the calls
 	// queue behind it in a known order.
-	first := ratelimit.Key{Namespace: "co", ID: "first"}
 	if _, err := da.Decide(ctx, first, alg, algorithms.Request{Now: base, Cost: 1}); err != nil {
 		t.Fatal(err) // the script loaded and the connection open
 	}
@@ -141,8 +164,12 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 	tb, fw := algorithms.TokenBucket(5, time.Second, 5), algorithms.FixedWindow(5, time.Second)
 
 	// Keys in two hash slots, several in each (so that on a cluster too
-	// keys share runs), and one in a slot of its own.
+	// keys share runs), and one in a slot of its own; with q.Node, all on
+	// the master of first's.
+	key := func(id string) ratelimit.Key { return ratelimit.Key{Namespace: "ck", ID: id} }
+	first := key("first")
 	slotIDs := func(anchor string, n int) []string {
+		anchor = q.onNode(pa, "ck", anchor, first).ID
 		want := redisengine.ClusterSlot(redisengine.StateKey(pa, ratelimit.Key{Namespace: "ck", ID: anchor}))
 		ids := []string{anchor}
 		for i := 0; len(ids) < n; i++ {
@@ -154,7 +181,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		return ids
 	}
 	as, bs := slotIDs("a", 6), slotIDs("b", 3)
-	key := func(id string) ratelimit.Key { return ratelimit.Key{Namespace: "ck", ID: id} }
+	lone := q.onNode(pa, "ck", "lone", first)
 	type use struct {
 		key ratelimit.Key
 		alg algorithms.Algorithm
@@ -162,7 +189,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 	bad, mixed := key(as[4]), key(as[5])
 	uses := []use{
 		{key(as[0]), gA}, {key(as[1]), gA}, {key(as[2]), gB}, {key(as[3]), tb}, {bad, gA}, {mixed, gA}, {mixed, gB},
-		{key(bs[0]), gA}, {key(bs[1]), tb}, {key(bs[2]), fw}, {key("lone"), fw}, {key("c"), gB}, {key("d"), gA},
+		{key(bs[0]), gA}, {key(bs[1]), tb}, {key(bs[2]), fw}, {lone, fw}, {q.onNode(pa, "ck", "c", first), gB}, {q.onNode(pa, "ck", "d", first), gA},
 	}
 	for _, p := range []string{pa, pb} {
 		if err := tg.Set(ctx, redisengine.StateKey(p, bad), "garbage"); err != nil {
@@ -173,7 +200,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 	var calls []*queued
 	for i := range 48 {
 		u := uses[i%len(uses)]
-		if u.key.ID == "lone" && i >= len(uses) {
+		if u.key == lone && i >= len(uses) {
 			u = uses[0] // "lone" is decided once: alone in its run
 		}
 		cl := &queued{alg: u.alg, key: u.key, returned: make(chan struct{})}
@@ -182,7 +209,6 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		calls = append(calls, cl)
 	}
 
-	first := key("first")
 	if _, err := da.Decide(ctx, first, gA, algorithms.Request{Now: base, Cost: 1}); err != nil {
 		t.Fatal(err)
 	}
