@@ -182,7 +182,7 @@ type Limiter struct {
 	store   Store
 	decider Decider // store as a Decider, or nil
 	// to is store as a toDecider (the memory store) when alg is an
-	// algorithms.ToDecider, or nil.
+	// forms.ToDecider, or nil.
 	to    toDecider
 	alg   algorithms.Algorithm
 	clock clock.Clock

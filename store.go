@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Key names the state of one user key under one limiter. Stores receive it
@@ -99,13 +100,13 @@ type Decider interface {
 	Decide(ctx context.Context, key Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error)
 }
 
-// toDecider is a Decider that decides for an algorithms.ToDecider with
+// toDecider is a Decider that decides for an forms.ToDecider with
 // the decision's fields as results (the memory store's DecideTo), which a
 // Limiter prefers: they travel in registers, where a Decision returned by
 // value is copied through memory, a noticeable part of a decision made in
 // process. Its errors are Decide's.
 type toDecider interface {
-	DecideTo(ctx context.Context, key Key, alg algorithms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
+	DecideTo(ctx context.Context, key Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
 // ErrUnsupported is returned by Decider.Decide for an algorithm the store

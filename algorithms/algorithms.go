@@ -122,51 +122,9 @@ type Algorithm interface {
 	Decide(state []byte, req Request) (Step, error)
 }
 
-// ServerForm is implemented by algorithms that have a server-side form:
-// a script for Redis and Valkey and a function for PostgreSQL, kept in this
-// package beside the Go form.
-type ServerForm interface {
-	Algorithm
-	// ServerArgs are the integer parameters passed to the server-side form,
-	// in the order the form documents. The returned slice must not be
-	// modified.
-	ServerArgs() []int64
-}
-
-// InPlaceDecider is implemented by algorithms whose state is large enough
-// that copying it before every decision would cost more than the decision:
-// the built-in sliding log. A store that holds state in its own memory (the
-// memory store) calls DecideInPlace on its stored state instead of Decide on
-// a copy.
-//
-// DecideInPlace is Decide with two promises: it writes into state's memory
-// only when it returns a nil error and a non-nil Next (a denied request, a
-// peek or an error leaves state exactly as it was), and the Next it returns
-// is the caller's to keep, whether it shares state's memory (at any offset)
-// or was allocated because state had no room to grow. Other stores call
-// Decide, which makes the same decisions.
-type InPlaceDecider interface {
-	Algorithm
-	DecideInPlace(state []byte, req Request) (Step, error)
-}
-
-// ToDecider is implemented by the built-in algorithms whose state is a few
-// integers (all but the sliding log): Decide with the Step's Next and TTL
-// and the Decision's fields returned as separate results, so that a store
-// deciding in process (the memory store) copies no Step and needs no memory
-// of its own to receive the decision (a pointer passed through an interface
-// would be moved to the heap), and the results travel in registers (a
-// returned Decision would be copied through memory, twice, in moves wider
-// than the writes that made it, which stall). The Decision's Parts would
-// be nil.
-//
-// DecideTo makes InPlaceDecider's promises: it writes into state's memory
-// only when it returns a nil error and a non-nil next (a denied request, a
-// peek or an error leaves state exactly as it was), and a non-nil state
-// has room for the next one, which DecideTo then writes there, so that a
-// store can decide on the state where it keeps it.
-type ToDecider interface {
-	Algorithm
+// toDecider is forms.ToDecider, which the built-ins whose state is a few
+// integers implement; their Decide is decideBy.
+type toDecider interface {
 	DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
@@ -226,7 +184,7 @@ func decodeFields(state []byte, dst []int64) error {
 
 // decideBy is Decide for an algorithm whose DecideTo does the work: the
 // Step is DecideTo's decision, next state and TTL.
-func decideBy(a ToDecider, state []byte, req Request) (Step, error) {
+func decideBy(a toDecider, state []byte, req Request) (Step, error) {
 	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := a.DecideTo(state, req)
 	if err != nil {
 		return Step{}, err

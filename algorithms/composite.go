@@ -251,24 +251,6 @@ func Combine(parts []Decision) Decision {
 	return d
 }
 
-// CompositeForm returns the names of parts' algorithms and their
-// ServerArgs concatenated, as the composite server forms take them (see
-// lua.go and sql.go), and false when a part has no generated server form:
-// it is not a built-in, or it is the sliding log, whose forms are written
-// by hand and keep state the composite forms cannot hold.
-func CompositeForm(c Composite) (names []string, args []int64, ok bool) {
-	for _, p := range c.Parts() {
-		b := BuiltinOf(p)
-		sf, isSF := p.(ServerForm)
-		if b == nil || !isSF || !b.Composable() {
-			return nil, nil, false
-		}
-		names = append(names, b.Name)
-		args = append(args, sf.ServerArgs()...)
-	}
-	return names, args, true
-}
-
 // Divide implements Divisible: the composite of its parts each divided by
 // n (see the package function Divide). A part that cannot be divided makes
 // the result invalid, with that part's error from Validate.

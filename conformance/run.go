@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 )
 
@@ -82,11 +83,11 @@ type algorithm struct {
 	maxTTL time.Duration
 }
 
-// builtins returns every registered built-in algorithm (algorithms.Builtins)
+// builtins returns every registered built-in algorithm (forms.Builtins)
 // with 10 units per second and a burst of 10.
 func builtins() []algorithm {
 	var out []algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		alg := b.New(10, time.Second, 10)
 		// Windows keep state for at most two periods, buckets for the
 		// time to refill a whole burst.
@@ -501,7 +502,7 @@ func testExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
 // shortVersion returns alg's kind with a 50ms period and a burst of 1, so
 // that its state lives at most 100ms.
 func shortVersion(alg algorithms.Algorithm) algorithms.Algorithm {
-	return algorithms.BuiltinOf(alg).New(10, 50*time.Millisecond, 1)
+	return forms.BuiltinOf(alg).New(10, 50*time.Millisecond, 1)
 }
 
 // testStaleState checks that decisions stay right when the backend keeps

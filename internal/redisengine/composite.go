@@ -8,12 +8,13 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
-// allScript is the composite Lua form (algorithms.CompositeLua): one script
+// allScript is the composite Lua form (forms.CompositeLua): one script
 // for every composite of algorithms with generated Lua forms, which names
 // its parts in its arguments.
-var allScript = NewScript("all", algorithms.CompositeLua(), 0)
+var allScript = NewScript("all", forms.CompositeLua(), 0)
 
 // compositeArgs are a composite's script arguments after the fixed ones:
 // the parts' packed parameters, then their names, boxed once.
@@ -30,16 +31,16 @@ type composites struct {
 }
 
 // args returns c's compositeArgs, and nil when a part has no generated Lua
-// form (algorithms.CompositeForm).
+// form (forms.CompositeForm).
 func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 	if v, ok := e.comps.m.Load(c); ok {
 		return v.(*compositeArgs)
 	}
-	names, args, ok := algorithms.CompositeForm(c)
+	names, args, ok := forms.CompositeForm(c)
 	if !ok {
 		return nil
 	}
-	a := &compositeArgs{tail: []any{algorithms.PackLuaArgs(args)}, slack: e.slackFor(c), parts: len(names)}
+	a := &compositeArgs{tail: []any{forms.PackLuaArgs(args)}, slack: e.slackFor(c), parts: len(names)}
 	for _, n := range names {
 		a.tail = append(a.tail, n)
 	}
@@ -64,7 +65,7 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	what := fmt.Sprintf("decide %s for %q", c.Name(), key.String())
 	p := &pending{}
 	p.key[0] = StateKey(e.prefix, key)
-	args := make([]any, 0, algorithms.LuaFixedArgs+len(a.tail))
+	args := make([]any, 0, forms.LuaFixedArgs+len(a.tail))
 	args = append(args, req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack)
 	args = append(args, a.tail...)
 	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], args, true
@@ -78,13 +79,13 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	if err != nil {
 		return algorithms.Decision{}, wrap(ctx, e.name, what, err)
 	}
-	f := make([]int64, algorithms.LuaReplyLen*a.parts)
+	f := make([]int64, forms.LuaReplyLen*a.parts)
 	if err := Ints(r, f); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: %s: %w", e.name, what, err)
 	}
 	parts := make([]algorithms.Decision, a.parts)
 	for i := range parts {
-		parts[i] = decision(f[algorithms.LuaReplyLen*i:])
+		parts[i] = decision(f[forms.LuaReplyLen*i:])
 	}
 	return algorithms.Combine(parts), nil
 }

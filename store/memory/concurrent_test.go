@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -42,12 +43,12 @@ func TestExactUnderChurn(t *testing.T) {
 		epochs = 60
 	}
 	s := memory.MustNew()
-	algs := []algorithms.ToDecider{
-		algorithms.FixedWindow(limit, time.Second).(algorithms.ToDecider),
-		algorithms.SlidingWindow(limit, time.Second).(algorithms.ToDecider),
-		algorithms.TokenBucket(limit, time.Second, limit).(algorithms.ToDecider),
-		algorithms.LeakyBucket(limit, time.Second, limit).(algorithms.ToDecider),
-		algorithms.GCRA(limit, time.Second, limit).(algorithms.ToDecider),
+	algs := []forms.ToDecider{
+		algorithms.FixedWindow(limit, time.Second).(forms.ToDecider),
+		algorithms.SlidingWindow(limit, time.Second).(forms.ToDecider),
+		algorithms.TokenBucket(limit, time.Second, limit).(forms.ToDecider),
+		algorithms.LeakyBucket(limit, time.Second, limit).(forms.ToDecider),
+		algorithms.GCRA(limit, time.Second, limit).(forms.ToDecider),
 	}
 	ctx := context.Background()
 	key := func(k int) ratelimit.Key {
@@ -158,7 +159,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		perEach = 3000
 	)
 	s := memory.MustNew()
-	alg := algorithms.FixedWindow(limit, time.Hour).(algorithms.ToDecider)
+	alg := algorithms.FixedWindow(limit, time.Hour).(forms.ToDecider)
 	ctx := context.Background()
 	at := epoch.UnixMicro()
 	key := func(k int) ratelimit.Key { return ratelimit.Key{Namespace: "del", ID: fmt.Sprintf("k%d", k)} }

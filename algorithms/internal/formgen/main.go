@@ -148,8 +148,9 @@ import (
 
 func main() {
 	dir := flag.String("dir", ".", "the directory of the algorithms package")
+	out := flag.String("out", "forms", "the directory, relative to -dir, of the package the forms and their manifest go to")
 	flag.Parse()
-	files, err := Generate(*dir)
+	files, err := Generate(*dir, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -171,10 +172,24 @@ func main() {
 }
 
 // Generate returns the files to write under dir, the algorithms package,
-// keyed by their path relative to it: lua/<name>.lua and sql/<name>.sql
-// for every form, the composite forms lua/all.lua and sql/all.sql, and the
-// Go manifest of them all (manifestFile).
-func Generate(dir string) (map[string][]byte, error) {
+// keyed by their path relative to it: under out (the store authors'
+// package, algorithms/forms; "" for dir itself), lua/<name>.lua and
+// sql/<name>.sql for every form, the composite forms lua/all.lua and
+// sql/all.sql, and the Go manifest of them all (manifestFile) in the
+// package named after out (dir's own package for "").
+func Generate(dir, out string) (map[string][]byte, error) {
+	files, err := generate(dir, out)
+	if err != nil || out == "" {
+		return files, err
+	}
+	moved := make(map[string][]byte, len(files))
+	for p, b := range files {
+		moved[filepath.Join(out, p)] = b
+	}
+	return moved, nil
+}
+
+func generate(dir, outDir string) (map[string][]byte, error) {
 	forms, err := load(dir)
 	if err != nil {
 		return nil, err
@@ -199,7 +214,11 @@ func Generate(dir string) (map[string][]byte, error) {
 		return nil, err
 	}
 	versioned := versionSQL(out, defs)
-	if out[manifestFile], err = Manifest(forms[0].pkg, forms, hand, versioned); err != nil {
+	pkg := forms[0].pkg
+	if outDir != "" {
+		pkg = filepath.Base(outDir)
+	}
+	if out[manifestFile], err = Manifest(pkg, forms, hand, versioned); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -1,6 +1,14 @@
-package lease
+// Package leasewire is the store author's side of package lease, as
+// algorithms/forms is of algorithms: the lease's transition written once
+// (Step, on a Request, with a Result), its server-side form for Redis and
+// Valkey (Lua), and Runner, the capability a store implements to run Step
+// next to its data in one round trip. A user taking leases needs none of
+// it; a store that has only Update needs none of it either, as a Locker
+// runs Step through Update.
+package leasewire
 
 import (
+	"context"
 	_ "embed"
 	"encoding/binary"
 	"fmt"
@@ -252,3 +260,20 @@ func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Resul
 	}
 	return nil, 0, Result{}, fmt.Errorf("%w: unknown lease op %d", ratelimit.ErrInvalidParams, req.Op)
 }
+
+// Runner is implemented by stores that run the lease's transition (Step)
+// next to their data in one round trip, such as a Lua script on Redis. It
+// is optional: a lease.Locker uses RunLease when its store has it, and
+// Store.Update otherwise. RunLease must apply Step to key's record exactly
+// as Update would, atomically, with the same clock rule (now is the
+// locker's clock, which a store configured to use its own clock replaces),
+// and return Step's Result; the conformance suite checks both paths.
+type Runner interface {
+	RunLease(ctx context.Context, key ratelimit.Key, now int64, req Request) (Result, error)
+}
+
+// NamespaceSuffix ends the namespace of a locker's keys: the namespace is
+// "<name>:@lease". A limiter's namespace is "<name>:<algorithm>", and an
+// algorithm's name cannot hold '@', so a locker never shares state with a
+// limiter.
+const NamespaceSuffix = ":@lease"

@@ -1,11 +1,11 @@
-package algorithms_test
+package forms_test
 
 import (
 	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // defines reports whether the SQL text defines the function fn.
@@ -21,9 +21,9 @@ func defines(text, fn string) bool {
 // exactly when formgen generated its Lua form and the composite forms hold it.
 func TestManifestMatchesForms(t *testing.T) {
 	version := regexp.MustCompile(`_[0-9a-f]{8}$`)
-	all := algorithms.CompositeLua()
-	allSQL := algorithms.CompositeSQL()
-	for _, b := range algorithms.Builtins() {
+	all := forms.CompositeLua()
+	allSQL := forms.CompositeSQL()
+	for _, b := range forms.Builtins() {
 		text, _ := b.SQL()
 		fn := b.SQLFunction()
 		if !version.MatchString(fn) || !strings.HasPrefix(fn, "ratelimit_"+b.Name+"_") || !defines(text, fn) {
@@ -49,10 +49,10 @@ func TestManifestMatchesForms(t *testing.T) {
 			t.Errorf("%s: SQLRowFunction() = %q, which sql/%s.sql does not define beside %s", b.Name, row, b.Name, fn)
 		}
 	}
-	if fn := algorithms.CompositeSQLFunction(); !version.MatchString(fn) || !defines(allSQL, fn) {
+	if fn := forms.CompositeSQLFunction(); !version.MatchString(fn) || !defines(allSQL, fn) {
 		t.Errorf("CompositeSQLFunction() = %q, which sql/all.sql does not define", fn)
 	}
-	if fn := algorithms.SQLFunction("no_such_algorithm"); fn != "" {
+	if fn := forms.SQLFunction("no_such_algorithm"); fn != "" {
 		t.Errorf(`SQLFunction("no_such_algorithm") = %q, want ""`, fn)
 	}
 }

@@ -1,4 +1,4 @@
-package algorithms
+package forms
 
 // The SQL forms (sql/*.sql, read with SQL) are PL/pgSQL functions for
 // PostgreSQL that share one signature, so that a store calls any of them the

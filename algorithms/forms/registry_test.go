@@ -1,4 +1,4 @@
-package algorithms_test
+package forms_test
 
 import (
 	"regexp"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // TestRegistry checks every registered algorithm: its name is a valid
@@ -15,7 +16,7 @@ import (
 func TestRegistry(t *testing.T) {
 	name := regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
 	seen := map[string]bool{}
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		a := b.New(10, time.Second, 20)
 		switch {
 		case !name.MatchString(b.Name):
@@ -24,13 +25,13 @@ func TestRegistry(t *testing.T) {
 			t.Errorf("%q is registered twice", b.Name)
 		case a.Name() != b.Name:
 			t.Errorf("%q: its New returns %v, named %q", b.Name, a, a.Name())
-		case algorithms.BuiltinOf(a) != b:
-			t.Errorf("%q: BuiltinOf(%v) = %v, want its own entry", b.Name, a, algorithms.BuiltinOf(a))
+		case forms.BuiltinOf(a) != b:
+			t.Errorf("%q: BuiltinOf(%v) = %v, want its own entry", b.Name, a, forms.BuiltinOf(a))
 		case a.Validate() != nil:
 			t.Errorf("%q: New(10, 1s, 20): %v", b.Name, a.Validate())
 		}
 		seen[b.Name] = true
-		sf, ok := a.(algorithms.ServerForm)
+		sf, ok := a.(forms.ServerForm)
 		if !ok || len(sf.ServerArgs()) != b.Args {
 			t.Errorf("%q: %v has ServerArgs %v, want %d of them", b.Name, a, sf, b.Args)
 		}
@@ -54,7 +55,7 @@ func (impostor) Name() string { return "gcra" }
 
 func TestBuiltinOfUserAlgorithm(t *testing.T) {
 	for _, a := range []algorithms.Algorithm{impostor{algorithms.GCRA(1, time.Second, 1)}, impostor{}} {
-		if b := algorithms.BuiltinOf(a); b != nil {
+		if b := forms.BuiltinOf(a); b != nil {
 			t.Errorf("BuiltinOf(%T named %q) = %q, want nil: a user's algorithm is never a built-in", a, a.Name(), b.Name)
 		}
 	}

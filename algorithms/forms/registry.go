@@ -1,23 +1,26 @@
-package algorithms
+package forms
 
 import (
 	"slices"
 	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/internal/builtin"
 )
 
 // registry lists the built-in algorithms, in the order the command's
-// comparison shows them. It is the one list the stores, the conformance
-// suite, the command and the tests take the built-ins from: adding an
-// algorithm means writing its Go form (with its server-side forms under
-// lua/ and sql/, named after it) and adding one line here.
-var registry = []*Builtin{
-	register[*fixedWindow](func(limit int64, period time.Duration, _ int64) Algorithm { return FixedWindow(limit, period) }),
-	register[*slidingLog](func(limit int64, period time.Duration, _ int64) Algorithm { return SlidingLog(limit, period) }),
-	register[*slidingWindow](func(limit int64, period time.Duration, _ int64) Algorithm { return SlidingWindow(limit, period) }),
-	register[*tokenBucket](TokenBucket),
-	register[*gcra](GCRA),
-	register[*leakyBucket](LeakyBucket),
-}
+// comparison shows them (package algorithms keeps the one list).
+var registry = func() []*Builtin {
+	out := make([]*Builtin, len(builtin.Entries))
+	for i, e := range builtin.Entries {
+		newAlg := func(limit int64, period time.Duration, burst int64) algorithms.Algorithm {
+			return e.New(limit, period, burst).(algorithms.Algorithm)
+		}
+		a := newAlg(1, time.Second, 1).(ServerForm)
+		out[i] = &Builtin{Name: a.Name(), Args: len(a.ServerArgs()), New: newAlg, is: e.Is}
+	}
+	return out
+}()
 
 // Builtin is a built-in algorithm as the stores and tests see it: its name,
 // how to make one, and its server-side forms. A store binds its form of an
@@ -33,21 +36,9 @@ type Builtin struct {
 	// New returns the algorithm with limit units of cost per period and
 	// the given burst (or queue capacity); the window algorithms, which
 	// have no burst, ignore it.
-	New func(limit int64, period time.Duration, burst int64) Algorithm
+	New func(limit int64, period time.Duration, burst int64) algorithms.Algorithm
 
-	is func(Algorithm) bool
-}
-
-// register makes the registry entry of the algorithm whose Go form is the
-// type T, reading its name and number of ServerArgs from an instance.
-func register[T ServerForm](newAlg func(limit int64, period time.Duration, burst int64) Algorithm) *Builtin {
-	a := newAlg(1, time.Second, 1).(ServerForm)
-	return &Builtin{
-		Name: a.Name(),
-		Args: len(a.ServerArgs()),
-		New:  newAlg,
-		is:   func(alg Algorithm) bool { _, ok := alg.(T); return ok },
-	}
+	is func(alg any) bool
 }
 
 // Builtins returns the built-in algorithms, in a fixed order.
@@ -56,7 +47,7 @@ func Builtins() []*Builtin { return slices.Clone(registry) }
 // BuiltinOf returns the built-in algorithm alg is an instance of, or nil
 // when alg is not one of the built-ins (a user's algorithm, even one that
 // wraps a built-in or borrows its name).
-func BuiltinOf(alg Algorithm) *Builtin {
+func BuiltinOf(alg algorithms.Algorithm) *Builtin {
 	for _, b := range registry {
 		if b.is(alg) {
 			return b
