@@ -56,7 +56,7 @@ func WithStoreTimeout(d time.Duration) Option {
 func (l *Limiter) initTimeout() {
 	d := l.timeout
 	if d < 0 { // not set
-		if _, local := l.store.(toDecider); local {
+		if toDeciderOf(l.store) != nil {
 			return
 		}
 		d = DefaultStoreTimeout

@@ -258,7 +258,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	l.own = Tier{l: l, alg: alg, maxCost: l.maxCost}
 	l.own.setNumbers()
 	if l.own.to != nil {
-		l.to, _ = store.(toDecider)
+		l.to = toDeciderOf(store)
 	}
 	if l.guard != nil {
 		if err := l.guard.init(l, name); err != nil {
@@ -396,7 +396,7 @@ func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek b
 	}
 	if l.to != nil {
 		// The memory store's path, fromStoreInto's first case inlined.
-		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
+		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to(ctx, k, t.to, req)
 		if err == nil {
 			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
 			return nil
@@ -432,7 +432,7 @@ func (l *Limiter) fromStore(ctx context.Context, t *Tier, k Key, req algorithms.
 func (l *Limiter) fromStoreInto(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if l.to != nil {
 		// The memory store, which never answers ErrUnsupported.
-		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to.DecideTo(ctx, k, t.to, req)
+		allowed, limit, remaining, retryAfter, resetAfter, delay, err := l.to(ctx, k, t.to, req)
 		if err == nil {
 			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
 		}

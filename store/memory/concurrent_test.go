@@ -77,7 +77,7 @@ func TestExactUnderChurn(t *testing.T) {
 			// the indexes grow and shrink.
 			k := ratelimit.Key{Namespace: "churn", ID: fmt.Sprintf("c%d", i%2000)}
 			if (i/2000)%2 == 0 {
-				if _, _, _, _, _, _, err := s.DecideTo(ctx, k, gcra, algorithms.Request{Now: now.Load(), Cost: 1}); err != nil {
+				if _, _, _, _, _, _, err := memory.DecideTo(s, ctx, k, gcra, algorithms.Request{Now: now.Load(), Cost: 1}); err != nil {
 					churnErr.Store(err)
 					return
 				}
@@ -119,7 +119,7 @@ func TestExactUnderChurn(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(e), uint64(w)))
 				for range perEach {
 					k := rng.IntN(keys)
-					allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), algs[k%len(algs)], algorithms.Request{Now: at, Cost: 1})
+					allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), algs[k%len(algs)], algorithms.Request{Now: at, Cost: 1})
 					if err != nil {
 						errs <- err
 						return
@@ -180,7 +180,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 					deletes[k].Add(1)
 					continue
 				}
-				allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+				allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return
@@ -198,13 +198,13 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		}
 		// Quiet now: the key's state is whole. A peek reports what is
 		// left, and exactly that many more are admitted.
-		_, _, left, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1, Peek: true})
+		_, _, left, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1, Peek: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := int64(0)
 		for range limit + 1 {
-			allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+			allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -219,7 +219,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		if err := s.Delete(ctx, key(k)); err != nil {
 			t.Fatal(err)
 		}
-		_, _, left, _, _, _, err = s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+		_, _, left, _, _, _, err = memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 		if err != nil || left != limit-1 {
 			t.Errorf("%v after Delete: remaining %d, %v; want %d", key(k), left, err, limit-1)
 		}

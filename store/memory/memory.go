@@ -384,7 +384,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if td, ok := alg.(forms.ToDecider); ok {
 		var d algorithms.Decision
 		var err error
-		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.DecideTo(ctx, key, td, req)
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.decideTo(ctx, key, td, req)
 		return d, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -438,15 +438,15 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	return step.Decision, nil
 }
 
-// DecideTo is Decide for an forms.ToDecider (every built-in but the
+// decideTo is Decide for an forms.ToDecider (every built-in but the
 // sliding log), with the decision's fields as its results, which a Limiter
-// calls: they travel in registers, where Decide's Decision and the
+// calls (fastpath.go registers it): they travel in registers, where Decide's Decision and the
 // algorithm's Step are copied through memory, a noticeable part of a
 // decision made in process. The Decision's Parts, which only a composite
 // sets, is always nil for a ToDecider.
 //
 // On a key the store holds, it takes no lock but the key's own.
-func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
+func (s *Store) decideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
@@ -463,7 +463,7 @@ func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDec
 	return s.decideLocked(h, sh, key, alg, req)
 }
 
-// decideLocked is DecideTo under the shard's mutex, for a key that find
+// decideLocked is decideTo under the shard's mutex, for a key that find
 // did not see: a new key, or one just removed or moved by a rehash.
 func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	sh.mu.Lock()
