@@ -2,15 +2,22 @@
 // a pure state transition: (state, now, cost, parameters) → (new state,
 // decision). Stores hold the state; they contain no algorithm logic.
 //
-// Every built-in algorithm has three forms in this package: the Go form
-// (its Decide method), a Lua form for Redis and Valkey (lua/*.lua), and a
-// SQL form for PostgreSQL (sql/*.sql). The Go form is the only source: the
-// Lua and SQL forms of the scalar algorithms are generated from each one's
-// decide method by internal/formgen (go generate), and only the sliding
-// log's, which keep data structures the generator's subset of Go does not
-// express, are written by hand. Builtins lists them (registry.go is the one
-// list), and BuiltinOf tells, by Go type, which built-in an algorithm is.
-// The conformance suite runs the server-side forms against the Go form on
+// This package is what a user composes: the six constructors, All (several
+// limits on one key), Divide (a limit shared by replicas), Policy, and the
+// Algorithm interface with its Request, Step and Decision, for a user who
+// writes an algorithm of their own, which then runs on every store through
+// its atomic Update.
+//
+// Every built-in algorithm also runs next to the data where the store can
+// run code there: a Lua form for Redis and Valkey and a SQL form for
+// PostgreSQL. Those forms, their calling conventions, and the built-ins
+// bound to their Go types are the store author's API, in package forms
+// (algorithms/forms), as Go CDK keeps blob/driver apart from blob. The Go
+// form here is the only source: the forms of the scalar algorithms are
+// generated from each one's decide method by internal/formgen (go
+// generate), and only the sliding log's, which keep data structures the
+// generator's subset of Go does not express, are written by hand. The
+// conformance suite runs the server-side forms against the Go form on
 // seeded random sequences (clocks that step backwards, numbers switched
 // mid-sequence and at their bounds, costs and peeks) and requires identical
 // decisions and stored states.

@@ -37,8 +37,8 @@ const MaxParts = 8
 // The Redis, Valkey and PostgreSQL stores decide a composite of the
 // algorithms whose server forms are generated (every built-in but the
 // sliding log) in one round trip, with the composite server form that
-// internal/formgen generates from the parts' Go forms (lua/all.lua,
-// sql/all.sql). A composite holding a sliding log or a user's algorithm
+// internal/formgen generates from the parts' Go forms (package forms:
+// lua/all.lua, sql/all.sql). A composite holding a sliding log or a user's algorithm
 // runs through Store.Update, as a user's algorithm does.
 func All(parts ...Algorithm) Algorithm {
 	c := &composite{parts: append([]Algorithm(nil), parts...)}

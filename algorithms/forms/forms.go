@@ -60,9 +60,13 @@ func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
 // calling convention.
 func CompositeSQL() string { s, _ := form("sql/all.sql"); return s }
 
-// ServerForm is implemented by algorithms that have a server-side form:
-// a script for Redis and Valkey and a function for PostgreSQL, kept in this
-// package beside the Go form.
+// ServerForm is implemented by the built-in algorithms, which have
+// server-side forms (a script for Redis and Valkey, a function for
+// PostgreSQL, under lua/ and sql/ in this package, generated from the Go
+// form in package algorithms): it gives the numbers a store passes to
+// them. A store finds an algorithm's forms by BuiltinOf, by Go type, so a
+// user's algorithm that has a ServerArgs method is still run through
+// Update.
 type ServerForm interface {
 	algorithms.Algorithm
 	// ServerArgs are the integer parameters passed to the server-side form,

@@ -11,18 +11,18 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, args: 2, fields: 2,
-			version: "b4a6d38d", sqlFunction: "ratelimit_fixed_window_b4a6d38d", sqlRowFunction: "ratelimit_fixed_window_row_b4a6d38d"},
+			version: "078caf9a", sqlFunction: "ratelimit_fixed_window_078caf9a", sqlRowFunction: "ratelimit_fixed_window_row_078caf9a"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, args: 5, fields: 3,
-			version: "bbf7c4ef", sqlFunction: "ratelimit_gcra_bbf7c4ef", sqlRowFunction: "ratelimit_gcra_row_bbf7c4ef"},
+			version: "3348d2cc", sqlFunction: "ratelimit_gcra_3348d2cc", sqlRowFunction: "ratelimit_gcra_row_3348d2cc"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, args: 5, fields: 3,
-			version: "4029784f", sqlFunction: "ratelimit_leaky_bucket_4029784f", sqlRowFunction: "ratelimit_leaky_bucket_row_4029784f"},
+			version: "ac19359f", sqlFunction: "ratelimit_leaky_bucket_ac19359f", sqlRowFunction: "ratelimit_leaky_bucket_row_ac19359f"},
 		{name: "sliding_log", source: "slidinglog.sql", version: "30c96794", sqlFunction: "ratelimit_sliding_log_30c96794"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, args: 2, fields: 3,
-			version: "dd29e801", sqlFunction: "ratelimit_sliding_window_dd29e801", sqlRowFunction: "ratelimit_sliding_window_row_dd29e801"},
+			version: "f4c952fe", sqlFunction: "ratelimit_sliding_window_f4c952fe", sqlRowFunction: "ratelimit_sliding_window_row_f4c952fe"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, args: 5, fields: 3,
-			version: "ec92b156", sqlFunction: "ratelimit_token_bucket_ec92b156", sqlRowFunction: "ratelimit_token_bucket_row_ec92b156"},
+			version: "87ad5455", sqlFunction: "ratelimit_token_bucket_87ad5455", sqlRowFunction: "ratelimit_token_bucket_row_87ad5455"},
 	},
-	compositeSQLFunction: "ratelimit_all_2a255dbd",
+	compositeSQLFunction: "ratelimit_all_267fe16a",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

@@ -55,7 +55,7 @@ func schemaPool(t *testing.T, url, schema string) *pgxpool.Pool {
 	return p
 }
 
-// TestFormsReport measures the generated SQL forms (algorithms/sql) against
+// TestFormsReport measures the generated SQL forms (algorithms/forms/sql) against
 // the hand-written ones they replaced (bench/internal/handforms): two
 // stores on the same server, each in a schema of its own, one with the
 // forms Migrate installs and one whose forms are then replaced by the

@@ -35,7 +35,7 @@ var formAlgs = []algorithms.Algorithm{
 type evalFunc func(ctx context.Context, key string) error
 
 // formScript loads src on c and returns a function that runs it with the
-// calling convention of algorithms/lua.go, as the stores call it: the
+// calling convention of algorithms/forms/lua.go, as the stores call it: the
 // caller's clock, cost 1, no peek, no slack.
 func formScript(tb testing.TB, c *goredis.Client, src, prefix string, alg algorithms.Algorithm) evalFunc {
 	// Run is EVALSHA, falling back to EVAL (which loads the script) when

@@ -81,16 +81,25 @@ func textRE(m move) *regexp.Regexp {
 	return regexp.MustCompile(`\b` + from + `\.(` + strings.Join(names, "|") + `)\b`)
 }
 
+// pathRE matches the forms' old paths in prose, but not a historical one
+// ("git show <rev>:algorithms/sql/gcra.sql").
+var pathRE = regexp.MustCompile(`(^|[^:\w/])algorithms/(lua|sql)(\.go|/|\b)`)
+
+// rewriteProse applies the moves and the paths to text.
+func rewriteProse(text []byte) []byte {
+	for _, m := range moves {
+		to := m.to[strings.LastIndex(m.to, "/")+1:]
+		text = textRE(m).ReplaceAll(text, []byte(to+".$1"))
+	}
+	return pathRE.ReplaceAll(text, []byte("${1}algorithms/forms/$2$3"))
+}
+
 func rewriteText(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err
 	}
-	out := b
-	for _, m := range moves {
-		to := m.to[strings.LastIndex(m.to, "/")+1:]
-		out = textRE(m).ReplaceAll(out, []byte(to+".$1"))
-	}
+	out := rewriteProse(b)
 	if bytes.Equal(out, b) {
 		return nil
 	}
@@ -189,8 +198,10 @@ func rewriteGo(path string) error {
 			edits = append(edits, edit{off(spec.End()), off(spec.End()), "\n" + strconv.Quote(line)})
 		}
 	}
-	// A file that now uses a new package and declares something of the
-	// package's name (internal/redisengine's var forms) renames its own.
+	// A file that now uses a new package and declares, at the top level,
+	// something of the package's name (internal/redisengine's var forms)
+	// renames its own. A local of that name only shadows the package where
+	// it is declared, and compiles as before.
 	for _, m := range moves {
 		newLocal := m.to[strings.LastIndex(m.to, "/")+1:]
 		to, ok := collisions[newLocal]
@@ -198,20 +209,25 @@ func rewriteGo(path string) error {
 			continue
 		}
 		ast.Inspect(f, func(n ast.Node) bool {
-			if id, ok := n.(*ast.Ident); ok && id.Name == newLocal && id.Obj != nil {
+			if id, ok := n.(*ast.Ident); ok && id.Name == newLocal && id.Obj != nil && id.Obj == f.Scope.Lookup(newLocal) {
 				edits = append(edits, edit{off(id.Pos()), off(id.End()), to})
 			}
 			return true
 		})
 	}
+	// String literals: the forms' paths in the text formgen writes.
+	ast.Inspect(f, func(n ast.Node) bool {
+		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+			if text := pathRE.ReplaceAllString(lit.Value, "${1}algorithms/forms/$2$3"); text != lit.Value {
+				edits = append(edits, edit{off(lit.Pos()), off(lit.End()), text})
+			}
+		}
+		return true
+	})
 	// Comments: qualified names in prose.
 	for _, cg := range f.Comments {
 		for _, c := range cg.List {
-			text := []byte(c.Text)
-			for _, m := range moves {
-				to := m.to[strings.LastIndex(m.to, "/")+1:]
-				text = textRE(m).ReplaceAll(text, []byte(to+".$1"))
-			}
+			text := rewriteProse([]byte(c.Text))
 			if string(text) != c.Text {
 				edits = append(edits, edit{off(c.Pos()), off(c.End()), string(text)})
 			}

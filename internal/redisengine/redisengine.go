@@ -2,7 +2,7 @@
 // share: an Engine implements ratelimit.Store and ratelimit.Decider over a
 // Backend, the few commands a store's client must run. It holds everything
 // else once: the options, key encoding, running the algorithms' Lua forms
-// (algorithms/lua) and decoding their replies, TTLs and slack, and the
+// (algorithms/forms/lua) and decoding their replies, TTLs and slack, and the
 // optimistic Update for algorithms without a Lua form. A store package is
 // its client's Backend, its options and its docs.
 package redisengine

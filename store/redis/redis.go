@@ -3,7 +3,7 @@
 // plain client, a cluster client, a ring or a failover client.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
-// Lua form (algorithms/lua), atomic on the server, with no retries: the
+// Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
 // store implements ratelimit.Decider. Scripts are run by their SHA1; when
 // the server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it, so no setup step is

@@ -3,7 +3,7 @@
 // cluster.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
-// Lua form (algorithms/lua), atomic on the server, with no retries: the
+// Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
 // store implements ratelimit.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
 // batch, in one DoMulti, and the decisions in it of one algorithm run as one

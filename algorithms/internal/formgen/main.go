@@ -1,6 +1,6 @@
 // Formgen generates the server-side forms of the built-in algorithms from
-// their Go forms: a Lua script for Redis and Valkey (algorithms/lua/) and
-// PL/pgSQL functions for PostgreSQL (algorithms/sql/) per algorithm. The Go
+// their Go forms: a Lua script for Redis and Valkey (algorithms/forms/lua/) and
+// PL/pgSQL functions for PostgreSQL (algorithms/forms/sql/) per algorithm. The Go
 // form is the only source; the generated files are checked in, and a test
 // fails when running the generator would change them. It runs from
 // algorithms/ through go generate:
@@ -64,7 +64,7 @@
 // (argument decoding, the server clock, reading and checking the stored
 // state, treating expired state as missing), the exact floor and ceiling
 // division idioms, the helpers' implementations, key expiry and the reply.
-// lua.go in the algorithms package documents the Lua calling convention and
+// lua.go in algorithms/forms documents the Lua calling convention and
 // sql.go the SQL one; the generated files keep both exactly.
 //
 // Lua computes in doubles: every integer division becomes a division in
@@ -89,7 +89,7 @@
 // division truncates as Go's does.
 //
 // Each SQL file also holds the algorithm's row form (ratelimit_<name>_row,
-// see "Row forms" in algorithms/sql.go), generated from the same symbolic
+// see "Row forms" in algorithms/forms/sql.go), generated from the same symbolic
 // run with peek false: it reads the clock and the state's liveness itself,
 // takes the parameters one by one, splits each return on the decision's
 // allowed flag (so a request sets up only its own RETURN), and chooses its
@@ -123,7 +123,7 @@
 // 120 (TestLineLength).
 //
 // Beside the forms it writes a Go manifest of them, manifest.go in the
-// algorithms package (manifest.go here): every form's name, the Go file
+// store authors' package algorithms/forms (manifest.go here): every form's name, the Go file
 // and type it came from, whether it is generated, its arity, and the
 // versioned names of its SQL functions, as the Go compiler's ssa/_gen
 // writes opGen.go beside its rules. The package reads those facts from
