@@ -26,10 +26,13 @@
 // holder that paused past its lease from doing harm. docs/leases.md says
 // when that matters and what each store guarantees.
 //
-// The lease's transitions are one pure function (Step) of the stored record
-// and the store's time, run through Store.Update, so they are the same on
-// every store. Keys are namespaced "<locker name>:@lease", which no
-// limiter's namespace ("<name>:<algorithm>") can equal.
+// The lease's transitions are one pure function of the stored record and
+// the store's time, run through Store.Update, so they are the same on every
+// store. Keys are namespaced "<locker name>:@lease", which no limiter's
+// namespace ("<name>:<algorithm>") can equal. That function, its wire types,
+// its Lua form and the Runner capability a store may implement to run it
+// next to its data are the store author's side, in package
+// lease/leasewire; a user of leases needs only this package.
 package lease
 
 import (
