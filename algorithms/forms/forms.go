@@ -1,19 +1,3 @@
-// Package forms is the store author's side of package algorithms, as Go
-// CDK's blob/driver is of blob: what a store needs to run the built-in
-// algorithms next to its data, none of which a user composing limits
-// calls. It holds the server-side forms, the Lua scripts for Redis and
-// Valkey (lua/*.lua) and the PL/pgSQL functions for PostgreSQL
-// (sql/*.sql), which internal/formgen generates from the Go forms in
-// package algorithms (all but the sliding log's, written by hand); their
-// calling conventions and wire constants (lua.go, sql.go); the generated
-// manifest of them (manifest.go: names, versions, arities, so that no
-// code reads facts back from the forms' text); the built-ins bound to
-// their Go types (Builtins, BuiltinOf); and the interfaces a store's fast
-// paths type-assert: ServerForm, ToDecider and InPlaceDecider.
-//
-// A store that runs every algorithm through its atomic Update needs none
-// of this; a store that runs server forms binds them by BuiltinOf, never by
-// an algorithm's Name.
 package forms
 
 //go:generate go run ../internal/formgen -dir ..
@@ -34,8 +18,28 @@ func Lua(name string) (string, bool) { return form("lua/" + name + ".lua") }
 
 // ManyLua returns the coalesced Lua form of the built-in algorithm with
 // the given name (lua/many/<name>.lua), which decides several requests on
-// one key in one run, and false when there is none. lua.go documents its
-// calling convention.
+// one key in one run, and false when there is none.
+//
+// The coalesced Lua forms (lua/many/<name>.lua, read with ManyLua), one
+// per generated form, decide the requests of several keys, with one
+// algorithm, in one EVALSHA: each key's in order, each exactly as the
+// single form decides it run right after the one before on that key (on
+// the server's clock, all at the one TIME the script reads):
+//
+//	KEYS       the keys, each holding the single form's state
+//	ARGV[1]    server clock, as ARGV[4] of a Lua form (see LuaReplyAllowed)
+//	then for each key k, ARGV[3k-1 .. 3k+1]:
+//	  slack    as ARGV[5] there
+//	  params   the algorithm's ServerArgs, packed as ARGV[6] there
+//	  requests its requests, in order, packed into one string of three
+//	           little-endian doubles each: now, cost, and peek (1 or 0)
+//
+// The reply has one item per key, in order: LuaReplyLen integers per
+// request, in order, as a Lua form replies, or, when the key's state cannot be read, the
+// single form's CORRUPT error reply (or the server's WRONGTYPE), which
+// clients read as an error in the array and which fails that key's requests as it would fail each of them run one by
+// one, and no other key's. Each key is written once, as the last request
+// that stored anything left it, with that request's expiry.
 func ManyLua(name string) (string, bool) { return form("lua/many/" + name + ".lua") }
 
 // SQL returns the SQL form of the built-in algorithm with the given name,
@@ -52,12 +56,55 @@ func form(path string) (string, bool) {
 
 // CompositeLua returns the composite Lua form (lua/all.lua): the script
 // that decides a composite (All) of algorithms whose Lua forms are
-// generated, in one call. lua.go documents its calling convention.
+// generated, in one call.
+//
+// The composite Lua form (lua/all.lua, read with CompositeLua) decides a
+// composite (All) of algorithms whose Lua forms are generated (see
+// Builtin.Composable) with one EVALSHA, on one key:
+//
+//	KEYS[1]  the key that holds every part's state
+//	ARGV[1..5]  now, cost, peek, server clock and slack, as a Lua form takes them (see LuaReplyAllowed)
+//	ARGV[6]  every part's ServerArgs, in order, packed into one string
+//	         (PackLuaArgs of their concatenation; CompositeForm returns it)
+//	ARGV[7…] the parts' algorithm names, in order
+//
+// The reply is LuaReplyLen integers per part, in order, as a Lua form replies: each
+// part's own decision, which Combine turns into the composite's. The state
+// is a string of little-endian doubles: the latest of the parts' expiries,
+// then for each part its expiry, its state's length in bytes (0 when it
+// has none) and its fields, so that read as int64 fields after the first
+// it is the composite's Go form state (see Composite). The key's PX is the
+// latest expiry's. The script holds each generated form's decide as a
+// function of (now, cost, peek, live, state, args) returning the decision,
+// the TTL and the next state, and calls every part's as a peek, then, when
+// all admit and the request is not a peek, for real, writing the key only
+// when every part admits again.
 func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
 
 // CompositeSQL returns the composite SQL form (sql/all.sql), which defines
-// ratelimit_all_<version> (CompositeSQLFunction); sql.go documents its
-// calling convention.
+// ratelimit_all_<version> (CompositeSQLFunction).
+//
+// The composite SQL form (sql/all.sql, read with CompositeSQL) decides a
+// composite (All) of algorithms whose SQL forms are generated:
+//
+//	ratelimit_all_<version>(
+//	    state  bigint[],  -- the key's live state, or NULL
+//	    now_us bigint, cost bigint, peek boolean,
+//	    args   bigint[],  -- every part's ServerArgs, in order
+//	    parts  text[])    -- the parts' algorithm names, in order
+//	RETURNS ratelimit_all_step
+//
+//	CREATE TYPE ratelimit_all_step AS (
+//	    next_state bigint[], ttl bigint, decisions bigint[])
+//
+// state is the composite's Go form state (see Composite) as int64 fields:
+// for each part its expiry, its length in bytes and its fields. decisions
+// holds six elements per part, [allowed (1 or 0), limit, remaining,
+// retry_after, reset_after, delay], which Combine turns into the
+// composite's decision. It calls each part's form through
+// ratelimit_all_part_<version>, a dispatch on the name, as a peek and then, when all
+// admit and the request is not a peek, for real; next_state is NULL unless
+// every part admits.
 func CompositeSQL() string { s, _ := form("sql/all.sql"); return s }
 
 // ServerForm is implemented by the built-in algorithms, which have
@@ -114,7 +161,7 @@ type ToDecider interface {
 
 // CompositeForm returns the names of parts' algorithms and their
 // ServerArgs concatenated, as the composite server forms take them (see
-// lua.go and sql.go), and false when a part has no generated server form:
+// CompositeLua and CompositeSQL), and false when a part has no generated server form:
 // it is not a built-in, or it is the sliding log, whose forms are written
 // by hand and keep state the composite forms cannot hold.
 func CompositeForm(c algorithms.Composite) (names []string, args []int64, ok bool) {

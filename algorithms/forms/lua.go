@@ -82,49 +82,6 @@ func PackLuaArgs(args []int64) string {
 	return string(b)
 }
 
-// The composite Lua form (lua/all.lua, read with CompositeLua) decides a
-// composite (All) of algorithms whose Lua forms are generated (see
-// Builtin.Composable) with one EVALSHA, on one key:
-//
-//	KEYS[1]  the key that holds every part's state
-//	ARGV[1..5]  now, cost, peek, server clock and slack, as above
-//	ARGV[6]  every part's ServerArgs, in order, packed into one string
-//	         (PackLuaArgs of their concatenation; CompositeForm returns it)
-//	ARGV[7…] the parts' algorithm names, in order
-//
-// The reply is LuaReplyLen integers per part, in order, as above: each
-// part's own decision, which Combine turns into the composite's. The state
-// is a string of little-endian doubles: the latest of the parts' expiries,
-// then for each part its expiry, its state's length in bytes (0 when it
-// has none) and its fields, so that read as int64 fields after the first
-// it is the composite's Go form state (see Composite). The key's PX is the
-// latest expiry's. The script holds each generated form's decide as a
-// function of (now, cost, peek, live, state, args) returning the decision,
-// the TTL and the next state, and calls every part's as a peek, then, when
-// all admit and the request is not a peek, for real, writing the key only
-// when every part admits again.
-
-// The coalesced Lua forms (lua/many/<name>.lua, read with ManyLua), one
-// per generated form, decide the requests of several keys, with one
-// algorithm, in one EVALSHA: each key's in order, each exactly as the
-// single form decides it run right after the one before on that key (on
-// the server's clock, all at the one TIME the script reads):
-//
-//	KEYS       the keys, each holding the single form's state
-//	ARGV[1]    server clock, as ARGV[4] above
-//	then for each key k, ARGV[3k-1 .. 3k+1]:
-//	  slack    as ARGV[5] above
-//	  params   the algorithm's ServerArgs, packed as ARGV[6] above
-//	  requests its requests, in order, packed into one string of three
-//	           little-endian doubles each: now, cost, and peek (1 or 0)
-//
-// The reply has one item per key, in order: LuaReplyLen integers per
-// request, in order, as above, or, when the key's state cannot be read, the
-// single form's CORRUPT error reply (or the server's WRONGTYPE), which
-// clients read as an error in the array and which fails that key's requests as it would fail each of them run one by
-// one, and no other key's. Each key is written once, as the last request
-// that stored anything left it, with that request's expiry.
-
 // LuaErrCorrupt starts the message of the error a Lua form replies with when
 // the stored state cannot be read.
 const LuaErrCorrupt = "CORRUPT"

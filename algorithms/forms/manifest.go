@@ -22,7 +22,7 @@ var manifest = struct {
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, args: 5, fields: 3,
 			version: "87ad5455", sqlFunction: "ratelimit_token_bucket_87ad5455", sqlRowFunction: "ratelimit_token_bucket_row_87ad5455"},
 	},
-	compositeSQLFunction: "ratelimit_all_267fe16a",
+	compositeSQLFunction: "ratelimit_all_b6be00ae",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

@@ -1,5 +1,15 @@
 package forms
 
+// SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
+// stored state cannot be read.
+const SQLErrCorrupt = "RL001"
+
+// SQLFunction returns the name of the SQL function of the built-in algorithm
+// with the given name, as its SQL form defines it: ratelimit_<name>_<version>,
+// such as "ratelimit_gcra_1a2b3c4d", where the version is a hash of the
+// form's text (see Versioned functions below; 1a2b3c4d stands for one). It returns "" when the
+// algorithm has no SQL form.
+//
 // The SQL forms (sql/*.sql, read with SQL) are PL/pgSQL functions for
 // PostgreSQL that share one signature, so that a store calls any of them the
 // same way from a single statement:
@@ -52,30 +62,24 @@ package forms
 // runs in a transaction, and a store's decision is usually a transaction of
 // its own. Every form but the sliding log's is generated from the Go form
 // by internal/formgen, which writes them in that shape.
+//
+// Versioned functions:
+//
+// Every function a SQL form defines carries a version in its name: the
+// first 8 hex digits of the SHA-256 of the form's text (internal/formgen
+// computes it), as in ratelimit_gcra_1a2b3c4d and ratelimit_corrupt_1a2b3c4d.
+// A form whose text changes gets a new name, so two releases of the SDK
+// that migrate one database (a rolling deploy, or tests of two branches on
+// one server) install their forms side by side instead of replacing each
+// other's, and each store's decide functions call the forms they were
+// migrated with. The composite form's version follows from its parts', as
+// it calls them by their versioned names. The result types
+// (ratelimit_step, ratelimit_all_step) are shared and never change.
+// SQLFunction, SQLRowFunction and CompositeSQLFunction return the names.
+func SQLFunction(name string) string { return manifestEntry(name).sqlFunction }
 
-// The composite SQL form (sql/all.sql, read with CompositeSQL) decides a
-// composite (All) of algorithms whose SQL forms are generated:
-//
-//	ratelimit_all_<version>(
-//	    state  bigint[],  -- the key's live state, or NULL
-//	    now_us bigint, cost bigint, peek boolean,
-//	    args   bigint[],  -- every part's ServerArgs, in order
-//	    parts  text[])    -- the parts' algorithm names, in order
-//	RETURNS ratelimit_all_step
-//
-//	CREATE TYPE ratelimit_all_step AS (
-//	    next_state bigint[], ttl bigint, decisions bigint[])
-//
-// state is the composite's Go form state (see Composite) as int64 fields:
-// for each part its expiry, its length in bytes and its fields. decisions
-// holds six elements per part, [allowed (1 or 0), limit, remaining,
-// retry_after, reset_after, delay], which Combine turns into the
-// composite's decision. It calls each part's form through
-// ratelimit_all_part_<version>, a dispatch on the name, as a peek and then, when all
-// admit and the request is not a peek, for real; next_state is NULL unless
-// every part admits.
-
-// # Row forms
+// SQLRowFunction returns the name of the row form of the built-in algorithm
+// with the given name, ratelimit_<name>_row_<version> (see below), or "" when it has none (the sliding log's form has none).
 //
 // Every generated form (all but the sliding log's) also defines a row form,
 // the same decision for a request that consumes (never a peek), in the
@@ -104,35 +108,6 @@ package forms
 // transaction, and a decision is usually one; for the same reason it is
 // generated for the path a consuming request takes only (peek folded
 // away), in the same few statements as the form.
-//
-// # Versioned functions
-//
-// Every function a SQL form defines carries a version in its name: the
-// first 8 hex digits of the SHA-256 of the form's text (internal/formgen
-// computes it), as in ratelimit_gcra_1a2b3c4d and ratelimit_corrupt_1a2b3c4d.
-// A form whose text changes gets a new name, so two releases of the SDK
-// that migrate one database (a rolling deploy, or tests of two branches on
-// one server) install their forms side by side instead of replacing each
-// other's, and each store's decide functions call the forms they were
-// migrated with. The composite form's version follows from its parts', as
-// it calls them by their versioned names. The result types
-// (ratelimit_step, ratelimit_all_step) are shared and never change.
-// SQLFunction, SQLRowFunction and CompositeSQLFunction return the names.
-
-// SQLErrCorrupt is the SQLSTATE of the error a SQL form raises when the
-// stored state cannot be read.
-const SQLErrCorrupt = "RL001"
-
-// SQLFunction returns the name of the SQL function of the built-in algorithm
-// with the given name, as its SQL form defines it: ratelimit_<name>_<version>,
-// such as "ratelimit_gcra_1a2b3c4d", where the version is a hash of the
-// form's text (see Versioned functions above; 1a2b3c4d stands for one). It returns "" when the
-// algorithm has no SQL form.
-func SQLFunction(name string) string { return manifestEntry(name).sqlFunction }
-
-// SQLRowFunction returns the name of the row form of the built-in algorithm
-// with the given name, ratelimit_<name>_row_<version> (see Row forms
-// above), or "" when it has none (the sliding log's form has none).
 func SQLRowFunction(name string) string { return manifestEntry(name).sqlRowFunction }
 
 // CompositeSQLFunction returns the name of the composite SQL form's

@@ -4,11 +4,21 @@
 // users' API from the store authors' API: every reference to a name that
 // moved out of algorithms (to algorithms/forms) or out of lease (to
 // lease/leasewire) is rewritten to the new package, in Go code, Go
-// comments and Markdown, and the imports are fixed. It is idempotent, so
+// comments and Markdown (CHANGELOG.md excepted), and the imports are
+// fixed; the forms' old paths (algorithms/lua/, algorithms/sql/,
+// algorithms/lua.go, algorithms/sql.go) become algorithms/forms/... in
+// prose and in string literals (formgen's generated headers), but not in
+// "git show <rev>:path" history; a file's top-level declaration named
+// forms (internal/redisengine's map) becomes luaForms. It is idempotent, so
 // the lead can run it again after merging branches written before the
-// split:
+// split (bench/ is a module of its own, so it is a second root):
 //
-//	go run ./internal/apisplit/apisplit.go . bench
+//	go run ./internal/apisplit/apisplit.go .
+//	(cd bench && go run ../internal/apisplit/apisplit.go .)
+//	go generate ./algorithms/...   # formgen's headers, if it changed them
+//
+// It does not move files or edit the packages that were split; those
+// edits are in the commits that made the split.
 package main
 
 import (
@@ -81,9 +91,19 @@ func textRE(m move) *regexp.Regexp {
 	return regexp.MustCompile(`\b` + from + `\.(` + strings.Join(names, "|") + `)\b`)
 }
 
-// pathRE matches the forms' old paths in prose, but not a historical one
-// ("git show <rev>:algorithms/sql/gcra.sql").
-var pathRE = regexp.MustCompile(`(^|[^:\w/])algorithms/(lua|sql)(\.go|/|\b)`)
+// goRE matches the old files of the forms' calling conventions and dirRE
+// the forms' old folders, in prose, but neither in a historical path ("git
+// show <rev>:algorithms/sql/gcra.sql").
+var (
+	goRE  = regexp.MustCompile(`(^|[^:\w/])algorithms/(lua|sql)\.go\b`)
+	dirRE = regexp.MustCompile(`(^|[^:\w/])algorithms/(lua|sql)(/|\b)`)
+)
+
+// rewritePaths points old paths in text to the new ones.
+func rewritePaths(text []byte) []byte {
+	text = goRE.ReplaceAll(text, []byte("${1}algorithms/forms/$2.go"))
+	return dirRE.ReplaceAll(text, []byte("${1}algorithms/forms/$2$3"))
+}
 
 // rewriteProse applies the moves and the paths to text.
 func rewriteProse(text []byte) []byte {
@@ -91,7 +111,7 @@ func rewriteProse(text []byte) []byte {
 		to := m.to[strings.LastIndex(m.to, "/")+1:]
 		text = textRE(m).ReplaceAll(text, []byte(to+".$1"))
 	}
-	return pathRE.ReplaceAll(text, []byte("${1}algorithms/forms/$2$3"))
+	return rewritePaths(text)
 }
 
 func rewriteText(path string) error {
@@ -218,7 +238,7 @@ func rewriteGo(path string) error {
 	// String literals: the forms' paths in the text formgen writes.
 	ast.Inspect(f, func(n ast.Node) bool {
 		if lit, ok := n.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-			if text := pathRE.ReplaceAllString(lit.Value, "${1}algorithms/forms/$2$3"); text != lit.Value {
+			if text := string(rewritePaths([]byte(lit.Value))); text != lit.Value {
 				edits = append(edits, edit{off(lit.Pos()), off(lit.End()), text})
 			}
 		}

@@ -54,7 +54,7 @@ func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 // decideAll decides a composite with one EVALSHA of the composite Lua form,
 // atomic on the server, with no retries: the script runs every part's
 // decide as a peek, and only when all admit, for real, writing every
-// part's state under the one key (see algorithms/forms/lua.go). For a composite
+// part's state under the one key (see forms.CompositeLua). For a composite
 // with a part that has no generated Lua form it returns an error wrapping
 // ratelimit.ErrUnsupported without sending anything.
 func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {

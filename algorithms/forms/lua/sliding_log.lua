@@ -1,5 +1,5 @@
 -- sliding_log: the Lua form of algorithms.SlidingLog (slidinglog.go).
--- Calling convention: see algorithms/lua.go.
+-- Calling convention: see algorithms/forms/lua.go.
 --   KEYS[1]  state: a sorted set with one member per admitted request,
 --            scored by its time in microseconds; the member is "seq:cost",
 --            where seq is one more than the largest seq among the live

@@ -102,7 +102,7 @@ func LuaAll(forms []*form) string {
 
 const luaAllDoc = `-- all: the Lua form of a composite (algorithms.All, composite.go) of the
 -- forms below, each the function of its algorithm's decide.
--- Calling convention: see algorithms/forms/lua.go.
+-- Calling convention: see algorithms/forms/forms.go (CompositeLua).
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
 --            (the latest of its parts'), then for each part: when the
 --            part's state expires, its length in bytes (0 for none, 8 per
@@ -269,7 +269,7 @@ BEGIN
 
 const sqlAllDoc = `-- all: the SQL form of a composite (algorithms.All, composite.go) of the
 -- forms ratelimit_all_part names, each called through its own SQL form.
--- Calling convention: see algorithms/forms/sql.go.
+-- Calling convention: see algorithms/forms/forms.go (CompositeSQL).
 --   ratelimit_all(state bigint[], now_us bigint, cost bigint, peek boolean,
 --                 args bigint[], parts text[]) RETURNS ratelimit_all_step
 -- parts: the parts' algorithm names; args: every part's parameters, in

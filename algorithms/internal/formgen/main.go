@@ -89,7 +89,7 @@
 // division truncates as Go's does.
 //
 // Each SQL file also holds the algorithm's row form (ratelimit_<name>_row,
-// see "Row forms" in algorithms/forms/sql.go), generated from the same symbolic
+// see forms.SQLRowFunction), generated from the same symbolic
 // run with peek false: it reads the clock and the state's liveness itself,
 // takes the parameters one by one, splits each return on the decision's
 // allowed flag (so a request sets up only its own RETURN), and chooses its

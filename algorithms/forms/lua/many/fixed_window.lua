@@ -2,7 +2,7 @@
 
 -- fixed_window, coalesced: the requests of several keys decided in one run, each
 -- key's in order, each exactly as fixed_window.lua decides it run right after the
--- one before on that key. Calling convention: see algorithms/forms/lua.go.
+-- one before on that key. Calling convention: see algorithms/forms/forms.go (ManyLua).
 --   KEYS     the keys, each holding state as fixed_window.lua keeps it: 3
 --            little-endian doubles, when the state's TTL passes, then
 --            start, count

@@ -2,7 +2,7 @@
 
 -- token_bucket, coalesced: the requests of several keys decided in one run, each
 -- key's in order, each exactly as token_bucket.lua decides it run right after the
--- one before on that key. Calling convention: see algorithms/forms/lua.go.
+-- one before on that key. Calling convention: see algorithms/forms/forms.go (ManyLua).
 --   KEYS     the keys, each holding state as token_bucket.lua keeps it: 4
 --            little-endian doubles, when the state's TTL passes, then
 --            level, last, unit

@@ -13,7 +13,7 @@ var manifest = struct {
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, args: 2, fields: 3,
 			version: "fe8c839f", sqlFunction: "ratelimit_counter_fe8c839f", sqlRowFunction: "ratelimit_counter_row_fe8c839f"},
 	},
-	compositeSQLFunction: "ratelimit_all_cc5c0242",
+	compositeSQLFunction: "ratelimit_all_39971327",
 }
 
 // formEntry is one built-in algorithm's server-side forms.
