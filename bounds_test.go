@@ -25,6 +25,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -237,7 +238,7 @@ func openPostgres(t *testing.T) ratelimit.Store {
 		if _, err := pool.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
 			t.Logf("dropping table %s: %v", table, err)
 		}
-		for _, b := range algorithms.Builtins() {
+		for _, b := range forms.Builtins() {
 			_, _ = pool.Exec(ctx, "DROP FUNCTION IF EXISTS "+pgx.Identifier{table + "_decide_" + b.Name}.Sanitize())
 		}
 		pool.Close()

@@ -57,7 +57,7 @@ func makeBudget(d time.Duration) linkMaker {
 	return func(c *chainOf, next link) (link, error) {
 		store, timeout := c.l.store, d
 		if timeout < 0 {
-			if _, local := store.(toDecider); local {
+			if toDeciderOf(store) != nil {
 				return next, nil
 			}
 			timeout = DefaultStoreTimeout

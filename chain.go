@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // The path a decision takes is a chain of links from the caller to the
@@ -184,7 +185,7 @@ type storeLink struct {
 	store   Store
 	decider Decider // store as a Decider, or nil
 	// to is store as a toDecider (the memory store) when the algorithm
-	// is an algorithms.ToDecider, or nil.
+	// is an forms.ToDecider, or nil.
 	to toDecider
 	// noServerForm is set once the store has said it cannot run the
 	// algorithm.
@@ -197,8 +198,8 @@ func (s *storeLink) init(store Store, alg algorithms.Algorithm) {
 	if !ownAlgorithm(alg) {
 		s.decider, _ = store.(Decider) // a user's algorithm goes through update
 	}
-	if _, ok := alg.(algorithms.ToDecider); ok {
-		s.to, _ = store.(toDecider)
+	if _, ok := alg.(forms.ToDecider); ok {
+		s.to = toDeciderOf(store)
 	}
 }
 
@@ -207,7 +208,7 @@ func (s *storeLink) init(store Store, alg algorithms.Algorithm) {
 func (s *storeLink) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if s.to != nil {
 		// The memory store, which never answers ErrUnsupported.
-		allowed, limit, remaining, retryAfter, resetAfter, delay, err := s.to.DecideTo(ctx, k, t.to, req)
+		allowed, limit, remaining, retryAfter, resetAfter, delay, err := s.to(ctx, k, t.to, req)
 		if err == nil {
 			d.setFields(allowed, limit, remaining, retryAfter, resetAfter, delay)
 		}

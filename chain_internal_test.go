@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // links returns the types of l's chain, from the caller to the store;
@@ -59,7 +60,7 @@ func (s *remoteStore) Delete(_ context.Context, k Key) error { delete(s.m, k); r
 // (a toDecider), so the limiter gives it no default budget.
 type memoryLike struct{ remoteStore }
 
-func (s *memoryLike) DecideTo(context.Context, Key, algorithms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *memoryLike) DecideTo(context.Context, Key, forms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	return true, 1, 1, 0, 0, 0, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // checkStep holds st, the step alg returned for req, to the contract every
@@ -82,5 +83,5 @@ func ownAlgorithm(alg algorithms.Algorithm) bool {
 		}
 		return false
 	}
-	return algorithms.BuiltinOf(alg) == nil
+	return forms.BuiltinOf(alg) == nil
 }

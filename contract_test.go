@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
@@ -274,12 +275,12 @@ func verdictOf(allowed bool) string {
 // limiter's step check must never refuse a built-in's step.
 func TestBuiltinsKeepStepContract(t *testing.T) {
 	var algs []algorithms.Algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		for _, n := range [][3]int64{{1, 1, 1}, {10, 1, 10}, {7, 60, 3}, {1000, 3600, 1000}} {
 			algs = append(algs, b.New(n[0], time.Duration(n[1])*time.Second, n[2]))
 		}
 	}
-	bs := algorithms.Builtins()
+	bs := forms.Builtins()
 	algs = append(algs, algorithms.All(bs[0].New(5, time.Second, 5), bs[len(bs)-1].New(20, time.Minute, 20)))
 	for _, alg := range algs {
 		t.Run(fmt.Sprint(alg), func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/fastpath"
 )
 
 // Key names the state of one user key under one limiter. Stores receive it
@@ -99,13 +101,18 @@ type Decider interface {
 	Decide(ctx context.Context, key Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error)
 }
 
-// toDecider is a Decider that decides for an algorithms.ToDecider with
-// the decision's fields as results (the memory store's DecideTo), which a
-// Limiter prefers: they travel in registers, where a Decision returned by
-// value is copied through memory, a noticeable part of a decision made in
-// process. Its errors are Decide's.
-type toDecider interface {
-	DecideTo(ctx context.Context, key Key, alg algorithms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
+// toDecider decides, for an forms.ToDecider, with the decision's fields
+// as results (the memory store's, which it registers with
+// internal/fastpath, so that no exported method exists for it alone): a
+// Limiter prefers it, as the fields travel in registers, where a Decision
+// returned by value is copied through memory, a noticeable part of a
+// decision made in process. Its errors are Decide's.
+type toDecider = func(ctx context.Context, key Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
+
+// toDeciderOf returns store's toDecider, or nil when it has none.
+func toDeciderOf(store Store) toDecider {
+	f, _ := fastpath.DecideTo(store).(toDecider)
+	return f
 }
 
 // ErrUnsupported is returned by Decider.Decide for an algorithm the store

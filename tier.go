@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Tier is a Limiter deciding with other numbers for its algorithm: a
@@ -36,8 +37,8 @@ type Tier struct {
 	// Policy determines its decisions), for sameNumbers; builtin says so.
 	policy  algorithms.Policy
 	builtin bool
-	// to is alg as an algorithms.ToDecider, or nil (see toDecider).
-	to algorithms.ToDecider
+	// to is alg as an forms.ToDecider, or nil (see toDecider).
+	to forms.ToDecider
 }
 
 // Tier returns a view of l that decides with alg's numbers instead of the
@@ -77,8 +78,8 @@ func (l *Limiter) Tier(alg algorithms.Algorithm) (*Tier, error) {
 
 // setNumbers records what sameNumbers compares, and alg as a ToDecider.
 func (t *Tier) setNumbers() {
-	t.to, _ = t.alg.(algorithms.ToDecider)
-	if ps, ok := t.alg.(algorithms.PolicyStater); ok && algorithms.BuiltinOf(t.alg) != nil {
+	t.to, _ = t.alg.(forms.ToDecider)
+	if ps, ok := t.alg.(algorithms.PolicyStater); ok && forms.BuiltinOf(t.alg) != nil {
 		t.policy, t.builtin = ps.Policy(), true
 	}
 }

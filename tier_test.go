@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
@@ -228,7 +229,7 @@ func TestTierFailures(t *testing.T) {
 // early (the case docs/tiers.md describes), and never otherwise.
 func TestTierDenyCache(t *testing.T) {
 	ctx := context.Background()
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		window := b.New(1, time.Second, 5).MaxCost() == 1 // the burst is ignored
 		exact := [][3]int64{{5, 1, 2}, {5, 1, 4}, {5, 1, 15}}
 		if window {
@@ -247,7 +248,7 @@ func TestTierDenyCache(t *testing.T) {
 	}
 }
 
-func checkDenyCacheTiers(t *testing.T, ctx context.Context, b *algorithms.Builtin, nums [][3]int64, exact bool, seed uint64) {
+func checkDenyCacheTiers(t *testing.T, ctx context.Context, b *forms.Builtin, nums [][3]int64, exact bool, seed uint64) {
 	t.Helper()
 	fake := clock.NewFake(epoch)
 	plain, err := ratelimit.New(memory.MustNew(), b.New(5, time.Second, 4), ratelimit.WithClock(fake))

@@ -2,15 +2,22 @@
 // a pure state transition: (state, now, cost, parameters) → (new state,
 // decision). Stores hold the state; they contain no algorithm logic.
 //
-// Every built-in algorithm has three forms in this package: the Go form
-// (its Decide method), a Lua form for Redis and Valkey (lua/*.lua), and a
-// SQL form for PostgreSQL (sql/*.sql). The Go form is the only source: the
-// Lua and SQL forms of the scalar algorithms are generated from each one's
-// decide method by internal/formgen (go generate), and only the sliding
-// log's, which keep data structures the generator's subset of Go does not
-// express, are written by hand. Builtins lists them (registry.go is the one
-// list), and BuiltinOf tells, by Go type, which built-in an algorithm is.
-// The conformance suite runs the server-side forms against the Go form on
+// This package is what a user composes: the six constructors, All (several
+// limits on one key), Divide (a limit shared by replicas), Policy, and the
+// Algorithm interface with its Request, Step and Decision, for a user who
+// writes an algorithm of their own, which then runs on every store through
+// its atomic Update.
+//
+// Every built-in algorithm also runs next to the data where the store can
+// run code there: a Lua form for Redis and Valkey and a SQL form for
+// PostgreSQL. Those forms, their calling conventions, and the built-ins
+// bound to their Go types are the store author's API, in package forms
+// (algorithms/forms), as Go CDK keeps blob/driver apart from blob. The Go
+// form here is the only source: the forms of the scalar algorithms are
+// generated from each one's decide method by internal/formgen (go
+// generate), and only the sliding log's, which keep data structures the
+// generator's subset of Go does not express, are written by hand. The
+// conformance suite runs the server-side forms against the Go form on
 // seeded random sequences (clocks that step backwards, numbers switched
 // mid-sequence and at their bounds, costs and peeks) and requires identical
 // decisions and stored states.
@@ -128,51 +135,9 @@ type Algorithm interface {
 	Decide(state []byte, req Request) (Step, error)
 }
 
-// ServerForm is implemented by algorithms that have a server-side form:
-// a script for Redis and Valkey and a function for PostgreSQL, kept in this
-// package beside the Go form.
-type ServerForm interface {
-	Algorithm
-	// ServerArgs are the integer parameters passed to the server-side form,
-	// in the order the form documents. The returned slice must not be
-	// modified.
-	ServerArgs() []int64
-}
-
-// InPlaceDecider is implemented by algorithms whose state is large enough
-// that copying it before every decision would cost more than the decision:
-// the built-in sliding log. A store that holds state in its own memory (the
-// memory store) calls DecideInPlace on its stored state instead of Decide on
-// a copy.
-//
-// DecideInPlace is Decide with two promises: it writes into state's memory
-// only when it returns a nil error and a non-nil Next (a denied request, a
-// peek or an error leaves state exactly as it was), and the Next it returns
-// is the caller's to keep, whether it shares state's memory (at any offset)
-// or was allocated because state had no room to grow. Other stores call
-// Decide, which makes the same decisions.
-type InPlaceDecider interface {
-	Algorithm
-	DecideInPlace(state []byte, req Request) (Step, error)
-}
-
-// ToDecider is implemented by the built-in algorithms whose state is a few
-// integers (all but the sliding log): Decide with the Step's Next and TTL
-// and the Decision's fields returned as separate results, so that a store
-// deciding in process (the memory store) copies no Step and needs no memory
-// of its own to receive the decision (a pointer passed through an interface
-// would be moved to the heap), and the results travel in registers (a
-// returned Decision would be copied through memory, twice, in moves wider
-// than the writes that made it, which stall). The Decision's Parts would
-// be nil.
-//
-// DecideTo makes InPlaceDecider's promises: it writes into state's memory
-// only when it returns a nil error and a non-nil next (a denied request, a
-// peek or an error leaves state exactly as it was), and a non-nil state
-// has room for the next one, which DecideTo then writes there, so that a
-// store can decide on the state where it keeps it.
-type ToDecider interface {
-	Algorithm
+// toDecider is forms.ToDecider, which the built-ins whose state is a few
+// integers implement; their Decide is decideBy.
+type toDecider interface {
 	DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
@@ -232,7 +197,7 @@ func decodeFields(state []byte, dst []int64) error {
 
 // decideBy is Decide for an algorithm whose DecideTo does the work: the
 // Step is DecideTo's decision, next state and TTL.
-func decideBy(a ToDecider, state []byte, req Request) (Step, error) {
+func decideBy(a toDecider, state []byte, req Request) (Step, error) {
 	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := a.DecideTo(state, req)
 	if err != nil {
 		return Step{}, err

@@ -36,8 +36,8 @@ const MaxParts = 8
 //
 // The Redis, Valkey and PostgreSQL stores decide a composite of built-in
 // algorithms in one round trip, with the composite server form that
-// internal/formgen generates from the parts' Go forms (lua/all.lua,
-// sql/all.sql; the sliding log's part is written by hand beside its Go
+// internal/formgen generates from the parts' Go forms (package forms:
+// lua/all.lua, sql/all.sql; the sliding log's part is written by hand beside its Go
 // form, and reads and writes its whole log). A composite holding a user's
 // algorithm runs through Store.Update, as a user's algorithm does.
 func All(parts ...Algorithm) Algorithm {
@@ -249,23 +249,6 @@ func Combine(parts []Decision) Decision {
 		d.Delay = max(d.Delay, p.Delay)
 	}
 	return d
-}
-
-// CompositeForm returns the names of parts' algorithms and their
-// ServerArgs concatenated, as the composite server forms take them (see
-// lua.go and sql.go), and false when a part is not a built-in the
-// composite forms hold (Builtin.Composable).
-func CompositeForm(c Composite) (names []string, args []int64, ok bool) {
-	for _, p := range c.Parts() {
-		b := BuiltinOf(p)
-		sf, isSF := p.(ServerForm)
-		if b == nil || !isSF || !b.Composable() {
-			return nil, nil, false
-		}
-		names = append(names, b.Name)
-		args = append(args, sf.ServerArgs()...)
-	}
-	return names, args, true
 }
 
 // Divide implements Divisible: the composite of its parts each divided by

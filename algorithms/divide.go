@@ -35,11 +35,11 @@ func Divide(alg Algorithm, n int64) (Algorithm, error) {
 	}
 	var d Algorithm
 	p, numbers := alg.(numbered)
-	switch b := BuiltinOf(alg); {
+	switch b := builtinOf(alg); {
 	case numbers && b != nil:
 		limit, period, burst := p.numbers()
 		share := func(v int64) int64 { return max(v/n, 1) }
-		d = b.New(share(limit), time.Duration(period)*time.Microsecond, share(burst))
+		d = b.New(share(limit), time.Duration(period)*time.Microsecond, share(burst)).(Algorithm)
 	default:
 		a, ok := alg.(Divisible)
 		if !ok {

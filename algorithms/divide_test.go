@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 func TestDivide(t *testing.T) {
@@ -61,7 +62,7 @@ func TestDivideRejects(t *testing.T) {
 // TestEveryBuiltinDivides keeps Divide in step with the registry: a new
 // built-in algorithm must divide too.
 func TestEveryBuiltinDivides(t *testing.T) {
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		alg := b.New(10, time.Second, 10)
 		d, err := algorithms.Divide(alg, 2)
 		if err != nil || d.Name() != b.Name || d.MaxCost() != 5 {

@@ -50,7 +50,7 @@ func (a *fixedWindow) Decide(state []byte, req Request) (Step, error) {
 	return decideBy(a, state, req)
 }
 
-// DecideTo implements ToDecider.
+// DecideTo implements forms.ToDecider.
 func (a *fixedWindow) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s fixedWindowState
 	if state != nil {

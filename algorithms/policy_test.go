@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 func TestPolicy(t *testing.T) {
@@ -53,7 +54,7 @@ func TestPolicy(t *testing.T) {
 // TestEveryBuiltinStatesItsPolicy: the HTTP fields need every built-in's
 // policy, including one added to the registry later.
 func TestEveryBuiltinStatesItsPolicy(t *testing.T) {
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		alg := b.New(10, time.Second, 5)
 		ps, ok := alg.(algorithms.PolicyStater)
 		if !ok {

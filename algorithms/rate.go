@@ -128,7 +128,7 @@ func (a *tokenBucket) Decide(state []byte, req Request) (Step, error) {
 	return decideBy(a, state, req)
 }
 
-// DecideTo implements ToDecider.
+// DecideTo implements forms.ToDecider.
 func (a *tokenBucket) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s bucketState
 	if state != nil {
@@ -206,7 +206,7 @@ func (a *leakyBucket) Decide(state []byte, req Request) (Step, error) {
 	return decideBy(a, state, req)
 }
 
-// DecideTo implements ToDecider.
+// DecideTo implements forms.ToDecider.
 func (a *leakyBucket) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s bucketState
 	if state != nil {
@@ -292,7 +292,7 @@ func (a *gcra) Decide(state []byte, req Request) (Step, error) {
 	return decideBy(a, state, req)
 }
 
-// DecideTo implements ToDecider.
+// DecideTo implements forms.ToDecider.
 func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	var s gcraState
 	if state != nil {

@@ -221,8 +221,8 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	return Step{Decision: d, Next: next, TTL: d.ResetAfter}, nil
 }
 
-// DecideInPlace implements InPlaceDecider: Decide writes into state only
-// when it admits a request.
+// DecideInPlace implements forms.InPlaceDecider: Decide writes into state
+// only when it admits a request.
 func (a *slidingLog) DecideInPlace(state []byte, req Request) (Step, error) {
 	return a.Decide(state, req)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // logModel is the sliding log as the rule states it: every admitted
@@ -80,7 +81,7 @@ func TestSlidingLogModel(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 0x10c))
 		limit := 1 + rng.Int64N(40)
 		period := 1000 * (1 + rng.Int64N(400))
-		alg := algorithms.SlidingLog(limit, time.Duration(period)*time.Microsecond).(algorithms.InPlaceDecider)
+		alg := algorithms.SlidingLog(limit, time.Duration(period)*time.Microsecond).(forms.InPlaceDecider)
 		var m logModel
 		var copied, inPlace []byte
 		var expires int64

@@ -2,8 +2,8 @@ package algorithms
 
 import "math"
 
-// The server-side forms (lua/*.lua, sql/*.sql) are generated from the Go
-// forms by internal/formgen. What it translates is each algorithm's decide
+// The server-side forms (forms/lua/*.lua, forms/sql/*.sql) are generated
+// from the Go forms by internal/formgen. What it translates is each algorithm's decide
 // method and the helpers it calls, written in a small subset of Go that the
 // package doc of internal/formgen defines: int64 and bool values, integer
 // arithmetic, min and max, if/else, early returns, and the named helpers

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // The Composite group holds composites (algorithms.All) to their rule:
@@ -87,7 +88,7 @@ func composable(alg algorithms.Algorithm) bool {
 	if !ok {
 		return false
 	}
-	_, _, ok = algorithms.CompositeForm(c)
+	_, _, ok = forms.CompositeForm(c)
 	return ok
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/conformance"
 )
 
@@ -201,7 +202,7 @@ func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorit
 	if s.serverClock && s.defect != "decider-server-clock-ignored" {
 		req.Now = time.Now().UnixMicro()
 	}
-	if s.defect == "decider-form-missing" && algorithms.BuiltinOf(alg) == algorithms.Builtins()[0] {
+	if s.defect == "decider-form-missing" && forms.BuiltinOf(alg) == forms.Builtins()[0] {
 		return algorithms.Decision{}, fmt.Errorf("broken: no form for %s: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
 	if c, ok := alg.(algorithms.Composite); ok && s.defect == "decider-partial" {
@@ -264,7 +265,7 @@ func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorit
 // the deficit only for state in the algorithm's own unit (the common case)
 // and returns ceil unchanged otherwise.
 func floorRetry(alg algorithms.Algorithm, state []byte, req algorithms.Request, ceil int64) int64 {
-	a := alg.(algorithms.ServerForm).ServerArgs() // unit, drip, capacity, fill, burst
+	a := alg.(forms.ServerForm).ServerArgs() // unit, drip, capacity, fill, burst
 	unit, drip, capacity, fill := a[0], a[1], a[2], a[3]
 	deficit := int64(0)
 	if len(state) == 24 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 )
 
@@ -35,7 +36,7 @@ type family struct {
 	span time.Duration
 }
 
-// families returns, for each built-in algorithm (algorithms.Builtins), one
+// families returns, for each built-in algorithm (forms.Builtins), one
 // family of everyday numbers (uneven rates such as 1000 per 3 s, where a
 // unit's interval is not a whole number of microseconds) and one of numbers
 // at the bounds the parameter checks allow, where the server forms' doubles
@@ -47,7 +48,7 @@ func families() []family {
 	everyday := []numbers{{3, 100 * ms, 7}, {7, s, 5}, {1000, 3 * s, 11}}
 	bounds := []numbers{{1, maxP, 7}, {999983, maxP, 7}, {bigN, us, bigN}, {bigN, maxP, 1}}
 	var out []family
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		out = append(out,
 			family{b.Name, instances(b, everyday), s},
 			family{b.Name + "-bounds", instances(b, bounds), maxP})
@@ -55,7 +56,7 @@ func families() []family {
 	return out
 }
 
-// numbers are the arguments of algorithms.Builtin.New.
+// numbers are the arguments of forms.Builtin.New.
 type numbers struct {
 	limit  int64
 	period time.Duration
@@ -63,7 +64,7 @@ type numbers struct {
 }
 
 // instances returns b with each of ns that its parameter checks accept.
-func instances(b *algorithms.Builtin, ns []numbers) []algorithms.Algorithm {
+func instances(b *forms.Builtin, ns []numbers) []algorithms.Algorithm {
 	var out []algorithms.Algorithm
 	for _, n := range ns {
 		if a := b.New(n.limit, n.period, n.burst); a.Validate() == nil {
@@ -253,7 +254,7 @@ func serverClockFamilies() []family {
 	const ms = time.Millisecond
 	small := []numbers{{3, 10 * ms, 4}, {9, 7 * ms, 3}, {1000, 3 * time.Second, 5}}
 	var out []family
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		out = append(out, family{b.Name, instances(b, small), 10 * ms})
 	}
 	return out

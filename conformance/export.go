@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/statefile"
 )
 
@@ -34,7 +35,7 @@ func exportAlgorithms() []algorithms.Algorithm {
 		algorithms.All(algorithms.SlidingLog(10, h), algorithms.TokenBucket(10, h, 10)),
 		ownAlgorithm{limit: 25},
 	}
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		out = append(out, b.New(10, h, 10))
 	}
 	return out

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // The fault groups (faults.go injects the faults): each kind of fault a bad
@@ -82,7 +83,7 @@ func newSubjectLocker(t *testing.T, s ratelimit.Store, ttl time.Duration, opts .
 const (
 	// defaultBound is the longest the suite lets a Limiter call with no
 	// options wait on a store that does not answer (a lease call: its
-	// lease.DefaultCallTimeout).
+	// default call timeout, a second).
 	defaultBound = ratelimit.DefaultStoreTimeout
 	// shortBound is the budget the groups set where they set one
 	// (ratelimit.WithStoreTimeout, lease.WithCallTimeout).
@@ -167,7 +168,7 @@ func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 		limOpts           []ratelimit.Option
 		lkOpts            []lease.Option
 	}{
-		{"no options", defaultBound, lease.DefaultCallTimeout, nil, nil},
+		{"no options", defaultBound, time.Second, nil, nil},
 		{"store timeout", shortBound, shortBound, []ratelimit.Option{ratelimit.WithStoreTimeout(shortBound), ratelimit.WithName("budget")}, []lease.Option{lease.WithCallTimeout(shortBound)}},
 	} {
 		lim := newSubjectLimiter(t, s, alg, v.limOpts...)
@@ -229,9 +230,9 @@ func storeCalls(s ratelimit.Store) []boundedCall {
 			return err
 		})})
 	}
-	if r, ok := s.(lease.Runner); ok {
+	if r, ok := s.(leasewire.Runner); ok {
 		calls = append(calls, boundedCall{"deadline 250ms: store.RunLease", shortBound, call(func(ctx context.Context) error {
-			_, err := r.RunLease(ctx, ratelimit.Key{Namespace: "frozen" + lease.NamespaceSuffix, ID: "k"}, now, lease.Request{Op: lease.OpAcquire, Owner: lease.Token{1}, TTL: 1000})
+			_, err := r.RunLease(ctx, ratelimit.Key{Namespace: "frozen" + leasewire.NamespaceSuffix, ID: "k"}, now, leasewire.Request{Op: leasewire.OpAcquire, Owner: leasewire.Token{1}, TTL: 1000})
 			return err
 		})})
 	}

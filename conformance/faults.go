@@ -10,7 +10,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // The fault groups put the store under test behind a wrapper that injects
@@ -22,7 +22,7 @@ import (
 // happen, reach the real backend.
 //
 // What the wrapper forwards: Update, Delete, ratelimit.Decider and
-// lease.Runner, each with the fault applied, so that a limiter and a
+// leasewire.Runner, each with the fault applied, so that a limiter and a
 // locker take the same path through the wrapper as through the store
 // itself, and ratelimit.ServerClocker's answer (false for a store without
 // it), so that ratelimit.New and lease.New judge the clock as they would on
@@ -209,28 +209,28 @@ func (w faultDecider) Decide(ctx context.Context, key ratelimit.Key, alg algorit
 	return d, err
 }
 
-// faultRunner forwards lease.Runner.
+// faultRunner forwards leasewire.Runner.
 type faultRunner struct {
 	faultStore
-	r lease.Runner
+	r leasewire.Runner
 }
 
-func (w faultRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (w faultRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return runLease(w.f, w.r, ctx, key, now, req)
 }
 
 // faultDeciderRunner forwards both.
 type faultDeciderRunner struct {
 	faultDecider
-	r lease.Runner
+	r leasewire.Runner
 }
 
-func (w faultDeciderRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (w faultDeciderRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return runLease(w.f, w.r, ctx, key, now, req)
 }
 
-func runLease(f *faults, r lease.Runner, ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
-	var res lease.Result
+func runLease(f *faults, r leasewire.Runner, ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+	var res leasewire.Result
 	err := f.apply(ctx, func(ctx context.Context) error {
 		var err error
 		res, err = r.RunLease(ctx, key, now, req)
@@ -247,7 +247,7 @@ func withFaults(t *testing.T, s ratelimit.Store) (ratelimit.Store, *faults) {
 	t.Cleanup(func() { close(f.end) })
 	base := faultStore{s, f}
 	d, isDecider := s.(ratelimit.Decider)
-	r, isRunner := s.(lease.Runner)
+	r, isRunner := s.(leasewire.Runner)
 	switch {
 	case isDecider && isRunner:
 		return faultDeciderRunner{faultDecider{base, d}, r}, f

@@ -16,10 +16,11 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // The lease groups: the package lease on the store, through the store's
-// lease.Runner ("server", left out when it has none: see Run) and through
+// leasewire.Runner ("server", left out when it has none: see Run) and through
 // its Update ("update"). Run runs them with the limiter groups.
 
 func init() {
@@ -40,7 +41,7 @@ func init() {
 // leaseTTL is the TTL of the fake-clock subtests' leases.
 const leaseTTL = 10 * time.Second
 
-// leasePath is one way a locker reaches a store: its lease.Runner
+// leasePath is one way a locker reaches a store: its leasewire.Runner
 // ("server") or its Update ("update").
 type leasePath struct {
 	name string
@@ -54,7 +55,7 @@ var leasePaths = []leasePath{
 
 func requireRunner(t *testing.T, s ratelimit.Store) ratelimit.Store {
 	t.Helper()
-	if _, ok := s.(lease.Runner); !ok {
+	if _, ok := s.(leasewire.Runner); !ok {
 		t.Skip("store does not implement lease.Runner")
 	}
 	return s
@@ -318,7 +319,7 @@ func testLeaseOwner(t *testing.T, newHarness func(*testing.T) Harness) {
 		f := newLeaseFixture(t, s)
 		ctx := context.Background()
 		a := f.acquire(f.lk, "owner")
-		if a.Owner() == (lease.Token{}) {
+		if a.Owner() == (leasewire.Token{}) {
 			t.Errorf("lease.Owner() is the zero token")
 		}
 		f.clock.Advance(leaseTTL / 2)
@@ -371,13 +372,13 @@ func (s *replyLoser) Update(ctx context.Context, key ratelimit.Key, now int64, f
 	return s.lose(s.Store.Update(ctx, key, now, fn))
 }
 
-// runnerLoser is a replyLoser over a store's lease.Runner.
+// runnerLoser is a replyLoser over a store's leasewire.Runner.
 type runnerLoser struct {
 	*replyLoser
-	r lease.Runner
+	r leasewire.Runner
 }
 
-func (s runnerLoser) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (s runnerLoser) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	res, err := s.r.RunLease(ctx, key, now, req)
 	return res, s.lose(err)
 }
@@ -389,7 +390,7 @@ func testLeaseLostReply(t *testing.T, newHarness func(*testing.T) Harness) {
 		inner := wrap(h.Store)
 		loser := &replyLoser{Store: inner}
 		var s ratelimit.Store = loser
-		if r, ok := inner.(lease.Runner); ok {
+		if r, ok := inner.(leasewire.Runner); ok {
 			s = runnerLoser{loser, r}
 		}
 		f := newLeaseFixture(t, s)
@@ -460,14 +461,14 @@ func testLeaseContext(t *testing.T, newHarness func(*testing.T) Harness) {
 		// a store whose context has ended either way, but a store that
 		// goes on with the request holds a connection and may take the key.
 		k := ratelimit.Key{Namespace: f.lk.Namespace(), ID: "ctx-store"}
-		req := lease.Request{Op: lease.OpAcquire, Owner: lease.Token{1}, TTL: int64(time.Hour / time.Microsecond)}
+		req := leasewire.Request{Op: leasewire.OpAcquire, Owner: leasewire.Token{1}, TTL: int64(time.Hour / time.Microsecond)}
 		now := f.clock.Now().UnixMicro()
 		var err error
-		if r, ok := s.(lease.Runner); ok {
+		if r, ok := s.(leasewire.Runner); ok {
 			_, err = r.RunLease(canceled, k, now, req)
 		} else {
 			err = s.Update(canceled, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
-				next, ttl, _, err := lease.Step(cur, now, req)
+				next, ttl, _, err := leasewire.Step(cur, now, req)
 				return next, ttl, err
 			})
 		}
@@ -678,53 +679,53 @@ func testLeaseDo(t *testing.T, newHarness func(*testing.T) Harness) {
 	})
 }
 
-// testLeaseDifferential holds a store's lease.Runner to lease.Step: seeded
+// testLeaseDifferential holds a store's leasewire.Runner to leasewire.Step: seeded
 // random sequences of acquires, extends, releases and reads by three owners,
 // with clock steps forward and back, each sent through the Runner or
 // through Update at random (one record, two paths), must give the Go form's
 // results on a local copy of the record, field by field.
 func testLeaseDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
 	h := newHarness(t)
-	runner, ok := h.Store.(lease.Runner)
+	runner, ok := h.Store.(leasewire.Runner)
 	if !ok {
 		t.Skip("store does not implement lease.Runner")
 	}
-	owners := []lease.Token{{1}, {2}, {0xff, 0xfe, 3}}
+	owners := []leasewire.Token{{1}, {2}, {0xff, 0xfe, 3}}
 	ttls := []int64{1, 999, 1000, 1001, 250_000, 10_000_000}
 	steps := []int64{0, 0, 1, 2, 999, 1000, 1001, 100_000, 250_000, 10_000_000, -1, -5000}
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
-		key := ratelimit.Key{Namespace: "differential" + lease.NamespaceSuffix, ID: fmt.Sprintf("seed-%d", seed)}
+		key := ratelimit.Key{Namespace: "differential" + leasewire.NamespaceSuffix, ID: fmt.Sprintf("seed-%d", seed)}
 		now := epoch.UnixMicro()
 		var state []byte
 		var kept, dropped int64
 		var written time.Time // real time of the model's last write
 		var keepUs int64      // and how long it was to be kept
-		fencesOf := map[lease.Token]int64{}
+		fencesOf := map[leasewire.Token]int64{}
 		for i := 0; i < 150; i++ {
 			// The clock steps back too, but never to before a time at
 			// which the record was found expired: whether a store still
 			// has it then is up to the store.
 			now = max(now+steps[rng.IntN(len(steps))], dropped)
 			owner := owners[rng.IntN(len(owners))]
-			req := lease.Request{Op: lease.Op(1 + rng.IntN(4)), Owner: owner, Fence: fencesOf[owner], TTL: ttls[rng.IntN(len(ttls))]}
+			req := leasewire.Request{Op: leasewire.Op(1 + rng.IntN(4)), Owner: owner, Fence: fencesOf[owner], TTL: ttls[rng.IntN(len(ttls))]}
 			if rng.IntN(6) == 0 {
 				req.Fence += int64(rng.IntN(3)) - 1
 			}
 			if state != nil && now >= kept {
 				state, dropped = nil, now
 			}
-			next, ttl, want, err := lease.Step(bytes.Clone(state), now, req)
+			next, ttl, want, err := leasewire.Step(bytes.Clone(state), now, req)
 			if err != nil {
 				t.Fatalf("seed %d step %d: lease.Step(%+v) at %d: %v", seed, i, req, now, err)
 			}
-			var got lease.Result
+			var got leasewire.Result
 			via := "RunLease"
 			if rng.IntN(3) == 0 {
 				via = "Update"
 				err = h.Store.Update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
-					next, ttl, res, err := lease.Step(cur, now, req)
+					next, ttl, res, err := leasewire.Step(cur, now, req)
 					got = res
 					return next, ttl, err
 				})
@@ -738,14 +739,14 @@ func testLeaseDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
 				time.Since(written) >= time.Duration(keepUs)*time.Microsecond {
 				// The backend expires by real time, and this machine
 				// stalled past the record's TTL: it is gone, as it may be.
-				next, ttl, want, _ = lease.Step(nil, now, req)
+				next, ttl, want, _ = leasewire.Step(nil, now, req)
 				dropped = now
 			}
 			if next != nil {
 				keepUs = max(ttl, 1)
 				state, kept, written = next, now+keepUs, time.Now()
 			}
-			if want.Code == lease.OK && req.Op == lease.OpAcquire {
+			if want.Code == leasewire.OK && req.Op == leasewire.OpAcquire {
 				fencesOf[owner] = want.Fence
 			}
 			if got != want {

@@ -11,15 +11,16 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // Run runs the whole suite against stores made by newHarness, one fresh
 // harness per subtest. Subtests are named Group/Path/algorithm, where Path
 // is "server" for the store's Decider (or, in the Lease groups, its
-// lease.Runner) and "update" for its Update. A store without a Decider or
-// a lease.Runner (as the first harness shows) has no server paths: the
+// leasewire.Runner) and "update" for its Update. A store without a Decider or
+// a leasewire.Runner (as the first harness shows) has no server paths: the
 // groups leave them out, and one subtest, ServerPaths, skips saying why.
 //
 // A watchdog ends the run with a panic that names the subtest still
@@ -86,11 +87,11 @@ type algorithm struct {
 	maxTTL time.Duration
 }
 
-// builtins returns every registered built-in algorithm (algorithms.Builtins)
+// builtins returns every registered built-in algorithm (forms.Builtins)
 // with 10 units per second and a burst of 10.
 func builtins() []algorithm {
 	var out []algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		alg := b.New(10, time.Second, 10)
 		// Windows keep state for at most two periods, buckets for the
 		// time to refill a whole burst.
@@ -128,13 +129,13 @@ var capabilities sync.Map // string → storeCaps
 type storeCaps struct{ decider, runner, exporter bool }
 
 // probeStore records which optional interfaces s implements for the Run of
-// t, and when it lacks Decider or lease.Runner (the server paths' way in)
+// t, and when it lacks Decider or leasewire.Runner (the server paths' way in)
 // says so once, in a skipped subtest named ServerPaths.
 func probeStore(t *testing.T, s ratelimit.Store) {
 	t.Helper()
 	var c storeCaps
 	_, c.decider = s.(ratelimit.Decider)
-	_, c.runner = s.(lease.Runner)
+	_, c.runner = s.(leasewire.Runner)
 	_, c.exporter = s.(ratelimit.Exporter)
 	capabilities.Store(t.Name(), c)
 	t.Cleanup(func() { capabilities.Delete(t.Name()) })
@@ -562,7 +563,7 @@ func testExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
 // shortVersion returns alg's kind with a 50ms period and a burst of 1, so
 // that its state lives at most 100ms.
 func shortVersion(alg algorithms.Algorithm) algorithms.Algorithm {
-	return algorithms.BuiltinOf(alg).New(10, 50*time.Millisecond, 1)
+	return forms.BuiltinOf(alg).New(10, 50*time.Millisecond, 1)
 }
 
 // testStaleState checks that decisions stay right when the backend keeps

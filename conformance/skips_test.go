@@ -7,7 +7,7 @@ import (
 )
 
 // TestServerPathsSkipOnce runs the suite on a correct store without a
-// Decider or a lease.Runner: the groups must leave their server paths out
+// Decider or a leasewire.Runner: the groups must leave their server paths out
 // and say why once, in TestBrokenStoreHelper/ServerPaths, instead of
 // skipping every group's server path once per algorithm (93 skips of 101
 // in a user's run); the update paths still run. With a Decider, the server

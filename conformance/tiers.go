@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 func (n numbers) String() string {
@@ -86,7 +86,7 @@ func tierMoves() []tierMove {
 // under concurrency.
 func testTiers(t *testing.T, newHarness func(*testing.T) Harness) {
 	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
-		b := algorithms.BuiltinOf(a.alg)
+		b := forms.BuiltinOf(a.alg)
 		tier := func(f *fixture, n numbers) *ratelimit.Tier {
 			t.Helper()
 			tr, err := f.lim.Tier(b.New(n.limit, n.period, n.burst))

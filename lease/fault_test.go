@@ -321,7 +321,7 @@ func TestCallsBoundedOnFrozenServer(t *testing.T) {
 	}
 	srv.Freeze()
 	t.Cleanup(srv.Thaw)
-	const bound, slack = lease.DefaultCallTimeout, 500 * time.Millisecond
+	const bound, slack = time.Second, 500 * time.Millisecond
 	short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 200*time.Millisecond) }
 	none := func() (context.Context, context.CancelFunc) { return ctx, func() {} }
 	for _, call := range []struct {
@@ -398,13 +398,13 @@ func TestNewRefusesTypedNilsAndServerClocks(t *testing.T) {
 	if _, err := lease.New(s, time.Second, lease.WithMargin(100*time.Millisecond)); err != nil {
 		t.Errorf("lease.New(s, 1s, WithMargin(100ms)) = %v, want no error", err)
 	}
-	// The default margin: the larger of TTL/10 and DefaultMargin, at most
+	// The default margin: the larger of TTL/10 and a second (the default margin), at most
 	// a third of the TTL, so that every TTL from MinTTL up is accepted.
 	for _, c := range []struct{ ttl, margin time.Duration }{
 		{lease.MinTTL, lease.MinTTL / 3},
 		{time.Second, time.Second / 3},
-		{3 * time.Second, lease.DefaultMargin},
-		{10 * time.Second, lease.DefaultMargin},
+		{3 * time.Second, time.Second},
+		{10 * time.Second, time.Second},
 		{time.Minute, 6 * time.Second},
 	} {
 		lk, err := lease.New(s, c.ttl)

@@ -26,10 +26,13 @@
 // holder that paused past its lease from doing harm. docs/leases.md says
 // when that matters and what each store guarantees.
 //
-// The lease's transitions are one pure function (Step) of the stored record
-// and the store's time, run through Store.Update, so they are the same on
-// every store. Keys are namespaced "<locker name>:@lease", which no
-// limiter's namespace ("<name>:<algorithm>") can equal.
+// The lease's transitions are one pure function of the stored record and
+// the store's time, run through Store.Update, so they are the same on every
+// store. Keys are namespaced "<locker name>:@lease", which no limiter's
+// namespace ("<name>:<algorithm>") can equal. That function, its wire types,
+// its Lua form and the Runner capability a store may implement to run it
+// next to its data are the store author's side, in package
+// lease/leasewire; a user of leases needs only this package.
 package lease
 
 import (
@@ -46,6 +49,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // Errors. Check them with errors.Is; the store's own failures are returned
@@ -81,30 +85,13 @@ func (e *HeldError) Error() string {
 // Is reports whether target is ErrHeld.
 func (e *HeldError) Is(target error) bool { return target == ErrHeld }
 
-// Runner is implemented by stores that run the lease's transition (Step)
-// next to their data in one round trip, such as a Lua script on Redis. It
-// is optional: a Locker uses RunLease when its store has it, and
-// Store.Update otherwise. RunLease must apply Step to key's record exactly
-// as Update would, atomically, with the same clock rule (now is the
-// locker's clock, which a store configured to use its own clock replaces),
-// and return Step's Result; the conformance suite checks both paths.
-type Runner interface {
-	RunLease(ctx context.Context, key ratelimit.Key, now int64, req Request) (Result, error)
-}
-
-// DefaultName is a Locker's name unless WithName says otherwise.
-const DefaultName = "lease"
-
-// NamespaceSuffix ends the namespace of a locker's keys: the namespace is
-// "<name>:@lease". A limiter's namespace is "<name>:<algorithm>", and an
-// algorithm's name cannot hold '@', so a locker never shares state with a
-// limiter.
-const NamespaceSuffix = ":@lease"
+// defaultName is a Locker's name unless WithName says otherwise.
+const defaultName = "lease"
 
 // Option configures a Locker.
 type Option func(*Locker) error
 
-// WithName sets the locker's name (DefaultName otherwise), which namespaces
+// WithName sets the locker's name ("lease" otherwise), which namespaces
 // its keys: lockers with the same name on one store share their leases. A
 // name matches [A-Za-z0-9_.-]{1,64}.
 func WithName(name string) Option {
@@ -135,19 +122,21 @@ func WithClock(c clock.Clock) Option {
 	}
 }
 
-// DefaultMargin is the margin Do keeps by default for TTLs of 3 s to 10 s:
-// a locker's margin is the larger of TTL/10 and DefaultMargin, but at most
+// defaultMargin is the margin Do keeps by default for TTLs of 3 s to 10 s:
+// a locker's margin is the larger of TTL/10 and defaultMargin, but at most
 // a third of the TTL, unless WithMargin sets it. It is sized by how late
 // timers fire on a loaded machine (docs/leases.md has the measurement: up
 // to 890 ms seen by an outside probe), so that a late timer cannot let the
 // work run past its lease. A TTL under 3 s keeps a third of itself, less
 // than such a timer can be late: use short leases only where timers are
 // punctual.
-const DefaultMargin = time.Second
+const defaultMargin = time.Second
 
-// WithMargin sets how much of the lease Do keeps in hand (see
-// DefaultMargin for the default): the work starts only when at least
-// this much of the lease remains when the acquire's reply arrives, and its
+// WithMargin sets how much of the lease Do keeps in hand (by default the
+// larger of TTL/10 and a second, but at most a third of the TTL, a margin
+// sized by how late timers fire on a loaded machine; docs/leases.md has the
+// measurement): the work starts only when at least this much of the lease
+// remains when the acquire's reply arrives, and its
 // context ends this long before the lease's deadline when renewal fails.
 // It covers timers that fire late and clocks that run at slightly
 // different rates. It must be positive and at most half the TTL.
@@ -161,12 +150,12 @@ func WithMargin(d time.Duration) Option {
 	}
 }
 
-// DefaultCallTimeout bounds each request a locker makes to its store
+// defaultCallTimeout bounds each request a locker makes to its store
 // unless WithCallTimeout says otherwise.
-const DefaultCallTimeout = time.Second
+const defaultCallTimeout = time.Second
 
 // WithCallTimeout bounds each call of TryAcquire, Extend and Release, and
-// each attempt of Acquire's polling, to d (DefaultCallTimeout otherwise),
+// each attempt of Acquire's polling, to d (a second otherwise),
 // and an acquire or extend also to the TTL less the margin, after which its
 // reply could no longer be used. The bound holds when the caller's context
 // has no deadline; an earlier deadline of the caller's wins. A call that
@@ -213,8 +202,8 @@ func WithMaxHold(d time.Duration) Option {
 // Locker is safe for concurrent use.
 type Locker struct {
 	store   ratelimit.Store
-	runner  Runner // store as a Runner, or nil
-	direct  bool   // the store gives up when its context ends (once)
+	runner  leasewire.Runner // store as a leasewire.Runner, or nil
+	direct  bool             // the store gives up when its context ends (once)
 	name    string
 	ns      string
 	ttl     time.Duration
@@ -290,7 +279,7 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 	if ttl < MinTTL || ttl > 365*24*time.Hour {
 		return nil, fmt.Errorf("%w: lease: TTL %v outside %v..1 year", ratelimit.ErrInvalidParams, ttl, MinTTL)
 	}
-	l := &Locker{store: store, name: DefaultName, ttl: ttl, clock: clock.System, callTimeout: DefaultCallTimeout}
+	l := &Locker{store: store, name: defaultName, ttl: ttl, clock: clock.System, callTimeout: defaultCallTimeout}
 	for _, opt := range opts {
 		if err := opt(l); err != nil {
 			return nil, err
@@ -300,7 +289,7 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 		return nil, fmt.Errorf("%w: lease: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the locker's clock", ratelimit.ErrInvalidParams)
 	}
 	if l.margin == 0 {
-		l.margin = max(ttl/10, min(DefaultMargin, ttl/3))
+		l.margin = max(ttl/10, min(defaultMargin, ttl/3))
 	} else if 2*l.margin > ttl {
 		return nil, fmt.Errorf("%w: lease: margin %v is more than half the TTL %v", ratelimit.ErrInvalidParams, l.margin, ttl)
 	}
@@ -308,9 +297,9 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 	if l.poll == 0 {
 		l.poll = max(ttl/10, time.Millisecond)
 	}
-	l.runner, _ = store.(Runner)
+	l.runner, _ = store.(leasewire.Runner)
 	l.direct = ctxaware.Honours(store)
-	l.ns = l.name + NamespaceSuffix
+	l.ns = l.name + leasewire.NamespaceSuffix
 	return l, nil
 }
 
@@ -337,18 +326,18 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 	if err := ratelimit.CheckKey(key); err != nil {
 		return nil, err
 	}
-	var owner Token
+	var owner leasewire.Token
 	if _, err := crand.Read(owner[:]); err != nil {
 		return nil, fmt.Errorf("lease: owner token: %w", err)
 	}
 	k := ratelimit.Key{Namespace: l.ns, ID: key}
 	ctx, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
-	sent, res, err := l.run(ctx, k, Request{Op: OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
+	sent, res, err := l.run(ctx, k, leasewire.Request{Op: leasewire.OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
 	if err != nil {
 		return nil, err
 	}
-	if res.Code == Held {
+	if res.Code == leasewire.Held {
 		return nil, &HeldError{Key: key, Until: time.UnixMicro(res.Expires), RetryAfter: time.Duration(res.Expires-res.Now) * time.Microsecond}
 	}
 	le := &Lease{l: l, key: k, owner: owner, fence: res.Fence}
@@ -394,7 +383,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 // returns when the request was sent (by the locker's clock, before the
 // store read its clock) with the outcome. With retry set, a store failure
 // while ctx is live is retried once: every op is idempotent for its owner.
-func (l *Locker) run(ctx context.Context, k ratelimit.Key, req Request, retry bool) (time.Time, Result, error) {
+func (l *Locker) run(ctx context.Context, k ratelimit.Key, req leasewire.Request, retry bool) (time.Time, leasewire.Result, error) {
 	for attempt := 1; ; attempt++ {
 		sent := l.clock.Now()
 		res, err := l.once(ctx, k, sent.UnixMicro(), req)
@@ -410,22 +399,22 @@ func (l *Locker) run(ctx context.Context, k ratelimit.Key, req Request, retry bo
 // own, so that one that ignores its context (a client blocked on a hung
 // server) does not hold the caller past ctx's deadline. The request then
 // goes on in its goroutine until the store returns.
-func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
+func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if l.direct {
 		return l.call(ctx, k, now, req)
 	}
-	return ctxaware.Detached(ctx, fmt.Sprintf("lease: %q: ", k.ID), func(ctx context.Context) (Result, error) { return l.call(ctx, k, now, req) })
+	return ctxaware.Detached(ctx, fmt.Sprintf("lease: %q: ", k.ID), func(ctx context.Context) (leasewire.Result, error) { return l.call(ctx, k, now, req) })
 }
 
 // call makes one request of the store: through its Runner when it has
 // one, through Update otherwise.
-func (l *Locker) call(ctx context.Context, k ratelimit.Key, now int64, req Request) (Result, error) {
+func (l *Locker) call(ctx context.Context, k ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if l.runner != nil {
 		return l.runner.RunLease(ctx, k, now, req)
 	}
-	var res Result
+	var res leasewire.Result
 	err := l.store.Update(ctx, k, now, func(cur []byte, now int64) ([]byte, int64, error) {
-		next, ttl, r, err := Step(cur, now, req)
+		next, ttl, r, err := leasewire.Step(cur, now, req)
 		res = r
 		return next, ttl, err
 	})
@@ -445,7 +434,7 @@ func ambiguous(err error) bool {
 type Lease struct {
 	l     *Locker
 	key   ratelimit.Key
-	owner Token
+	owner leasewire.Token
 	fence int64
 
 	mu       sync.Mutex
@@ -454,7 +443,7 @@ type Lease struct {
 	released bool
 }
 
-func (le *Lease) set(sent time.Time, res Result) {
+func (le *Lease) set(sent time.Time, res leasewire.Result) {
 	le.mu.Lock()
 	defer le.mu.Unlock()
 	le.expires = time.UnixMicro(res.Expires)
@@ -471,7 +460,7 @@ func (le *Lease) Key() string { return le.key.ID }
 func (le *Lease) Fence() int64 { return le.fence }
 
 // Owner returns the lease's owner token.
-func (le *Lease) Owner() Token { return le.owner }
+func (le *Lease) Owner() leasewire.Token { return le.owner }
 
 // Expires returns when the lease runs out unless extended, on the store's
 // clock, as of the last acquire or extend that succeeded.
@@ -500,11 +489,11 @@ func (le *Lease) Deadline() time.Time {
 func (le *Lease) Extend(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, le.l.bound)
 	defer cancel()
-	sent, res, err := le.l.run(ctx, le.key, Request{Op: OpExtend, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}, true)
+	sent, res, err := le.l.run(ctx, le.key, leasewire.Request{Op: leasewire.OpExtend, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}, true)
 	if err != nil {
 		return err
 	}
-	if res.Code != OK {
+	if res.Code != leasewire.OK {
 		return le.lost("extend", res)
 	}
 	le.set(sent, res)
@@ -525,20 +514,20 @@ func (le *Lease) Release(ctx context.Context) error {
 	if done {
 		return nil
 	}
-	req := Request{Op: OpRelease, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}
+	req := leasewire.Request{Op: leasewire.OpRelease, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}
 	ctx, cancel := context.WithTimeout(ctx, le.l.callTimeout)
 	defer cancel()
 	_, res, err := le.l.run(ctx, le.key, req, false)
 	if err != nil && ctx.Err() == nil && ambiguous(err) {
 		_, res, err = le.l.run(ctx, le.key, req, false)
-		if err == nil && res.Code == Lost && (!res.Found || res.Released || res.Expires <= res.Now) {
-			res.Code = OK // the first attempt released it, or it ran out unclaimed
+		if err == nil && res.Code == leasewire.Lost && (!res.Found || res.Released || res.Expires <= res.Now) {
+			res.Code = leasewire.OK // the first attempt released it, or it ran out unclaimed
 		}
 	}
 	if err != nil {
 		return err
 	}
-	if res.Code != OK {
+	if res.Code != leasewire.OK {
 		return le.lost("release", res)
 	}
 	le.mu.Lock()
@@ -548,7 +537,7 @@ func (le *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-func (le *Lease) lost(op string, res Result) error {
+func (le *Lease) lost(op string, res leasewire.Result) error {
 	var why string
 	switch {
 	case !res.Found:

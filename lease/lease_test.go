@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -20,13 +21,13 @@ const ttl = 30 * time.Second
 
 // Step's cases are data: each names the rule it checks.
 func TestStep(t *testing.T) {
-	a, b := lease.Token{1}, lease.Token{2}
+	a, b := leasewire.Token{1}, leasewire.Token{2}
 	now := epoch.UnixMicro()
 	us := ttl.Microseconds()
 	type step struct {
 		at       int64 // µs after now
-		req      lease.Request
-		code     lease.Code
+		req      leasewire.Request
+		code     leasewire.Code
 		fence    int64 // checked when not 0
 		wantNext bool
 	}
@@ -36,53 +37,53 @@ func TestStep(t *testing.T) {
 		steps []step
 	}{
 		{"acquire-free", "a free key is taken with fence now", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
 		}},
 		{"held", "a live lease excludes others and writes nothing", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{us - 1, lease.Request{Op: lease.OpAcquire, Owner: b, TTL: us}, lease.Held, now, false},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{us - 1, leasewire.Request{Op: leasewire.OpAcquire, Owner: b, TTL: us}, leasewire.Held, now, false},
 		}},
 		{"reacquire-same-owner", "a retried acquire returns the same lease", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{5, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{5, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
 		}},
 		{"takeover", "an expired lease is taken with a greater fence", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{us, lease.Request{Op: lease.OpAcquire, Owner: b, TTL: us}, lease.OK, now + us, true},
-			{us, lease.Request{Op: lease.OpExtend, Owner: a, Fence: now, TTL: us}, lease.Lost, 0, false},
-			{us, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.Lost, 0, false},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{us, leasewire.Request{Op: leasewire.OpAcquire, Owner: b, TTL: us}, leasewire.OK, now + us, true},
+			{us, leasewire.Request{Op: leasewire.OpExtend, Owner: a, Fence: now, TTL: us}, leasewire.Lost, 0, false},
+			{us, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.Lost, 0, false},
 		}},
 		{"same-instant", "fences run ahead of a clock that stands still", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{0, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.OK, 0, true},
-			{0, lease.Request{Op: lease.OpAcquire, Owner: b, TTL: us}, lease.OK, now + 1, true},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{0, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.OK, 0, true},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: b, TTL: us}, leasewire.OK, now + 1, true},
 		}},
 		{"release-twice", "a retried release succeeds and writes nothing", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{1, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.OK, 0, true},
-			{2, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.OK, 0, false},
-			{3, lease.Request{Op: lease.OpExtend, Owner: a, Fence: now, TTL: us}, lease.Lost, 0, false},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{1, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.OK, 0, true},
+			{2, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.OK, 0, false},
+			{3, leasewire.Request{Op: leasewire.OpExtend, Owner: a, Fence: now, TTL: us}, leasewire.Lost, 0, false},
 		}},
 		{"wrong-fence", "the owner token and the fence must both match", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{1, lease.Request{Op: lease.OpExtend, Owner: a, Fence: now - 1, TTL: us}, lease.Lost, 0, false},
-			{1, lease.Request{Op: lease.OpRelease, Owner: b, Fence: now, TTL: us}, lease.Lost, 0, false},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{1, leasewire.Request{Op: leasewire.OpExtend, Owner: a, Fence: now - 1, TTL: us}, leasewire.Lost, 0, false},
+			{1, leasewire.Request{Op: leasewire.OpRelease, Owner: b, Fence: now, TTL: us}, leasewire.Lost, 0, false},
 		}},
 		{"expired-release", "a release after expiry says the lease was lost", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{us, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.Lost, 0, false},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{us, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.Lost, 0, false},
 		}},
 		{"clock-back", "a clock that steps back never lowers the fence", []step{
-			{0, lease.Request{Op: lease.OpAcquire, Owner: a, TTL: us}, lease.OK, now, true},
-			{1, lease.Request{Op: lease.OpRelease, Owner: a, Fence: now, TTL: us}, lease.OK, 0, true},
-			{-1_000_000, lease.Request{Op: lease.OpAcquire, Owner: b, TTL: us}, lease.OK, now + 1, true},
+			{0, leasewire.Request{Op: leasewire.OpAcquire, Owner: a, TTL: us}, leasewire.OK, now, true},
+			{1, leasewire.Request{Op: leasewire.OpRelease, Owner: a, Fence: now, TTL: us}, leasewire.OK, 0, true},
+			{-1_000_000, leasewire.Request{Op: leasewire.OpAcquire, Owner: b, TTL: us}, leasewire.OK, now + 1, true},
 		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var cur []byte
 			for i, s := range c.steps {
-				next, keep, res, err := lease.Step(bytes.Clone(cur), now+s.at, s.req)
+				next, keep, res, err := leasewire.Step(bytes.Clone(cur), now+s.at, s.req)
 				if err != nil {
 					t.Fatalf("step %d: lease.Step(op %d) at t+%dµs: %v", i, s.req.Op, s.at, err)
 				}
@@ -107,15 +108,15 @@ func TestStepBadInput(t *testing.T) {
 		name string
 		cur  []byte
 		now  int64
-		req  lease.Request
+		req  leasewire.Request
 		want error
 	}{
-		{"corrupt", []byte("not a lease"), now, lease.Request{Op: lease.OpRead}, ratelimit.ErrCorruptState},
-		{"negative-time", nil, -1, lease.Request{Op: lease.OpRead}, ratelimit.ErrInvalidTime},
-		{"zero-ttl", nil, now, lease.Request{Op: lease.OpAcquire}, ratelimit.ErrInvalidParams},
-		{"unknown-op", nil, now, lease.Request{Op: 9, TTL: 1}, ratelimit.ErrInvalidParams},
+		{"corrupt", []byte("not a lease"), now, leasewire.Request{Op: leasewire.OpRead}, ratelimit.ErrCorruptState},
+		{"negative-time", nil, -1, leasewire.Request{Op: leasewire.OpRead}, ratelimit.ErrInvalidTime},
+		{"zero-ttl", nil, now, leasewire.Request{Op: leasewire.OpAcquire}, ratelimit.ErrInvalidParams},
+		{"unknown-op", nil, now, leasewire.Request{Op: 9, TTL: 1}, ratelimit.ErrInvalidParams},
 	} {
-		if _, _, _, err := lease.Step(c.cur, c.now, c.req); !errors.Is(err, c.want) {
+		if _, _, _, err := leasewire.Step(c.cur, c.now, c.req); !errors.Is(err, c.want) {
 			t.Errorf("%s: lease.Step = %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -125,8 +126,8 @@ func FuzzStep(f *testing.F) {
 	f.Add([]byte(nil), int64(1), uint8(1), int64(0), int64(1000))
 	f.Add(bytes.Repeat([]byte{1}, 34), int64(1<<50), uint8(3), int64(5), int64(1))
 	f.Fuzz(func(t *testing.T, cur []byte, now int64, op uint8, fence, ttl int64) {
-		req := lease.Request{Op: lease.Op(op), Owner: lease.Token{7}, Fence: fence, TTL: ttl}
-		next, keep, res, err := lease.Step(cur, now, req)
+		req := leasewire.Request{Op: leasewire.Op(op), Owner: leasewire.Token{7}, Fence: fence, TTL: ttl}
+		next, keep, res, err := leasewire.Step(cur, now, req)
 		if err != nil {
 			return
 		}
@@ -136,12 +137,12 @@ func FuzzStep(f *testing.F) {
 		if keep < 1 {
 			t.Fatalf("Step writes a record kept %d µs", keep)
 		}
-		_, _, again, err := lease.Step(next, now, lease.Request{Op: lease.OpRead})
+		_, _, again, err := leasewire.Step(next, now, leasewire.Request{Op: leasewire.OpRead})
 		if err != nil || again.Fence != res.Fence {
 			t.Fatalf("Step wrote a record that reads back as fence %d, %v; want fence %d", again.Fence, err, res.Fence)
 		}
-		if req.Op == lease.OpAcquire && cur != nil {
-			_, _, before, _ := lease.Step(cur, now, lease.Request{Op: lease.OpRead})
+		if req.Op == leasewire.OpAcquire && cur != nil {
+			_, _, before, _ := leasewire.Step(cur, now, leasewire.Request{Op: leasewire.OpRead})
 			if res.Fence < before.Fence || (res.Fence == before.Fence && before.Owner != req.Owner) {
 				t.Fatalf("acquire over fence %d gave fence %d", before.Fence, res.Fence)
 			}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // TestAlgorithmOf checks that a namespace tells the kind of its algorithm,
@@ -14,7 +15,7 @@ import (
 // built-ins is.
 func TestAlgorithmOf(t *testing.T) {
 	var algs []algorithms.Algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		algs = append(algs, b.New(5, time.Minute, 5))
 	}
 	algs = append(algs,
@@ -32,7 +33,7 @@ func TestAlgorithmOf(t *testing.T) {
 		}
 		if c, ok := alg.(algorithms.Composite); ok {
 			for i, p := range got.(algorithms.Composite).Parts() {
-				if algorithms.BuiltinOf(p) != algorithms.BuiltinOf(c.Parts()[i]) {
+				if forms.BuiltinOf(p) != forms.BuiltinOf(c.Parts()[i]) {
 					t.Errorf("algorithmOf(%q) part %d = %v, want %v", alg.Name(), i+1, p, c.Parts()[i])
 				}
 			}

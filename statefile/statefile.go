@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Count returns how many keys under namespace (every key when namespace is
@@ -106,7 +107,7 @@ func Import(ctx context.Context, store ratelimit.Store, e ratelimit.Entry, now t
 // nil, like the user's own algorithm.
 func algorithmOf(namespace string) algorithms.Algorithm {
 	_, name, _ := strings.Cut(namespace, ":")
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		if b.Name == name {
 			return placeholder(b)
 		}
@@ -118,7 +119,7 @@ func algorithmOf(namespace string) algorithms.Algorithm {
 }
 
 // placeholder returns b with placeholder numbers.
-func placeholder(b *algorithms.Builtin) algorithms.Algorithm {
+func placeholder(b *forms.Builtin) algorithms.Algorithm {
 	return b.New(1, algorithms.MaxPeriod, 1)
 }
 
@@ -145,8 +146,8 @@ func compositeOf(name string) algorithms.Algorithm {
 	}
 	want, err := strconv.ParseUint(strings.TrimPrefix(name, "all-"), 16, 64)
 	if err == nil && len(name) == len("all-")+16 {
-		bs := algorithms.Builtins()
-		var path []*algorithms.Builtin
+		bs := forms.Builtins()
+		var path []*forms.Builtin
 		var walk func(h uint64) bool
 		walk = func(h uint64) bool {
 			for _, b := range bs {

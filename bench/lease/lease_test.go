@@ -57,7 +57,7 @@ func redisClient(tb testing.TB) *goredis.Client {
 	return c
 }
 
-// updateOnly hides the store's lease.Runner, so the locker uses Update.
+// updateOnly hides the store's leasewire.Runner, so the locker uses Update.
 type updateOnly struct{ ratelimit.Store }
 
 // stores are the stores the lease runs on, each made fresh (own prefix or

@@ -14,7 +14,7 @@ import (
 
 // TestLeasePostgresReport measures a lease on PostgreSQL: uncontended
 // TryAcquire + Release, each call one statement (the table's lease
-// function, the store's lease.Runner), beside the same cycle through Update
+// function, the store's leasewire.Runner), beside the same cycle through Update
 // (a transaction of four or five statements per call), on one pool and one
 // server. The contenders take turns cycle by cycle (rotating who goes
 // first); each round's figure is the median cycle time, the ratio is per

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -109,7 +110,7 @@ END $$`,
 			t.Fatal(err)
 		}
 		copyName := pgx.Identifier{fn + suffix}.Sanitize()
-		src = strings.ReplaceAll(src, algorithms.SQLFunction(alg)+"(", form+"(")
+		src = strings.ReplaceAll(src, forms.SQLFunction(alg)+"(", form+"(")
 		q := "CREATE FUNCTION " + copyName + "(p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint) RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS $rlcost$" + src + "$rlcost$"
 		if _, err := conn.Exec(ctx, q); err != nil {
 			t.Fatal(err)
@@ -131,21 +132,21 @@ END $$`,
 	tb := algorithms.TokenBucket(1_000_000_000, time.Second, 1_000_000)
 	now := time.Now().UnixMicro()
 	for _, alg := range []algorithms.Algorithm{gcra, tb} {
-		n, args := alg.Name(), alg.(algorithms.ServerForm).ServerArgs()
+		n, args := alg.Name(), alg.(forms.ServerForm).ServerArgs()
 		decide := pgx.Identifier{name + "_decide_" + n}.Sanitize()
 		// A live state: the one the first admitted request leaves.
 		var state []int64
-		if err := conn.QueryRow(ctx, "SELECT next_state FROM "+algorithms.SQLFunction(n)+"(NULL, $1, 1, false, $2)", now, args).Scan(&state); err != nil {
+		if err := conn.QueryRow(ctx, "SELECT next_state FROM "+forms.SQLFunction(n)+"(NULL, $1, 1, false, $2)", now, args).Scan(&state); err != nil {
 			t.Fatal(err)
 		}
 		vs = append(vs,
 			variant{n + ": decide", "SELECT " + decide + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
 			variant{n + ": decide, a form that computes nothing", "SELECT " + decideWith(n, "pg_temp.rl_cost_nothing", "_nothing") + "($1, NULL, 1, false, $2, NULL)", []any{key, args}},
-			variant{n + ": row UPDATE (the store's: the row form)", rowFormUpdate(s.Table(), algorithms.SQLRowFunction(n), len(args)), append([]any{key, nil, int64(1)}, boxed(args)...)},
-			variant{n + ": row UPDATE, the form in LATERAL (before the row forms)", rowUpdate(s.Table(), algorithms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
+			variant{n + ": row UPDATE (the store's: the row form)", rowFormUpdate(s.Table(), forms.SQLRowFunction(n), len(args)), append([]any{key, nil, int64(1)}, boxed(args)...)},
+			variant{n + ": row UPDATE, the form in LATERAL (before the row forms)", rowUpdate(s.Table(), forms.SQLFunction(n), false), []any{key, nil, int64(1), args}},
 			variant{n + ": row UPDATE, a form that computes nothing", rowUpdate(s.Table(), "pg_temp.rl_cost_nothing", false), []any{key, nil, int64(1), args}},
 			variant{n + ": row UPDATE, no form (a constant step)", rowUpdate(s.Table(), "", true), []any{key, nil, int64(1), args}},
-			variant{n + ": the form alone", "SELECT allowed FROM " + algorithms.SQLFunction(n) + "($1, $2, 1, false, $3)", []any{state, now, args}},
+			variant{n + ": the form alone", "SELECT allowed FROM " + forms.SQLFunction(n) + "($1, $2, 1, false, $3)", []any{state, now, args}},
 		)
 		if base := os.Getenv("RATELIMIT_BENCH_PG_FORM_BASE"); base != "" && n == "gcra" {
 			text, err := os.ReadFile(base)

@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/bench/internal/handforms"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -55,7 +55,7 @@ func schemaPool(t *testing.T, url, schema string) *pgxpool.Pool {
 	return p
 }
 
-// TestFormsReport measures the generated SQL forms (algorithms/sql) against
+// TestFormsReport measures the generated SQL forms (algorithms/forms/sql) against
 // the hand-written ones they replaced (bench/internal/handforms): two
 // stores on the same server, each in a schema of its own, one with the
 // forms Migrate installs and one whose forms are then replaced by the
@@ -206,7 +206,7 @@ func formAlone(t *testing.T, pools []*pgxpool.Pool, out *strings.Builder) {
 		for i, p := range pools {
 			// The generated form under its versioned name; the
 			// hand-written one (frozen before versions) under its plain one.
-			fn := algorithms.SQLFunction(alg.Name())
+			fn := forms.SQLFunction(alg.Name())
 			if i == 1 || os.Getenv("RATELIMIT_BENCH_FORMS_CONTROL") != "" {
 				fn = "ratelimit_" + alg.Name()
 			}

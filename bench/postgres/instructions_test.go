@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -45,14 +46,14 @@ INSERT INTO up VALUES ('cost:gcra', 1), ('cost:token_bucket', 1);
 		if n == "token_bucket" {
 			alg = algorithms.TokenBucket(1_000_000_000, time.Second, 1_000_000)
 		}
-		args := alg.(algorithms.ServerForm).ServerArgs()
+		args := alg.(forms.ServerForm).ServerArgs()
 		var lit []string
 		for _, a := range args {
 			lit = append(lit, itoa(a))
 		}
 		schema += "SELECT rl_decide_" + n + "('cost:" + n + "', NULL, 1, false, '{" + strings.Join(lit, ",") + "}', NULL);\n"
-		files[n+".row_form"] = rowFormUpdate(`"rl"`, algorithms.SQLRowFunction(n), len(args))
-		files[n+".lateral_form"] = rowUpdate(`"rl"`, algorithms.SQLFunction(n), false)
+		files[n+".row_form"] = rowFormUpdate(`"rl"`, forms.SQLRowFunction(n), len(args))
+		files[n+".lateral_form"] = rowUpdate(`"rl"`, forms.SQLFunction(n), false)
 		files[n+".constant_step"] = rowUpdate(`"rl"`, "", true)
 	}
 	// The row form's statement takes its arguments from $4 on; shift them

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -41,7 +42,7 @@ func TestSlidingLogForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	current, _ := algorithms.SQL("sliding_log")
+	current, _ := forms.SQL("sliding_log")
 	forms := []struct{ name, sql string }{{"earlier", string(base)}, {"current", current}}
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
@@ -135,7 +136,7 @@ func median(v []float64) float64 {
 
 // installForm installs text, a SQL form of the algorithm named alg (of
 // this release or another), and makes s's decide functions call it: the
-// forms' function names carry their version (algorithms.SQLFunction), so
+// forms' function names carry their version (forms.SQLFunction), so
 // text's are installed beside the release's and s's table calls them by
 // the name text defines, versioned or not.
 func installForm(ctx context.Context, p *pgxpool.Pool, s *postgres.Store, alg, text string) error {
@@ -143,7 +144,7 @@ func installForm(ctx context.Context, p *pgxpool.Pool, s *postgres.Store, alg, t
 	if m == nil {
 		return fmt.Errorf("the form defines no function ratelimit_%s", alg)
 	}
-	schema := strings.ReplaceAll(s.SchemaSQL(), algorithms.SQLFunction(alg)+"(", m[1]+"(")
+	schema := strings.ReplaceAll(s.SchemaSQL(), forms.SQLFunction(alg)+"(", m[1]+"(")
 	_, err := p.Exec(ctx, text+"\n"+schema)
 	return err
 }

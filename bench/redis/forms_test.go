@@ -16,6 +16,7 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/bench/internal/handforms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
@@ -34,7 +35,7 @@ var formAlgs = []algorithms.Algorithm{
 type evalFunc func(ctx context.Context, key string) error
 
 // formScript loads src on c and returns a function that runs it with the
-// calling convention of algorithms/lua.go, as the stores call it: the
+// calling convention of algorithms/forms/lua.go, as the stores call it: the
 // caller's clock, cost 1, no peek, no slack.
 func formScript(tb testing.TB, c *goredis.Client, src, prefix string, alg algorithms.Algorithm) evalFunc {
 	// Run is EVALSHA, falling back to EVAL (which loads the script) when
@@ -43,10 +44,10 @@ func formScript(tb testing.TB, c *goredis.Client, src, prefix string, alg algori
 	if err := script.Load(context.Background(), c).Err(); err != nil {
 		tb.Fatalf("SCRIPT LOAD %s: %v", alg.Name(), err)
 	}
-	packed := algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())
+	packed := forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())
 	return func(ctx context.Context, key string) error {
 		r, err := script.Run(ctx, c, []string{prefix + key}, time.Now().UnixMicro(), 1, "0", "0", "0", packed).Int64Slice()
-		if err == nil && (len(r) != algorithms.LuaReplyLen || r[algorithms.LuaReplyAllowed] != 1) {
+		if err == nil && (len(r) != forms.LuaReplyLen || r[forms.LuaReplyAllowed] != 1) {
 			err = fmt.Errorf("%s: reply %v, want an admitted decision", alg.Name(), r)
 		}
 		return err
@@ -92,11 +93,11 @@ func runEval(eval evalFunc, n, callers int, hot bool) (float64, int64, error) {
 // valkeyScript is formScript through valkey-go, the client store/valkey uses.
 func valkeyScript(tb testing.TB, c vk.Client, src, prefix string, alg algorithms.Algorithm) evalFunc {
 	script := vk.NewLuaScript(src)
-	packed := algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())
+	packed := forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())
 	return func(ctx context.Context, key string) error {
 		now := strconv.FormatInt(time.Now().UnixMicro(), 10)
 		r, err := script.Exec(ctx, c, []string{prefix + key}, []string{now, "1", "0", "0", "0", packed}).AsIntSlice()
-		if err == nil && (len(r) != algorithms.LuaReplyLen || r[algorithms.LuaReplyAllowed] != 1) {
+		if err == nil && (len(r) != forms.LuaReplyLen || r[forms.LuaReplyAllowed] != 1) {
 			err = fmt.Errorf("%s: reply %v, want an admitted decision", alg.Name(), r)
 		}
 		return err
@@ -126,7 +127,7 @@ func cpuUsec(tb testing.TB, c *goredis.Client) float64 {
 	return sum
 }
 
-// TestFormsReport measures the generated Lua forms (algorithms.Lua) against
+// TestFormsReport measures the generated Lua forms (forms.Lua) against
 // the hand-written ones they replaced (bench/internal/handforms) by EVALSHA
 // throughput on the same server from one process: for each server, shape
 // and algorithm, rounds that run both forms one after the other (who goes
@@ -185,7 +186,7 @@ func TestFormsReport(t *testing.T) {
 	for _, srv := range servers {
 		for _, sh := range shapes {
 			for _, alg := range formAlgs {
-				src, ok := algorithms.Lua(alg.Name())
+				src, ok := forms.Lua(alg.Name())
 				if !ok {
 					t.Fatalf("no Lua form for %s", alg.Name())
 				}
@@ -274,10 +275,10 @@ func scriptAlone(t *testing.T, c *goredis.Client, out *strings.Builder) {
 	fmt.Fprintf(out, "\nThe script alone on the private server: %d runs of a form inside one EVAL, server CPU (INFO cpu), %d rounds; ratio = hand-written ÷ generated µs per run\n\n", n, rounds)
 	fmt.Fprintf(out, "| algorithm | generated µs/run | hand-written µs/run | ratio median | ratio range |\n|---|---:|---:|---:|---|\n")
 	for _, alg := range formAlgs {
-		src, _ := algorithms.Lua(alg.Name())
+		src, _ := forms.Lua(alg.Name())
 		scripts := []*goredis.Script{loopScript(src), loopScript(handforms.Lua(alg.Name()))}
 		p := prefix()
-		packed := algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())
+		packed := forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())
 		run := func(i, n int) float64 {
 			// The time moves by 1 µs per call of the loop script: the
 			// state stays live and every run admits and writes.

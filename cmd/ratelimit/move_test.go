@@ -28,6 +28,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/statefile"
@@ -156,7 +157,7 @@ func TestMoveChain(t *testing.T) {
 		alg  algorithms.Algorithm
 	}
 	var cases []chainCase
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		cases = append(cases, chainCase{b.Name, b.New(5, time.Hour, 4)})
 	}
 	// A composite moves as one key holding every limit's state.
@@ -395,7 +396,7 @@ func TestMoveEveryStore(t *testing.T) {
 	ctx := context.Background()
 	// An hour's period, as in TestMoveChain.
 	algs := []algorithms.Algorithm{mine{algorithms.GCRA(5, time.Hour, 4)}}
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		algs = append(algs, b.New(5, time.Hour, 4))
 	}
 	stores := []struct {
@@ -852,7 +853,7 @@ func TestMovePairs(t *testing.T) {
 		algorithms.All(algorithms.SlidingLog(10, time.Hour), algorithms.TokenBucket(10, time.Hour, 10)),
 		mine{algorithms.GCRA(10, time.Hour, 10)},
 	}
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		algs = append(algs, b.New(10, time.Hour, 10))
 	}
 	users := map[string]int{"ann": 7, "{bob}": 2, "c:d%": 4}

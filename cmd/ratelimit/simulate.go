@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
@@ -59,13 +60,13 @@ type result struct {
 	boundary time.Duration // boundary-burst: the boundary the burst straddles
 }
 
-// newAlgorithms returns every built-in algorithm (algorithms.Builtins) with
+// newAlgorithms returns every built-in algorithm (forms.Builtins) with
 // cfg's parameters, in the registry's order, which is the order they are
 // shown: the window algorithms, then the token bucket with GCRA (its twin)
 // beside it, then the leaky bucket, which shapes.
 func newAlgorithms(cfg config) []algorithms.Algorithm {
 	var algs []algorithms.Algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		algs = append(algs, b.New(cfg.limit, cfg.period, cfg.burst))
 	}
 	return algs

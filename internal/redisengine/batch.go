@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Call is one script run in a pipelined batch: a Pipeliner sends it and
@@ -35,7 +36,7 @@ type Call struct {
 	// (Router.Node): the call of a node form, which declares no keys.
 	Node any
 
-	cmd [3 + 1 + algorithms.LuaFixedArgs + 1]any // Command's array, when it fits
+	cmd [3 + 1 + forms.LuaFixedArgs + 1]any // Command's array, when it fits
 }
 
 // IntReply is an array reply whose items are all integers or error
@@ -138,7 +139,7 @@ type pending struct {
 	ctx  context.Context    // its caller's, while queued
 	req  algorithms.Request // a decision's request, for the coalesced form
 	key  [1]string
-	args [algorithms.LuaFixedArgs + 1]any
+	args [forms.LuaFixedArgs + 1]any
 	one  [1]*Call      // a batch of one call, without allocating
 	done chan struct{} // one send: the outcome is in
 
@@ -292,7 +293,7 @@ func (b *batcher) pipeline(ctx context.Context, calls []*Call) {
 }
 
 // A run is the decisions of a batch that one call of their algorithm's
-// coalesced form (algorithms.ManyLua) decides: the keys of one algorithm
+// coalesced form (forms.ManyLua) decides: the keys of one algorithm
 // that may share a script run (Pipeliner.Slot), each with its decisions in
 // arrival order. KEYS are the keys in order of their first decision; ARGV
 // the server clock flag, every request packed (by key, each key's in
@@ -464,7 +465,7 @@ func (s *scratch) newRun() *run {
 // coalesced form (Engine.decide's call: its Args are the calling
 // convention's six).
 func coalescable(c *pending) bool {
-	return c.Script.Many != nil && len(c.Args) == algorithms.LuaFixedArgs+1
+	return c.Script.Many != nil && len(c.Args) == forms.LuaFixedArgs+1
 }
 
 // sameNumbers reports whether two coalescable decisions run one script
@@ -542,7 +543,7 @@ func (r *run) spread() {
 		}
 		w := e.members[0].width // every member's: they share a run's numbers
 		if w == 0 {
-			w = algorithms.LuaReplyLen
+			w = forms.LuaReplyLen
 		}
 		n := w * len(e.members)
 		if ierr != nil {

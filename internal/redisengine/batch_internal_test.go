@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // TestCoalesceRuns checks how coalesce splits a batch into calls, without
@@ -90,7 +91,7 @@ func TestSpreadIntReply(t *testing.T) {
 	}
 	// outcome reads a member's outcome as Engine.decide does.
 	outcome := func(c *pending) ([]int64, error) {
-		f := make([]int64, algorithms.LuaReplyLen)
+		f := make([]int64, forms.LuaReplyLen)
 		switch {
 		case c.Err != nil:
 			return nil, c.Err
@@ -101,7 +102,7 @@ func TestSpreadIntReply(t *testing.T) {
 		}
 		return f, Ints(c.Reply, f)
 	}
-	const L = algorithms.LuaReplyLen
+	const L = forms.LuaReplyLen
 	bad := errors.New("CORRUPT gcra state")
 	// Keys a (two decisions), b (corrupt), c: 2L fields, one error, L fields.
 	var vals []int64

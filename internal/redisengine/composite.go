@@ -9,16 +9,17 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
-// allScript is the composite Lua form (algorithms.CompositeLua): one script
+// allScript is the composite Lua form (forms.CompositeLua): one script
 // for every composite of built-in algorithms, which names its parts in its
 // arguments; its coalesced form (lua/many/all.lua) decides a batch's
 // composite decisions on keys that share a run, as a single algorithm's
 // does (see batcher).
 var allScript = func() *Script {
-	s := NewScript("all", algorithms.CompositeLua(), 0)
-	if many, ok := algorithms.ManyLua("all"); ok {
+	s := NewScript("all", forms.CompositeLua(), 0)
+	if many, ok := forms.ManyLua("all"); ok {
 		s.Many = NewScript("all (many)", many, 0)
 	}
 	return s
@@ -40,16 +41,16 @@ type composites struct {
 }
 
 // args returns c's compositeArgs, and nil when a part has no composite Lua
-// form (algorithms.CompositeForm).
+// form (forms.CompositeForm).
 func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 	if v, ok := e.comps.m.Load(c); ok {
 		return v.(*compositeArgs)
 	}
-	names, args, ok := algorithms.CompositeForm(c)
+	names, args, ok := forms.CompositeForm(c)
 	if !ok {
 		return nil
 	}
-	a := &compositeArgs{parts: strings.Join(names, " ") + "\n" + algorithms.PackLuaArgs(args), slack: e.slackFor(c), n: len(names)}
+	a := &compositeArgs{parts: strings.Join(names, " ") + "\n" + forms.PackLuaArgs(args), slack: e.slackFor(c), n: len(names)}
 	if e.comps.n.Load() < maxCachedParams {
 		e.comps.n.Add(1)
 		e.comps.m.Store(c, a)
@@ -60,7 +61,7 @@ func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 // decideAll decides a composite with one EVALSHA of the composite Lua form,
 // atomic on the server, with no retries: the script runs every part's
 // decide as a peek, and only when all admit, for real, writing every
-// part's state under the one key (see algorithms/lua.go). Concurrent
+// part's state under the one key (see algorithms/forms/lua.go). Concurrent
 // decisions share round trips, and a batch's decisions of one composite
 // on keys that share a run are decided in one run of the coalesced form,
 // as a single algorithm's are (see batcher). For a composite with a part
@@ -76,8 +77,8 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	p.key[0] = StateKey(e.prefix, key)
 	p.args = [...]any{req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack, a.parts}
 	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], p.args[:], true
-	p.req, p.width = req, algorithms.LuaReplyLen*a.n
-	f := make([]int64, algorithms.LuaReplyLen*a.n)
+	p.req, p.width = req, forms.LuaReplyLen*a.n
+	f := make([]int64, forms.LuaReplyLen*a.n)
 	var err error
 	decoded := true
 	if e.batch == nil {
@@ -109,7 +110,7 @@ func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.
 	}
 	parts := make([]algorithms.Decision, a.n)
 	for i := range parts {
-		parts[i] = decision(f[algorithms.LuaReplyLen*i:])
+		parts[i] = decision(f[forms.LuaReplyLen*i:])
 	}
 	return algorithms.Combine(parts), nil
 }

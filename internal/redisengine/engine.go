@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // ErrConflict is returned by Update when its compare-and-set keeps losing
@@ -182,7 +183,7 @@ func flag(b bool) any {
 // Decide implements ratelimit.Decider with one EVALSHA of alg's Lua form,
 // atomic on the server, with no retries; a composite (algorithms.All) runs
 // the composite Lua form the same way (see decideAll). For an algorithm
-// without one (any that is not a built-in, see algorithms.BuiltinOf, and a
+// without one (any that is not a built-in, see forms.BuiltinOf, and a
 // composite with such a part or a sliding log) it returns an error
 // wrapping ratelimit.ErrUnsupported without sending anything.
 func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
@@ -203,7 +204,7 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if composite {
 		return e.decideAll(ctx, key, c, req)
 	}
-	var f [algorithms.LuaReplyLen]int64
+	var f [forms.LuaReplyLen]int64
 	if decoded, err := e.decide(ctx, s, StateKey(e.prefix, key), req, alg, sf.ServerArgs(), f[:]); err != nil {
 		if decoded {
 			return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
@@ -217,12 +218,12 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 // the first LuaReplyLen of f.
 func decision(f []int64) algorithms.Decision {
 	return algorithms.Decision{
-		Allowed:    f[algorithms.LuaReplyAllowed] == 1,
-		Limit:      f[algorithms.LuaReplyLimit],
-		Remaining:  f[algorithms.LuaReplyRemaining],
-		RetryAfter: f[algorithms.LuaReplyRetryAfter],
-		ResetAfter: f[algorithms.LuaReplyResetAfter],
-		Delay:      f[algorithms.LuaReplyDelay],
+		Allowed:    f[forms.LuaReplyAllowed] == 1,
+		Limit:      f[forms.LuaReplyLimit],
+		Remaining:  f[forms.LuaReplyRemaining],
+		RetryAfter: f[forms.LuaReplyRetryAfter],
+		ResetAfter: f[forms.LuaReplyResetAfter],
+		Delay:      f[forms.LuaReplyDelay],
 	}
 }
 
@@ -291,7 +292,7 @@ func (e *Engine) batcherFor(c *pending) *batcher {
 const maxCachedParams = 1024
 
 // params returns alg's ServerArgs p packed for a Lua form
-// (algorithms.PackLuaArgs) and the slack of its keys' expiries, both boxed.
+// (forms.PackLuaArgs) and the slack of its keys' expiries, both boxed.
 // ServerArgs returns the same slice on every call (its doc says so), so
 // both are cached by the slice's address.
 func (e *Engine) params(alg algorithms.Algorithm, p []int64) (packed, slack any) {
@@ -303,7 +304,7 @@ func (e *Engine) params(alg algorithms.Algorithm, p []int64) (packed, slack any)
 			return c.packed, c.slack
 		}
 	}
-	packed, slack = algorithms.PackLuaArgs(p), e.slackFor(alg)
+	packed, slack = forms.PackLuaArgs(p), e.slackFor(alg)
 	if e.paramCount.Load() < maxCachedParams {
 		e.paramCount.Add(1)
 		e.paramCache.Store(&p[0], cachedParams{vals: slices.Clone(p), packed: packed, slack: slack})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Scanner is implemented by Backends that can enumerate keys: SCAN on a
@@ -304,7 +305,7 @@ return 1
 `, 0)
 
 // slidingLog is the built-in whose Lua form keeps a sorted set.
-var slidingLog = algorithms.BuiltinOf(algorithms.SlidingLog(1, time.Second))
+var slidingLog = forms.BuiltinOf(algorithms.SlidingLog(1, time.Second))
 
 // Import implements ratelimit.Importer. The state of an algorithm with a
 // Lua form is written in that form's encoding (the inverse of StateReader:
@@ -330,7 +331,7 @@ func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en rateli
 	case s == nil:
 		val := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(en.State)), uint64(en.Expires))
 		args = append(args, "u", string(append(val, en.State...)))
-	case algorithms.BuiltinOf(alg) == slidingLog:
+	case forms.BuiltinOf(alg) == slidingLog:
 		members, err := logMembers(en.State)
 		if err != nil {
 			return false, fmt.Errorf("%s: %s: %w", e.name, what, err)

@@ -6,19 +6,19 @@ import (
 	"fmt"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
-// leaseScript is the lease's transition (lease.Step) as a script.
-var leaseScript = NewScript("lease", lease.Lua, 0)
+// leaseScript is the lease's transition (leasewire.Step) as a script.
+var leaseScript = NewScript("lease", leasewire.Lua, 0)
 
-// leaseArgLen is the length of lease.Lua's one argument, packed as
+// leaseArgLen is the length of leasewire.Lua's one argument, packed as
 // '<i8BBi8i8i8c16': now, the server-clock flag, the op, the slack, the
 // fence, the TTL and the owner token.
-const leaseArgLen = 8 + 1 + 1 + 8 + 8 + 8 + len(lease.Token{})
+const leaseArgLen = 8 + 1 + 1 + 8 + 8 + 8 + len(leasewire.Token{})
 
-// leaseArg packs req for lease.Lua.
-func (e *Engine) leaseArg(now int64, req lease.Request) string {
+// leaseArg packs req for leasewire.Lua.
+func (e *Engine) leaseArg(now int64, req leasewire.Request) string {
 	var b [leaseArgLen]byte
 	binary.LittleEndian.PutUint64(b[0:], uint64(now))
 	if e.serverClock {
@@ -32,18 +32,18 @@ func (e *Engine) leaseArg(now int64, req lease.Request) string {
 	return string(b[:])
 }
 
-// RunLease implements lease.Runner: a lease's acquire, extend or release is
-// one EVALSHA of lease.Lua, the Lua form of lease.Step, on the key Update
+// RunLease implements leasewire.Runner: a lease's acquire, extend or release is
+// one EVALSHA of leasewire.Lua, the Lua form of leasewire.Step, on the key Update
 // writes, so a record written by either path is read by the other. With
 // the server clock on, the script reads the server's TIME. Concurrent calls
 // share round trips as decisions do (see batcher) when the backend
 // pipelines. The stores get it by embedding the engine.
-func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if err := req.Check(now); err != nil {
-		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
+		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
 	if err := ctx.Err(); err != nil {
-		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
+		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
 	c := &pending{}
 	c.key[0] = StateKey(e.prefix, key) + UpdateSuffix
@@ -57,22 +57,22 @@ func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req
 		r, err = c.Reply, c.Err
 	}
 	if err != nil {
-		return lease.Result{}, wrap(ctx, e.name, fmt.Sprintf("lease %q", key.String()), err)
+		return leasewire.Result{}, wrap(ctx, e.name, fmt.Sprintf("lease %q", key.String()), err)
 	}
 	res, err := leaseResult(r, req)
 	if err != nil {
-		return lease.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
+		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
 	return res, nil
 }
 
-// leaseResult decodes lease.Lua's reply to req: {now, fence, found} when
+// leaseResult decodes leasewire.Lua's reply to req: {now, fence, found} when
 // the script wrote the record, and {code, now, fence, expires, owner,
 // released, found} otherwise, the owner empty when it is req's.
-func leaseResult(r any, req lease.Request) (lease.Result, error) {
+func leaseResult(r any, req leasewire.Request) (leasewire.Result, error) {
 	arr, ok := r.([]any)
 	if !ok || len(arr) != 3 && len(arr) != 7 {
-		return lease.Result{}, fmt.Errorf("unexpected reply %v", r)
+		return leasewire.Result{}, fmt.Errorf("unexpected reply %v", r)
 	}
 	var n [7]int64
 	for i, v := range arr {
@@ -80,32 +80,32 @@ func leaseResult(r any, req lease.Request) (lease.Result, error) {
 			continue
 		}
 		if n[i], ok = v.(int64); !ok {
-			return lease.Result{}, fmt.Errorf("unexpected reply %v", r)
+			return leasewire.Result{}, fmt.Errorf("unexpected reply %v", r)
 		}
 	}
 	if len(arr) == 3 {
 		// Written: Step's Result for an acquire, an extend or a release
 		// that succeeded.
-		res := lease.Result{Code: lease.OK, Now: n[0], Fence: n[1], Owner: req.Owner, Found: n[2] == 1}
+		res := leasewire.Result{Code: leasewire.OK, Now: n[0], Fence: n[1], Owner: req.Owner, Found: n[2] == 1}
 		switch req.Op {
-		case lease.OpAcquire, lease.OpExtend:
+		case leasewire.OpAcquire, leasewire.OpExtend:
 			res.Expires = res.Now + req.TTL
-		case lease.OpRelease:
+		case leasewire.OpRelease:
 			res.Released = true
 		default:
-			return lease.Result{}, fmt.Errorf("unexpected reply %v to lease op %d", r, req.Op)
+			return leasewire.Result{}, fmt.Errorf("unexpected reply %v to lease op %d", r, req.Op)
 		}
 		return res, nil
 	}
 	owner, _ := arr[4].(string)
-	res := lease.Result{Code: lease.Code(n[0]), Now: n[1], Fence: n[2], Expires: n[3], Released: n[5] == 1, Found: n[6] == 1}
+	res := leasewire.Result{Code: leasewire.Code(n[0]), Now: n[1], Fence: n[2], Expires: n[3], Released: n[5] == 1, Found: n[6] == 1}
 	switch {
 	case owner == "" && res.Found:
 		res.Owner = req.Owner // the script leaves out the caller's own token
 	case len(owner) == len(res.Owner):
 		copy(res.Owner[:], owner)
 	case owner != "":
-		return lease.Result{}, fmt.Errorf("unexpected owner of %d bytes in reply", len(owner))
+		return leasewire.Result{}, fmt.Errorf("unexpected owner of %d bytes in reply", len(owner))
 	}
 	return res, nil
 }

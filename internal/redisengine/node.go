@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Runs across the slots of one cluster node.
@@ -75,7 +75,7 @@ func nodeForm(name, many string) (string, bool) {
 	}
 	body := strings.Replace(strings.TrimRight(many, "\n"), manyResult, "\nlocal res = RES\n", 1)
 	return fmt.Sprintf(`-- %[1]s across the slots of one cluster node: the coalesced form
--- (algorithms/lua/many/%[1]s.lua, below as the function many, its reply
+-- (algorithms/forms/lua/many/%[1]s.lua, below as the function many, its reply
 -- built in RES) on the keys, and one %[2]s error item for each key this
 -- node does not serve, untouched (internal/redisengine/node.go).
 --   KEYS   none
@@ -115,7 +115,7 @@ for i = 1, #res do
   end
 end
 return res
-`, name, NotLocal, body, algorithms.LuaReplyLen), true
+`, name, NotLocal, body, forms.LuaReplyLen), true
 }
 
 // manyResult is the line of a coalesced form that starts its reply, which

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
@@ -30,7 +31,7 @@ func TestNodeFormWriteFails(t *testing.T) {
 	if s.Many == nil || s.Many.Node == nil {
 		t.Fatal("gcra has no node form")
 	}
-	packed := algorithms.PackLuaArgs(sf.ServerArgs())
+	packed := forms.PackLuaArgs(sf.ServerArgs())
 	prefix := fmt.Sprintf("rltest-node-%d", time.Now().UnixNano())
 	keys := []string{prefix + ":a", prefix + ":b", prefix + ":c"}
 	var reqs []byte
@@ -57,16 +58,16 @@ func TestNodeFormWriteFails(t *testing.T) {
 		t.Fatalf("node form: %v", err)
 	}
 	items, ok := r.([]any)
-	if !ok || len(items) != algorithms.LuaReplyLen+2 {
-		t.Fatalf("node form replied %v, want a's %d fields and two error items", r, algorithms.LuaReplyLen)
+	if !ok || len(items) != forms.LuaReplyLen+2 {
+		t.Fatalf("node form replied %v, want a's %d fields and two error items", r, forms.LuaReplyLen)
 	}
-	if allowed, _ := items[algorithms.LuaReplyAllowed].(int64); allowed != 1 {
-		t.Errorf("a: allowed %v, want 1 (reply %v)", items[algorithms.LuaReplyAllowed], r)
+	if allowed, _ := items[forms.LuaReplyAllowed].(int64); allowed != 1 {
+		t.Errorf("a: allowed %v, want 1 (reply %v)", items[forms.LuaReplyAllowed], r)
 	}
 	for i, k := range keys[1:] {
-		err, _ := items[algorithms.LuaReplyLen+i].(error)
+		err, _ := items[forms.LuaReplyLen+i].(error)
 		if err == nil || !strings.HasPrefix(err.Error(), NotLocal) {
-			t.Errorf("%s: item %v, want a %s error", k, items[algorithms.LuaReplyLen+i], NotLocal)
+			t.Errorf("%s: item %v, want a %s error", k, items[forms.LuaReplyLen+i], NotLocal)
 		}
 	}
 	n, err := c.Exists(ctx, keys...).Result()

@@ -2,7 +2,7 @@
 // share: an Engine implements ratelimit.Store and ratelimit.Decider over a
 // Backend, the few commands a store's client must run. It holds everything
 // else once: the options, key encoding, running the algorithms' Lua forms
-// (algorithms/lua) and decoding their replies, TTLs and slack, and the
+// (algorithms/forms/lua) and decoding their replies, TTLs and slack, and the
 // optimistic Update for algorithms without a Lua form. A store package is
 // its client's Backend, its options and its docs.
 package redisengine
@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // Backend is the little a store needs from its client. Script arguments
@@ -45,7 +46,7 @@ type Script struct {
 	SHA string
 	// Args is how many ServerArgs an algorithm's form takes.
 	Args int
-	// Many is the algorithm's coalesced form (algorithms.ManyLua), which
+	// Many is the algorithm's coalesced form (forms.ManyLua), which
 	// decides several requests on one key in one run, or nil.
 	Many *Script
 	// Node is the node form of a coalesced form (on Many's script): the
@@ -63,34 +64,34 @@ func NewScript(name, src string, args int) *Script {
 	return &Script{Name: name, Src: src, SHA: sha, Args: args, sha: sha, src: src}
 }
 
-// forms are the Lua forms of the built-in algorithms, by registry entry.
-var forms = map[*algorithms.Builtin]*Script{}
+// luaForms are the Lua forms of the built-in algorithms, by registry entry.
+var luaForms = map[*forms.Builtin]*Script{}
 
 func init() {
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		if src, ok := b.Lua(); ok {
 			s := NewScript(b.Name, src, b.Args)
-			if many, ok := algorithms.ManyLua(b.Name); ok {
+			if many, ok := forms.ManyLua(b.Name); ok {
 				s.Many = NewScript(b.Name+" (many)", many, b.Args)
 				if node, ok := nodeForm(b.Name, many); ok {
 					s.Many.Node = NewScript(b.Name+" (node)", node, b.Args)
 				}
 			}
-			forms[b] = s
+			luaForms[b] = s
 		}
 	}
 }
 
 // Form returns the Lua form of alg, or nil when alg has none: it is not a
-// built-in algorithm (algorithms.BuiltinOf, which goes by the algorithm's
+// built-in algorithm (forms.BuiltinOf, which goes by the algorithm's
 // type, never its name), or the built-in has no Lua form.
-func Form(alg algorithms.Algorithm) (*Script, algorithms.ServerForm) {
-	b := algorithms.BuiltinOf(alg)
+func Form(alg algorithms.Algorithm) (*Script, forms.ServerForm) {
+	b := forms.BuiltinOf(alg)
 	if b == nil {
 		return nil, nil
 	}
-	s := forms[b]
-	sf, ok := alg.(algorithms.ServerForm)
+	s := luaForms[b]
+	sf, ok := alg.(forms.ServerForm)
 	if s == nil || !ok || len(sf.ServerArgs()) != s.Args {
 		return nil, nil
 	}
@@ -99,8 +100,8 @@ func Form(alg algorithms.Algorithm) (*Script, algorithms.ServerForm) {
 
 // Forms returns the Lua forms of the built-in algorithms.
 func Forms() []*Script {
-	out := make([]*Script, 0, len(forms))
-	for _, s := range forms {
+	out := make([]*Script, 0, len(luaForms))
+	for _, s := range luaForms {
 		out = append(out, s)
 	}
 	return out
@@ -243,7 +244,7 @@ func TTLMillis(us int64) int64 {
 // has ended, and ErrCorruptState when a script found state it cannot read.
 func wrap(ctx context.Context, name, what string, err error) error {
 	msg := err.Error()
-	if strings.HasPrefix(msg, algorithms.LuaErrCorrupt) || strings.HasPrefix(msg, "WRONGTYPE") {
+	if strings.HasPrefix(msg, forms.LuaErrCorrupt) || strings.HasPrefix(msg, "WRONGTYPE") {
 		return fmt.Errorf("%s: %s: %w: %w", name, what, ratelimit.ErrCorruptState, err)
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {

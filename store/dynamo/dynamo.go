@@ -214,7 +214,7 @@ func WithCacheSize(n int) Option {
 //
 // Store does not implement ratelimit.Decider: DynamoDB cannot run an
 // algorithm next to its data, so every algorithm, built-in or not, runs
-// through Update. It implements lease.Runner (RunLease), so that a lease
+// through Update. It implements leasewire.Runner (RunLease), so that a lease
 // never takes "held" from the cache.
 type Store struct {
 	client       Client

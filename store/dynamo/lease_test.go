@@ -11,12 +11,13 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
 // The store runs the lease's transition itself, to confirm what its cache
 // says of a held key.
-var _ lease.Runner = (*dynamo.Store)(nil)
+var _ leasewire.Runner = (*dynamo.Store)(nil)
 
 // TestLeaseHandOver checks that a key released through one store instance
 // (one process) is taken by another instance on the same table, already

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -42,12 +43,12 @@ func TestExactUnderChurn(t *testing.T) {
 		epochs = 60
 	}
 	s := memory.MustNew()
-	algs := []algorithms.ToDecider{
-		algorithms.FixedWindow(limit, time.Second).(algorithms.ToDecider),
-		algorithms.SlidingWindow(limit, time.Second).(algorithms.ToDecider),
-		algorithms.TokenBucket(limit, time.Second, limit).(algorithms.ToDecider),
-		algorithms.LeakyBucket(limit, time.Second, limit).(algorithms.ToDecider),
-		algorithms.GCRA(limit, time.Second, limit).(algorithms.ToDecider),
+	algs := []forms.ToDecider{
+		algorithms.FixedWindow(limit, time.Second).(forms.ToDecider),
+		algorithms.SlidingWindow(limit, time.Second).(forms.ToDecider),
+		algorithms.TokenBucket(limit, time.Second, limit).(forms.ToDecider),
+		algorithms.LeakyBucket(limit, time.Second, limit).(forms.ToDecider),
+		algorithms.GCRA(limit, time.Second, limit).(forms.ToDecider),
 	}
 	ctx := context.Background()
 	key := func(k int) ratelimit.Key {
@@ -76,7 +77,7 @@ func TestExactUnderChurn(t *testing.T) {
 			// the indexes grow and shrink.
 			k := ratelimit.Key{Namespace: "churn", ID: fmt.Sprintf("c%d", i%2000)}
 			if (i/2000)%2 == 0 {
-				if _, _, _, _, _, _, err := s.DecideTo(ctx, k, gcra, algorithms.Request{Now: now.Load(), Cost: 1}); err != nil {
+				if _, _, _, _, _, _, err := memory.DecideTo(s, ctx, k, gcra, algorithms.Request{Now: now.Load(), Cost: 1}); err != nil {
 					churnErr.Store(err)
 					return
 				}
@@ -118,7 +119,7 @@ func TestExactUnderChurn(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(e), uint64(w)))
 				for range perEach {
 					k := rng.IntN(keys)
-					allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), algs[k%len(algs)], algorithms.Request{Now: at, Cost: 1})
+					allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), algs[k%len(algs)], algorithms.Request{Now: at, Cost: 1})
 					if err != nil {
 						errs <- err
 						return
@@ -158,7 +159,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		perEach = 3000
 	)
 	s := memory.MustNew()
-	alg := algorithms.FixedWindow(limit, time.Hour).(algorithms.ToDecider)
+	alg := algorithms.FixedWindow(limit, time.Hour).(forms.ToDecider)
 	ctx := context.Background()
 	at := epoch.UnixMicro()
 	key := func(k int) ratelimit.Key { return ratelimit.Key{Namespace: "del", ID: fmt.Sprintf("k%d", k)} }
@@ -179,7 +180,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 					deletes[k].Add(1)
 					continue
 				}
-				allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+				allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 				if err != nil {
 					t.Error(err)
 					return
@@ -197,13 +198,13 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		}
 		// Quiet now: the key's state is whole. A peek reports what is
 		// left, and exactly that many more are admitted.
-		_, _, left, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1, Peek: true})
+		_, _, left, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1, Peek: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		n := int64(0)
 		for range limit + 1 {
-			allowed, _, _, _, _, _, err := s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+			allowed, _, _, _, _, _, err := memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +219,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 		if err := s.Delete(ctx, key(k)); err != nil {
 			t.Fatal(err)
 		}
-		_, _, left, _, _, _, err = s.DecideTo(ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
+		_, _, left, _, _, _, err = memory.DecideTo(s, ctx, key(k), alg, algorithms.Request{Now: at, Cost: 1})
 		if err != nil || left != limit-1 {
 			t.Errorf("%v after Delete: remaining %d, %v; want %d", key(k), left, err, limit-1)
 		}

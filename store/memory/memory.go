@@ -14,7 +14,7 @@
 // long (longer IDs add their length); a sliding log holding more than one
 // entry adds a buffer of 16 bytes per entry and 16 more, with room to grow
 // of up to as much again. A sliding log is decided where it is stored
-// (algorithms.InPlaceDecider): a decision neither copies nor allocates,
+// (forms.InPlaceDecider): a decision neither copies nor allocates,
 // except when the log outgrows its buffer. docs/benchmarks.md has the
 // measurements.
 package memory
@@ -34,6 +34,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // DefaultMaxKeys is the key cap of a store created without WithMaxKeys.
@@ -380,10 +381,10 @@ func (s *Store) lock(k ratelimit.Key) (uint64, *shard) {
 // Decide implements ratelimit.Decider for every algorithm: it runs the Go
 // form under the key's lock.
 func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
-	if td, ok := alg.(algorithms.ToDecider); ok {
+	if td, ok := alg.(forms.ToDecider); ok {
 		var d algorithms.Decision
 		var err error
-		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.DecideTo(ctx, key, td, req)
+		d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, err = s.decideTo(ctx, key, td, req)
 		return d, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -403,13 +404,13 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		cur  []byte
 		step algorithms.Step
 		err  error
-		ip   algorithms.InPlaceDecider
+		ip   forms.InPlaceDecider
 	)
 	// Only a large state (a sliding log) is decided in place: an inline
 	// one is cheaper to copy than to ask alg.
 	inPlace := false
 	if e == nil || len(e.state) > inlineState {
-		ip, inPlace = alg.(algorithms.InPlaceDecider)
+		ip, inPlace = alg.(forms.InPlaceDecider)
 	}
 	if inPlace {
 		// A large state (a sliding log) is decided where it is stored,
@@ -437,15 +438,15 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	return step.Decision, nil
 }
 
-// DecideTo is Decide for an algorithms.ToDecider (every built-in but the
+// decideTo is Decide for an forms.ToDecider (every built-in but the
 // sliding log), with the decision's fields as its results, which a Limiter
-// calls: they travel in registers, where Decide's Decision and the
+// calls (fastpath.go registers it): they travel in registers, where Decide's Decision and the
 // algorithm's Step are copied through memory, a noticeable part of a
 // decision made in process. The Decision's Parts, which only a composite
 // sets, is always nil for a ToDecider.
 //
 // On a key the store holds, it takes no lock but the key's own.
-func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
+func (s *Store) decideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
@@ -462,9 +463,9 @@ func (s *Store) DecideTo(ctx context.Context, key ratelimit.Key, alg algorithms.
 	return s.decideLocked(h, sh, key, alg, req)
 }
 
-// decideLocked is DecideTo under the shard's mutex, for a key that find
+// decideLocked is decideTo under the shard's mutex, for a key that find
 // did not see: a new key, or one just removed or moved by a rehash.
-func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.advance(req.Now)
@@ -488,7 +489,7 @@ func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg algorit
 // found not removed, and unlocks it. The state is decided where it is
 // stored, not copied first: a ToDecider writes into it only when it
 // returns a next state.
-func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg algorithms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	var cur []byte
 	if e.expires > req.Now {
 		cur = e.state
@@ -581,7 +582,7 @@ func (sh *shard) copyState(e *entry, now int64) []byte {
 
 // put stores next as key's state until now+ttl; e is key's entry or nil.
 // It stores a copy, unless owned says next is the store's to keep (what an
-// algorithms.InPlaceDecider returns). The caller holds sh.mu, and e.mu when
+// forms.InPlaceDecider returns). The caller holds sh.mu, and e.mu when
 // e is not nil; a new entry is complete before it is published.
 func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64, owned bool) error {
 	if ttl <= 0 {

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -41,7 +41,7 @@ func dropTable(t testing.TB, p *testPool, name string) {
 			t.Errorf("drop function %s: %v", fn, err)
 		}
 	}
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		fn := pgx.Identifier{name + "_decide_" + b.Name}.Sanitize()
 		if _, err := p.Exec(ctx, "DROP FUNCTION IF EXISTS "+fn); err != nil {
 			t.Errorf("drop function %s: %v", fn, err)

@@ -8,11 +8,11 @@ import (
 	"text/template"
 
 	"github.com/ratelimitkit/ratelimit"
-	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
-// The lease's transition (lease.Step) as the table's lease function
+// The lease's transition (leasewire.Step) as the table's lease function
 // (lease.sql), so that a lease's every call is one statement.
 var (
 	//go:embed lease.sql
@@ -28,7 +28,7 @@ func (s *Store) leaseFunction() string { return s.ident(s.table + "_lease") }
 // quoted with a dollar tag that occurs nowhere else in it.
 func (s *Store) leaseFunctionSQL() string {
 	data := struct{ Func, Table, Now, Corrupt, Tag string }{
-		s.leaseFunction(), s.ident(s.table), nowSQL, algorithms.SQLErrCorrupt, "",
+		s.leaseFunction(), s.ident(s.table), nowSQL, forms.SQLErrCorrupt, "",
 	}
 	for i := 0; ; i++ {
 		data.Tag = fmt.Sprintf("$rl%d$", i)
@@ -40,21 +40,21 @@ func (s *Store) leaseFunctionSQL() string {
 	}
 }
 
-// RunLease implements lease.Runner: a lease's acquire, extend, release or
+// RunLease implements leasewire.Runner: a lease's acquire, extend, release or
 // read is one statement, a call of the table's lease function (lease.sql),
-// which applies lease.Step's transition to the key's row with the row
+// which applies leasewire.Step's transition to the key's row with the row
 // locked, in the row format Update writes, so a record written by either
 // path is read by the other. With the server clock on (the default), it
 // reads the server's clock, as Update does.
 //
 // On a table migrated by a release without the lease function, it runs
 // Step through Update instead.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if err := req.Check(now); err != nil {
-		return lease.Result{}, fmt.Errorf("postgres: lease %q: %w", key, err)
+		return leasewire.Result{}, fmt.Errorf("postgres: lease %q: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
-		return lease.Result{}, fmt.Errorf("postgres: lease %q: %w", key, err)
+		return leasewire.Result{}, fmt.Errorf("postgres: lease %q: %w", key, err)
 	}
 	var at any
 	if s.requestClock {
@@ -70,21 +70,21 @@ func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req 
 		return s.leaseByUpdate(ctx, key, now, req)
 	}
 	if err != nil {
-		return lease.Result{}, s.fail(ctx, "lease", key, err)
+		return leasewire.Result{}, s.fail(ctx, "lease", key, err)
 	}
-	if len(res) != 6 || holder != nil && len(holder) != len(lease.Token{}) {
-		return lease.Result{}, fmt.Errorf("postgres: lease %q: unexpected reply %v, owner of %d bytes", key, res, len(holder))
+	if len(res) != 6 || holder != nil && len(holder) != len(leasewire.Token{}) {
+		return leasewire.Result{}, fmt.Errorf("postgres: lease %q: unexpected reply %v, owner of %d bytes", key, res, len(holder))
 	}
-	r := lease.Result{Code: lease.Code(res[0]), Now: res[1], Fence: res[2], Expires: res[3], Released: res[4] == 1, Found: res[5] == 1}
+	r := leasewire.Result{Code: leasewire.Code(res[0]), Now: res[1], Fence: res[2], Expires: res[3], Released: res[4] == 1, Found: res[5] == 1}
 	copy(r.Owner[:], holder)
 	return r, nil
 }
 
 // leaseByUpdate applies req with Step through Update.
-func (s *Store) leaseByUpdate(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
-	var res lease.Result
+func (s *Store) leaseByUpdate(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+	var res leasewire.Result
 	err := s.Update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
-		next, ttl, r, err := lease.Step(cur, now, req)
+		next, ttl, r, err := leasewire.Step(cur, now, req)
 		res = r
 		return next, ttl, err
 	})

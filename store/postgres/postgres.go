@@ -5,7 +5,7 @@
 // whose name carries a version (a hash of its text), so that releases
 // sharing a database install their forms side by side, and a decision is
 // one statement. For a key that has a row it is one UPDATE of the row,
-// whose SET list runs the algorithm's row form (algorithms.SQLRowFunction:
+// whose SET list runs the algorithm's row form (forms.SQLRowFunction:
 // it reads the clock and runs the algorithm once on the row's live state)
 // and which returns the decision through the row's dec column: the
 // executor finds, locks and writes the row as it does for a bare upsert,
@@ -54,6 +54,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // DB is what the store needs from PostgreSQL: the methods that
@@ -171,8 +172,8 @@ type Store struct {
 	inTx bool
 
 	// SQL built once from the quoted identifiers.
-	decideSQL                                   map[*algorithms.Builtin]string
-	rowSQL                                      map[*algorithms.Builtin]*rowStatement
+	decideSQL                                   map[*forms.Builtin]string
+	rowSQL                                      map[*forms.Builtin]*rowStatement
 	decideAllSQL                                string
 	selectSQL, selectLockSQL, clockSQL          string
 	updateSQL, insertSQL, deleteSQL, expiredSQL string
@@ -193,11 +194,11 @@ func New(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	t := s.ident(s.table)
-	s.decideSQL = make(map[*algorithms.Builtin]string, len(builtins))
+	s.decideSQL = make(map[*forms.Builtin]string, len(builtins))
 	for _, b := range builtins {
 		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
 	}
-	s.rowSQL = make(map[*algorithms.Builtin]*rowStatement, len(builtins))
+	s.rowSQL = make(map[*forms.Builtin]*rowStatement, len(builtins))
 	for _, b := range builtins {
 		f := s.forms.alg[b.Name]
 		rs := &rowStatement{scalar: f.row != ""}
@@ -313,11 +314,11 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	if c, ok := alg.(algorithms.Composite); ok {
 		return s.decideAll(ctx, key, c, req)
 	}
-	sf, ok := alg.(algorithms.ServerForm)
+	sf, ok := alg.(forms.ServerForm)
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
-	query, ok := s.decideSQL[algorithms.BuiltinOf(alg)]
+	query, ok := s.decideSQL[forms.BuiltinOf(alg)]
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), ratelimit.ErrUnsupported)
 	}
@@ -341,7 +342,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 		// The common case, a key that has a row: one UPDATE that locks
 		// and rewrites it (see row.sql). A key without a row goes to
 		// the decide function, which inserts it.
-		rs := s.rowSQL[algorithms.BuiltinOf(alg)]
+		rs := s.rowSQL[forms.BuiltinOf(alg)]
 		argv := append(c.argv[:0], c, now, req.Cost)
 		if rs.scalar {
 			argv = append(argv, e.boxed...)
@@ -384,7 +385,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // composite with a part that has no composite SQL form it returns an error
 // wrapping ratelimit.ErrUnsupported without contacting the server.
 func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
-	names, args, ok := algorithms.CompositeForm(c)
+	names, args, ok := forms.CompositeForm(c)
 	if !ok {
 		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a composite SQL form: %w", c, ratelimit.ErrUnsupported)
 	}
@@ -570,7 +571,7 @@ func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err erro
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch _, deadline := ctx.Deadline(); {
-		case pe.Code == algorithms.SQLErrCorrupt:
+		case pe.Code == forms.SQLErrCorrupt:
 			return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
 		case typeError(pe.Code):
 			if se := s.schemaFault(ctx); se != nil {

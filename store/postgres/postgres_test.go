@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -130,7 +131,7 @@ func TestRequestClock(t *testing.T) {
 func TestPathsShareState(t *testing.T) {
 	p := newTestPool(t, 4)
 	s := newStore(t, p, postgres.WithServerClock(false))
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		alg := b.New(5, time.Second, 5)
 		fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 		server := newLimiter(t, s, alg, ratelimit.WithClock(fake), ratelimit.WithName("shared"))
@@ -168,7 +169,7 @@ type ownAlg struct{ algorithms.Algorithm }
 
 func (ownAlg) Name() string { return "own" }
 
-type ownServerForm struct{ algorithms.ServerForm }
+type ownServerForm struct{ forms.ServerForm }
 
 func (ownServerForm) Name() string { return "own_form" }
 
@@ -180,7 +181,7 @@ func TestUnsupported(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := ratelimit.Key{Namespace: "n:own", ID: "k"}
-	gcra := algorithms.GCRA(1, time.Second, 1).(algorithms.ServerForm)
+	gcra := algorithms.GCRA(1, time.Second, 1).(forms.ServerForm)
 	for _, alg := range []algorithms.Algorithm{ownAlg{gcra}, ownServerForm{gcra}} {
 		_, err := s.Decide(context.Background(), key, alg, algorithms.Request{Now: 1, Cost: 1})
 		if !errors.Is(err, ratelimit.ErrUnsupported) || !strings.HasPrefix(err.Error(), "postgres: ") {

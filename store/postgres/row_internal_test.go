@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
@@ -43,20 +44,20 @@ func TestRowDecideLockTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.Table())
-		for _, b := range algorithms.Builtins() {
+		for _, b := range forms.Builtins() {
 			_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(b.Name))
 		}
 		_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(compositeName))
 	})
 	alg := algorithms.FixedWindow(5, time.Hour)
-	b := algorithms.BuiltinOf(alg)
-	args := s.args.text(alg.(algorithms.ServerForm).ServerArgs())
+	b := forms.BuiltinOf(alg)
+	args := s.args.text(alg.(forms.ServerForm).ServerArgs())
 	key := []byte("lt:k")
 	now := time.Now().UnixMicro()
 	decide := func(wait int64) ([]byte, error) {
 		var raw pgtype.UndecodedBytes
 		var err error
-		argv := append([]any{key, now, int64(1)}, s.args.get(alg.(algorithms.ServerForm).ServerArgs()).boxed...)
+		argv := append([]any{key, now, int64(1)}, s.args.get(alg.(forms.ServerForm).ServerArgs()).boxed...)
 		if wait == 0 {
 			err = conn.QueryRow(ctx, s.rowSQL[b].sql[0], argv...).Scan(&raw)
 		} else {
@@ -130,7 +131,7 @@ func TestRowStatements(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_, _ = conn.Exec(context.Background(), "DROP TABLE IF EXISTS "+s.Table())
-		for _, b := range algorithms.Builtins() {
+		for _, b := range forms.Builtins() {
 			_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(b.Name))
 		}
 		_, _ = conn.Exec(context.Background(), "DROP FUNCTION IF EXISTS "+s.decideFunction(compositeName))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -71,7 +72,7 @@ func TestRowFormFallback(t *testing.T) {
 
 	// The row form dropped: every decision still decides, the first
 	// inserting the row, the next ones on it.
-	row := algorithms.SQLRowFunction("gcra")
+	row := forms.SQLRowFunction("gcra")
 	var sig string
 	if err := p.QueryRow(ctx, "SELECT oid::regprocedure::text FROM pg_proc WHERE proname = $1 AND pronamespace = $2::regnamespace", row, schema).Scan(&sig); err != nil {
 		t.Fatal(err)

@@ -11,14 +11,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // builtins are the built-in algorithms with a SQL form, in the order
 // SchemaSQL installs them.
-var builtins = func() []*algorithms.Builtin {
-	var out []*algorithms.Builtin
-	for _, b := range algorithms.Builtins() {
+var builtins = func() []*forms.Builtin {
+	var out []*forms.Builtin
+	for _, b := range forms.Builtins() {
 		if _, ok := b.SQL(); ok {
 			out = append(out, b)
 		}
@@ -28,7 +28,7 @@ var builtins = func() []*algorithms.Builtin {
 
 // sqlForm is a SQL form as SchemaSQL installs it: its text, the name of
 // the function its decide function calls (versioned: see
-// algorithms.SQLFunction) and the name of its row form, which the
+// forms.SQLFunction) and the name of its row form, which the
 // one-statement decision calls, or "" when it has none (see row.sql).
 type sqlForm struct{ text, function, row string }
 
@@ -43,7 +43,7 @@ type formSet struct {
 var releaseForms = func() formSet {
 	fs := formSet{
 		alg:       make(map[string]sqlForm, len(builtins)),
-		composite: sqlForm{algorithms.CompositeSQL(), algorithms.CompositeSQLFunction(), ""},
+		composite: sqlForm{forms.CompositeSQL(), forms.CompositeSQLFunction(), ""},
 	}
 	for _, b := range builtins {
 		text, _ := b.SQL()
@@ -94,7 +94,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // migrations with their own tools: the table, two small helper functions
 // (ratelimit_now, the server's clock in microseconds, and ratelimit_int8s,
 // which reads state written by Update), every built-in algorithm's SQL form,
-// the composite SQL form (ratelimit_all_<version>, algorithms.CompositeSQL),
+// the composite SQL form (ratelimit_all_<version>, forms.CompositeSQL),
 // the table's decide functions (one per algorithm, and one for
 // composites), which call the forms, and the table's lease function
 // (lease.sql). Run it in one transaction. Every
@@ -103,7 +103,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 // the search_path.
 //
 // The forms' function names carry a version, a hash of the form's text
-// (see algorithms.SQLFunction): a release whose forms differ installs them
+// (see forms.SQLFunction): a release whose forms differ installs them
 // beside the older release's instead of replacing them, so two releases can
 // share a database during a rolling deploy, each table's decide functions
 // calling the forms of the release that migrated it last. Functions of
@@ -114,7 +114,7 @@ func (s *Store) SchemaSQL() string {
 	execute(&b, schemaTemplate, struct {
 		Table, Corrupt, Now string
 		Unlogged            bool
-	}{s.ident(s.table), algorithms.SQLErrCorrupt, nowSQL, s.unlogged})
+	}{s.ident(s.table), forms.SQLErrCorrupt, nowSQL, s.unlogged})
 	b.WriteString("\n")
 	for _, alg := range builtins {
 		b.WriteString(s.forms.alg[alg.Name].text)

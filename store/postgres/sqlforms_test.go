@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 func toVals(state []byte) []int64 {
@@ -44,8 +45,8 @@ func sqlDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, state
 	var next []int64
 	var ttl *int64
 	d := &st.Decision
-	err := p.QueryRow(ctx, "SELECT * FROM "+algorithms.SQLFunction(alg.Name())+"($1, $2, $3, $4, $5)",
-		toVals(state), req.Now, req.Cost, req.Peek, alg.(algorithms.ServerForm).ServerArgs()).
+	err := p.QueryRow(ctx, "SELECT * FROM "+forms.SQLFunction(alg.Name())+"($1, $2, $3, $4, $5)",
+		toVals(state), req.Now, req.Cost, req.Peek, alg.(forms.ServerForm).ServerArgs()).
 		Scan(&next, &ttl, &d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
 	if err != nil {
 		return st, err
@@ -66,8 +67,8 @@ func sqlRowDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, st
 	var next, dec []int64
 	var exp *int64
 	args := []any{toVals(state), expiresAt, req.Now, req.Cost}
-	q := "SELECT * FROM " + algorithms.SQLRowFunction(alg.Name()) + "($1, $2, $3, $4"
-	for i, a := range alg.(algorithms.ServerForm).ServerArgs() {
+	q := "SELECT * FROM " + forms.SQLRowFunction(alg.Name()) + "($1, $2, $3, $4"
+	for i, a := range alg.(forms.ServerForm).ServerArgs() {
 		args = append(args, a)
 		q += fmt.Sprintf(", $%d", i+5)
 	}
@@ -133,7 +134,7 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 						t.Fatalf("seed %d step %d: %v with state %v, %+v:\nSQL %+v next %v ttl %d\nGo  %+v next %v ttl %d",
 							seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, want.Decision, toVals(want.Next), want.TTL)
 					}
-					if !req.Peek && algorithms.SQLRowFunction(alg.Name()) != "" {
+					if !req.Peek && forms.SQLRowFunction(alg.Name()) != "" {
 						// The row form decides the same on live state, and
 						// on state that has expired as on no state.
 						got, gerr := sqlRowDecide(ctx, p, alg, state, now+1+rng.Int64N(1000), req)
@@ -160,7 +161,7 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 }
 
 // TestSQLFormsCorruptState checks that state a form cannot read is an error
-// with SQLSTATE algorithms.SQLErrCorrupt, as it is ErrCorruptState in Go.
+// with SQLSTATE forms.SQLErrCorrupt, as it is ErrCorruptState in Go.
 func TestSQLFormsCorruptState(t *testing.T) {
 	p := newTestPool(t, 2)
 	newStore(t, p)
@@ -204,15 +205,15 @@ func TestSQLFormsCorruptState(t *testing.T) {
 		}
 		_, err := sqlDecide(ctx, p, c.alg, fromVals(c.state), req)
 		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
-			t.Errorf("SQL form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		if !errors.As(err, &pe) || pe.Code != forms.SQLErrCorrupt {
+			t.Errorf("SQL form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, forms.SQLErrCorrupt)
 		}
-		if algorithms.SQLRowFunction(c.alg.Name()) == "" {
+		if forms.SQLRowFunction(c.alg.Name()) == "" {
 			continue
 		}
 		_, err = sqlRowDecide(ctx, p, c.alg, fromVals(c.state), req.Now+1, req)
-		if !errors.As(err, &pe) || pe.Code != algorithms.SQLErrCorrupt {
-			t.Errorf("SQL row form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, algorithms.SQLErrCorrupt)
+		if !errors.As(err, &pe) || pe.Code != forms.SQLErrCorrupt {
+			t.Errorf("SQL row form %v on %v: error %v, want SQLSTATE %s", c.alg, c.state, err, forms.SQLErrCorrupt)
 		}
 		// Expired state is no state: not read, so not corrupt.
 		if _, err := sqlRowDecide(ctx, p, c.alg, fromVals(c.state), req.Now, req); err != nil {

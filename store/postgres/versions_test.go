@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -31,13 +32,13 @@ func TestFormVersionsCoexist(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	release := algorithms.SQLFunction("gcra")
+	release := forms.SQLFunction("gcra")
 	version := release[strings.LastIndexByte(release, '_')+1:]
 	const other = "0badf00d"
 	if version == other {
 		t.Fatalf("the release's GCRA form has the test's version %s", other)
 	}
-	text, _ := algorithms.SQL("gcra")
+	text, _ := forms.SQL("gcra")
 	// The changed form reports a limit 1000 higher, so a decision shows
 	// which form made it.
 	changed := strings.ReplaceAll(strings.ReplaceAll(text, "_"+version, "_"+other), ":= args[5];", ":= args[5] + 1000;")
@@ -79,7 +80,7 @@ func TestFormVersionsCoexist(t *testing.T) {
 	// Direct calls of both versions.
 	for fn, limit := range map[string]int64{release: 5, changedFn: 1005} {
 		var got int64
-		err := p.QueryRow(ctx, "SELECT lim FROM "+fn+"(NULL, 1000000, 1, false, $1)", alg.(algorithms.ServerForm).ServerArgs()).Scan(&got)
+		err := p.QueryRow(ctx, "SELECT lim FROM "+fn+"(NULL, 1000000, 1, false, $1)", alg.(forms.ServerForm).ServerArgs()).Scan(&got)
 		if err != nil || got != limit {
 			t.Errorf("%s: limit %d (%v), want %d", fn, got, err, limit)
 		}

@@ -16,10 +16,11 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
-// updateOnly hides the store's lease.Runner, so the locker uses Update.
+// updateOnly hides the store's leasewire.Runner, so the locker uses Update.
 type updateOnly struct{ ratelimit.Store }
 
 // private starts a private Redis and returns it with a store on it, which
@@ -122,16 +123,16 @@ func TestLeaseDoFrozenServer(t *testing.T) {
 }
 
 // The store runs the lease's Lua form (the engine's RunLease).
-var _ lease.Runner = (*redis.Store)(nil)
+var _ leasewire.Runner = (*redis.Store)(nil)
 
 // TestLeaseFenceLimit checks that both paths, the Lua form and Update,
 // treat a record whose fence is 2^53 or more as corrupt and refuse to mint
-// a fence of 2^53 (the next after 2^53-1), as lease.Step does: an error
+// a fence of 2^53 (the next after 2^53-1), as leasewire.Step does: an error
 // wrapping ErrCorruptState, and the record left as it was.
 func TestLeaseFenceLimit(t *testing.T) {
 	_, s := private(t)
 	ctx := context.Background()
-	if !strings.Contains(lease.Lua, "local MAX = "+strconv.FormatInt(algorithms.MaxExact, 10)+" ") {
+	if !strings.Contains(leasewire.Lua, "local MAX = "+strconv.FormatInt(algorithms.MaxExact, 10)+" ") {
 		t.Fatalf("lease.Lua's MAX is not algorithms.MaxExact (%d)", int64(algorithms.MaxExact))
 	}
 	for _, p := range []struct {

@@ -3,7 +3,7 @@
 // plain client, a cluster client, a ring or a failover client.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
-// Lua form (algorithms/lua), atomic on the server, with no retries: the
+// Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
 // store implements ratelimit.Decider. Scripts are run by their SHA1; when
 // the server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it, so no setup step is
@@ -33,7 +33,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -49,7 +49,7 @@ var ErrConflict = redisengine.ErrConflict
 // EVALSHA each) and Update for a user's own; Delete forgets a key. The
 // store also implements ratelimit.Exporter and ratelimit.Importer (Export,
 // Import: counting and moving state), ratelimit.ServerClocker
-// (ServerClock) and lease.Runner (RunLease). It is safe for concurrent
+// (ServerClock) and leasewire.Runner (RunLease). It is safe for concurrent
 // use, and holds no resources of its own: closing the client is the
 // caller's business.
 type Store struct {
@@ -61,7 +61,7 @@ var (
 	_ ratelimit.Store         = (*Store)(nil)
 	_ ratelimit.Decider       = (*Store)(nil)
 	_ ratelimit.ServerClocker = (*Store)(nil)
-	_ lease.Runner            = (*Store)(nil)
+	_ leasewire.Runner        = (*Store)(nil)
 )
 
 // Option configures a Store: WithPrefix or WithServerClock. The same
@@ -106,7 +106,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 func (s *Store) Client() goredis.UniversalClient { return s.client }
 
 // Decide implements ratelimit.Decider: one EVALSHA of alg's Lua form
-// (algorithms/lua), atomic on the server, with no retries, on the key
+// (algorithms/forms/lua), atomic on the server, with no retries, on the key
 // StateKey names. A composite (algorithms.All) is one script run too. For
 // an algorithm without a Lua form (a user's own; a composite with such a
 // part, or with a sliding log) it returns an error wrapping
@@ -161,10 +161,10 @@ func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimi
 	return s.engine.Import(ctx, alg, e, now)
 }
 
-// RunLease implements lease.Runner: a lease's acquire, extend or release is
-// one EVALSHA of lease.Lua on the key Update writes, so a lease record
+// RunLease implements leasewire.Runner: a lease's acquire, extend or release is
+// one EVALSHA of leasewire.Lua on the key Update writes, so a lease record
 // written by either path is read by the other.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return s.engine.RunLease(ctx, key, now, req)
 }
 

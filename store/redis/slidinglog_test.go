@@ -17,27 +17,28 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // luaDecide runs alg's Lua form on key directly, with the request's time.
 func luaDecide(ctx context.Context, c goredis.UniversalClient, alg algorithms.Algorithm, key string, req algorithms.Request) (algorithms.Decision, error) {
-	src, _ := algorithms.Lua(alg.Name())
+	src, _ := forms.Lua(alg.Name())
 	peek := "0"
 	if req.Peek {
 		peek = "1"
 	}
 	v, err := c.Eval(ctx, src, []string{key}, req.Now, req.Cost, peek, "0", "600000",
-		algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())).Int64Slice()
+		forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())).Int64Slice()
 	if err != nil {
 		return algorithms.Decision{}, err
 	}
-	if len(v) != algorithms.LuaReplyLen {
+	if len(v) != forms.LuaReplyLen {
 		return algorithms.Decision{}, fmt.Errorf("reply %v", v)
 	}
 	return algorithms.Decision{
-		Allowed: v[algorithms.LuaReplyAllowed] == 1, Limit: v[algorithms.LuaReplyLimit],
-		Remaining: v[algorithms.LuaReplyRemaining], RetryAfter: v[algorithms.LuaReplyRetryAfter],
-		ResetAfter: v[algorithms.LuaReplyResetAfter], Delay: v[algorithms.LuaReplyDelay],
+		Allowed: v[forms.LuaReplyAllowed] == 1, Limit: v[forms.LuaReplyLimit],
+		Remaining: v[forms.LuaReplyRemaining], RetryAfter: v[forms.LuaReplyRetryAfter],
+		ResetAfter: v[forms.LuaReplyResetAfter], Delay: v[forms.LuaReplyDelay],
 	}, nil
 }
 
@@ -159,8 +160,8 @@ func TestSlidingLogLuaCorrupt(t *testing.T) {
 		}
 		c.Expire(ctx, key, time.Minute)
 		_, err := luaDecide(ctx, c, alg, key, algorithms.Request{Now: now, Cost: 1})
-		if err == nil || !strings.HasPrefix(err.Error(), algorithms.LuaErrCorrupt) {
-			t.Errorf("sliding_log on %v: error %v, want %s", members, err, algorithms.LuaErrCorrupt)
+		if err == nil || !strings.HasPrefix(err.Error(), forms.LuaErrCorrupt) {
+			t.Errorf("sliding_log on %v: error %v, want %s", members, err, forms.LuaErrCorrupt)
 		}
 		var re goredis.Error
 		if err != nil && !errors.As(err, &re) {

@@ -3,7 +3,7 @@
 // cluster.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
-// Lua form (algorithms/lua), atomic on the server, with no retries: the
+// Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
 // store implements ratelimit.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
 // batch, in one DoMulti, and the decisions in it of one algorithm run as one
@@ -30,7 +30,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
-	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -58,7 +58,7 @@ var (
 	_ ratelimit.Store         = (*Store)(nil)
 	_ ratelimit.Decider       = (*Store)(nil)
 	_ ratelimit.ServerClocker = (*Store)(nil)
-	_ lease.Runner            = (*Store)(nil)
+	_ leasewire.Runner        = (*Store)(nil)
 )
 
 // Option configures a Store: WithPrefix or WithServerClock. It is
@@ -119,8 +119,8 @@ func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimi
 	return s.engine.Import(ctx, alg, e, now)
 }
 
-// RunLease implements lease.Runner as redis.Store.RunLease does.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req lease.Request) (lease.Result, error) {
+// RunLease implements leasewire.Runner as redis.Store.RunLease does.
+func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return s.engine.RunLease(ctx, key, now, req)
 }
 

@@ -142,7 +142,7 @@ func luaAllFunctions(b *strings.Builder, forms []*form, hand []luaPart, doc stri
 
 const luaAllDoc = `-- all: the Lua form of a composite (algorithms.All, composite.go) of the
 -- forms below, each the function of its algorithm's decide.
--- Calling convention: see algorithms/lua.go.
+-- Calling convention: see algorithms/forms/forms.go (CompositeLua).
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
 --            (the latest of its parts'), then for each part: when the
 --            part's state expires, its length in bytes (0 for none, 8 per
@@ -159,7 +159,7 @@ const luaAllDoc = `-- all: the Lua form of a composite (algorithms.All, composit
 const luaManyAllDoc = `-- all, coalesced: the requests of several keys, each a composite
 -- (algorithms.All, composite.go) of the forms below, decided in one run,
 -- each key's in order, each exactly as all.lua decides it run right after
--- the one before on that key. Calling convention: see algorithms/lua.go.
+-- the one before on that key. Calling convention: see algorithms/forms/lua.go.
 --   KEYS     the keys, each holding state as all.lua keeps it
 --   ARGV     server_clock, packed(now, cost, peek of each request, by key
 --            in KEYS order, each key's in order), then for each key:
@@ -488,7 +488,7 @@ BEGIN
 
 const sqlAllDoc = `-- all: the SQL form of a composite (algorithms.All, composite.go) of the
 -- forms ratelimit_all_part names, each called through its own SQL form.
--- Calling convention: see algorithms/sql.go.
+-- Calling convention: see algorithms/forms/forms.go (CompositeSQL).
 --   ratelimit_all(state bigint[], now_us bigint, cost bigint, peek boolean,
 --                 args bigint[], parts text[]) RETURNS ratelimit_all_step
 -- parts: the parts' algorithm names; args: every part's parameters, in

@@ -18,6 +18,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
@@ -45,7 +46,7 @@ func TestLuaEqualsGo(t *testing.T) {
 	defer c.Del(ctx, key)
 	for _, fam := range families {
 		t.Run(fam[0].Name(), func(t *testing.T) {
-			src, ok := algorithms.Lua(fam[0].Name())
+			src, ok := forms.Lua(fam[0].Name())
 			if !ok {
 				t.Fatal("no Lua form")
 			}
@@ -83,13 +84,13 @@ func TestLuaEqualsGo(t *testing.T) {
 					// A slack of an hour: the key must not expire in real
 					// time while the simulated clock wanders.
 					r, err := script.Run(ctx, c, []string{key}, now, cost, peek, "0", "3600000",
-						algorithms.PackLuaArgs(alg.(algorithms.ServerForm).ServerArgs())).Int64Slice()
+						forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())).Int64Slice()
 					if err != nil {
 						t.Fatalf("seed %d step %d: Lua form: %v", seed, i, err)
 					}
-					got := algorithms.Decision{Allowed: r[algorithms.LuaReplyAllowed] == 1, Limit: r[algorithms.LuaReplyLimit],
-						Remaining: r[algorithms.LuaReplyRemaining], RetryAfter: r[algorithms.LuaReplyRetryAfter],
-						ResetAfter: r[algorithms.LuaReplyResetAfter], Delay: r[algorithms.LuaReplyDelay]}
+					got := algorithms.Decision{Allowed: r[forms.LuaReplyAllowed] == 1, Limit: r[forms.LuaReplyLimit],
+						Remaining: r[forms.LuaReplyRemaining], RetryAfter: r[forms.LuaReplyRetryAfter],
+						ResetAfter: r[forms.LuaReplyResetAfter], Delay: r[forms.LuaReplyDelay]}
 					where := fmt.Sprintf("seed %d step %d: %v with state %v, %+v", seed, i, alg, fields(state), req)
 					if !reflect.DeepEqual(got, want.Decision) {
 						t.Fatalf("%s:\nLua %+v\nGo  %+v", where, got, want.Decision)
@@ -150,11 +151,11 @@ func TestLuaCorruptState(t *testing.T) {
 		if err := c.Set(ctx, key, b, time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
-		src, _ := algorithms.Lua(tc.alg.Name())
+		src, _ := forms.Lua(tc.alg.Name())
 		err := goredis.NewScript(src).Run(ctx, c, []string{key}, now, 1, "0", "0", "0",
-			algorithms.PackLuaArgs(tc.alg.(algorithms.ServerForm).ServerArgs())).Err()
-		if err == nil || len(err.Error()) < len(algorithms.LuaErrCorrupt) || err.Error()[:len(algorithms.LuaErrCorrupt)] != algorithms.LuaErrCorrupt {
-			t.Errorf("%v on stored %v: error %v, want one starting with %s", tc.alg, tc.stored, err, algorithms.LuaErrCorrupt)
+			forms.PackLuaArgs(tc.alg.(forms.ServerForm).ServerArgs())).Err()
+		if err == nil || len(err.Error()) < len(forms.LuaErrCorrupt) || err.Error()[:len(forms.LuaErrCorrupt)] != forms.LuaErrCorrupt {
+			t.Errorf("%v on stored %v: error %v, want one starting with %s", tc.alg, tc.stored, err, forms.LuaErrCorrupt)
 		}
 	}
 }
@@ -184,7 +185,7 @@ func doubles(b []byte) []int64 {
 // cannot parse fails here and not only in a store.
 func TestGoldenLoads(t *testing.T) {
 	ctx := context.Background()
-	files, err := Generate(filepath.Join("testdata", "toy"))
+	files, err := Generate(filepath.Join("testdata", "toy"), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func (a *alg) decide(s *state, live bool, req Request) (Decision, int64) {
 			if err := os.WriteFile(filepath.Join(dir, "bad.go"), []byte(errorHeader+c.src+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Generate(dir)
+			_, err := Generate(dir, "")
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Generate = %v, want an error containing %q", err, c.want)
 			}

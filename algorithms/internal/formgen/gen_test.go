@@ -21,7 +21,7 @@ var update = flag.Bool("update", false, "rewrite the golden files under testdata
 // it (go test -update rewrites them).
 func TestGolden(t *testing.T) {
 	dir := filepath.Join("testdata", "toy")
-	files, err := Generate(dir)
+	files, err := Generate(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +32,7 @@ func TestGolden(t *testing.T) {
 // a generated form: the checked-in files are what the Go forms say.
 func TestGenerated(t *testing.T) {
 	dir := filepath.Join("..", "..")
-	files, err := Generate(dir)
+	files, err := Generate(dir, "forms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +46,9 @@ func TestGenerated(t *testing.T) {
 		"lua/many/fixed_window.lua", "lua/many/gcra.lua", "lua/many/leaky_bucket.lua", "lua/many/sliding_window.lua", "lua/many/token_bucket.lua",
 		"lua/sliding_window.lua", "lua/token_bucket.lua", "manifest.go",
 		"sql/all.sql", "sql/fixed_window.sql", "sql/gcra.sql", "sql/leaky_bucket.sql", "sql/sliding_log.sql", "sql/sliding_window.sql", "sql/token_bucket.sql",
+	}
+	for i, p := range want {
+		want[i] = "forms/" + p
 	}
 	if strings.Join(names, " ") != strings.Join(want, " ") {
 		t.Errorf("generated %v, want %v", names, want)
@@ -88,7 +91,7 @@ func checkFiles(t *testing.T, dir string, files map[string][]byte, write bool) {
 // no line of a SQL file, or of a Lua file formgen wrote from a Go form,
 // longer than maxLine characters.
 func TestLineLength(t *testing.T) {
-	files, err := Generate(filepath.Join("..", ".."))
+	files, err := Generate(filepath.Join("..", ".."), "forms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,14 +148,14 @@ func TestTraced(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := Generate(dir)
+	files, err := Generate(dir, "forms")
 	if err != nil {
 		t.Fatal(err)
 	}
 	norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
 	goLines := map[string][]string{}
 	for _, f := range forms {
-		lua, sql := string(files[filepath.Join("lua", f.name+".lua")]), string(files[filepath.Join("sql", f.name+".sql")])
+		lua, sql := string(files[filepath.Join("forms", "lua", f.name+".lua")]), string(files[filepath.Join("forms", "sql", f.name+".sql")])
 		for name, text := range map[string]string{f.name + ".lua": lua, f.name + ".sql": sql} {
 			tr, _ := traces(text)
 			if len(tr) == 0 {

@@ -1,6 +1,6 @@
 // Formgen generates the server-side forms of the built-in algorithms from
-// their Go forms: a Lua script for Redis and Valkey (algorithms/lua/) and
-// PL/pgSQL functions for PostgreSQL (algorithms/sql/) per algorithm. The Go
+// their Go forms: a Lua script for Redis and Valkey (algorithms/forms/lua/) and
+// PL/pgSQL functions for PostgreSQL (algorithms/forms/sql/) per algorithm. The Go
 // form is the only source; the generated files are checked in, and a test
 // fails when running the generator would change them. It runs from
 // algorithms/ through go generate:
@@ -64,7 +64,7 @@
 // (argument decoding, the server clock, reading and checking the stored
 // state, treating expired state as missing), the exact floor and ceiling
 // division idioms, the helpers' implementations, key expiry and the reply.
-// lua.go in the algorithms package documents the Lua calling convention and
+// lua.go in algorithms/forms documents the Lua calling convention and
 // sql.go the SQL one; the generated files keep both exactly.
 //
 // Lua computes in doubles: every integer division becomes a division in
@@ -89,7 +89,7 @@
 // division truncates as Go's does.
 //
 // Each SQL file also holds the algorithm's row form (ratelimit_<name>_row,
-// see "Row forms" in algorithms/sql.go), generated from the same symbolic
+// see forms.SQLRowFunction), generated from the same symbolic
 // run with peek false: it reads the clock and the state's liveness itself,
 // takes the parameters one by one, splits each return on the decision's
 // allowed flag (so a request sets up only its own RETURN), and chooses its
@@ -123,7 +123,7 @@
 // 120 (TestLineLength).
 //
 // Beside the forms it writes a Go manifest of them, manifest.go in the
-// algorithms package (manifest.go here): every form's name, the Go file
+// store authors' package algorithms/forms (manifest.go here): every form's name, the Go file
 // and type it came from, whether it is generated, its arity, and the
 // versioned names of its SQL functions, as the Go compiler's ssa/_gen
 // writes opGen.go beside its rules. The package reads those facts from
@@ -148,8 +148,9 @@ import (
 
 func main() {
 	dir := flag.String("dir", ".", "the directory of the algorithms package")
+	out := flag.String("out", "forms", "the directory, relative to -dir, of the package the forms and their manifest go to")
 	flag.Parse()
-	files, err := Generate(*dir)
+	files, err := Generate(*dir, *out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -171,10 +172,24 @@ func main() {
 }
 
 // Generate returns the files to write under dir, the algorithms package,
-// keyed by their path relative to it: lua/<name>.lua and sql/<name>.sql
-// for every form, the composite forms lua/all.lua and sql/all.sql, and the
-// Go manifest of them all (manifestFile).
-func Generate(dir string) (map[string][]byte, error) {
+// keyed by their path relative to it: under out (the store authors'
+// package, algorithms/forms; "" for dir itself), lua/<name>.lua and
+// sql/<name>.sql for every form, the composite forms lua/all.lua and
+// sql/all.sql, and the Go manifest of them all (manifestFile) in the
+// package named after out (dir's own package for "").
+func Generate(dir, out string) (map[string][]byte, error) {
+	files, err := generate(dir, out)
+	if err != nil || out == "" {
+		return files, err
+	}
+	moved := make(map[string][]byte, len(files))
+	for p, b := range files {
+		moved[filepath.Join(out, p)] = b
+	}
+	return moved, nil
+}
+
+func generate(dir, outDir string) (map[string][]byte, error) {
 	forms, err := load(dir)
 	if err != nil {
 		return nil, err
@@ -204,7 +219,11 @@ func Generate(dir string) (map[string][]byte, error) {
 		return nil, err
 	}
 	versioned := versionSQL(out, defs)
-	if out[manifestFile], err = Manifest(forms[0].pkg, forms, hand, parts, versioned); err != nil {
+	pkg := forms[0].pkg
+	if outDir != "" {
+		pkg = filepath.Base(outDir)
+	}
+	if out[manifestFile], err = Manifest(pkg, forms, hand, parts, versioned); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -7,13 +7,13 @@ import (
 	"strings"
 )
 
-// The Go manifest: a table, in the algorithms package, of what formgen
+// The Go manifest: a table, in algorithms/forms, of what formgen
 // wrote, so that no code reads facts back from the generated text at run
 // time (which functions a SQL file defines, under which version, whether
 // a form is generated), as the Go compiler's ssa/_gen writes opGen.go, the
 // table of what its rules generate, beside them.
 
-// manifestFile is the manifest's path in the algorithms package. The
+// manifestFile is the manifest's path in the forms package. The
 // loader does not read it (it is output, not input; see load), so the
 // package is type-checked without it, where the names it declares
 // (manifestVar and manifestType) may be undefined.

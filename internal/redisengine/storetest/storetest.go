@@ -17,6 +17,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
@@ -47,7 +48,7 @@ func Corrupt(t *testing.T, tg Target, prefix string) {
 				t.Fatal(err)
 			}
 			key := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"})
-			if _, ok := a.(algorithms.ServerForm); !ok {
+			if _, ok := a.(forms.ServerForm); !ok {
 				// Through Update only the expiry header is the store's to
 				// read; the rest is the user's algorithm's business.
 				if len(val) >= 8 {
@@ -92,11 +93,11 @@ func checkCorrupt(t *testing.T, tg Target, lim *ratelimit.Limiter, key, val stri
 	}
 }
 
-// Algorithms are the built-ins (algorithms.Builtins) with small limits: 10
+// Algorithms are the built-ins (forms.Builtins) with small limits: 10
 // per second and a burst of 20, or 20 per second for the windows.
 func Algorithms() []algorithms.Algorithm {
 	var out []algorithms.Algorithm
-	for _, b := range algorithms.Builtins() {
+	for _, b := range forms.Builtins() {
 		limit := int64(10)
 		if a := b.New(limit, time.Second, 20); a.MaxCost() != 20 {
 			limit = 20 // a window: its limit is what a key may hold

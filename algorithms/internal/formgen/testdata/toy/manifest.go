@@ -11,9 +11,9 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, composable: true, args: 2, fields: 3,
-			version: "316e6b2d", sqlFunction: "ratelimit_counter_316e6b2d", sqlRowFunction: "ratelimit_counter_row_316e6b2d"},
+			version: "fe8c839f", sqlFunction: "ratelimit_counter_fe8c839f", sqlRowFunction: "ratelimit_counter_row_fe8c839f"},
 	},
-	compositeSQLFunction: "ratelimit_all_b98fdaec",
+	compositeSQLFunction: "ratelimit_all_39971327",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

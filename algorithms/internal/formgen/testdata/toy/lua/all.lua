@@ -2,7 +2,7 @@
 
 -- all: the Lua form of a composite (algorithms.All, composite.go) of the
 -- forms below, each the function of its algorithm's decide.
--- Calling convention: see algorithms/lua.go.
+-- Calling convention: see algorithms/forms/forms.go (CompositeLua).
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
 --            (the latest of its parts'), then for each part: when the
 --            part's state expires, its length in bytes (0 for none, 8 per

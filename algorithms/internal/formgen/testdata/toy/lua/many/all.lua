@@ -3,7 +3,7 @@
 -- all, coalesced: the requests of several keys, each a composite
 -- (algorithms.All, composite.go) of the forms below, decided in one run,
 -- each key's in order, each exactly as all.lua decides it run right after
--- the one before on that key. Calling convention: see algorithms/lua.go.
+-- the one before on that key. Calling convention: see algorithms/forms/lua.go.
 --   KEYS     the keys, each holding state as all.lua keeps it
 --   ARGV     server_clock, packed(now, cost, peek of each request, by key
 --            in KEYS order, each key's in order), then for each key:

@@ -2,7 +2,7 @@
 
 -- counter, coalesced: the requests of several keys decided in one run, each
 -- key's in order, each exactly as counter.lua decides it run right after the
--- one before on that key. Calling convention: see algorithms/lua.go.
+-- one before on that key. Calling convention: see algorithms/forms/forms.go (ManyLua).
 --   KEYS     the keys, each holding state as counter.lua keeps it: 4
 --            little-endian doubles, when the state's TTL passes, then
 --            start, used, seen

@@ -1,0 +1,21 @@
+// Package builtin hands the built-in algorithms from package algorithms,
+// the only package that can name their Go types, to package forms, which
+// gives them to the stores with their server-side forms, so that neither
+// exports a name only the other needs (package algorithms sets Entries in
+// its init; forms, which imports algorithms, reads them after).
+package builtin
+
+import "time"
+
+// Entry is one built-in algorithm.
+type Entry struct {
+	// New returns the algorithm (an algorithms.Algorithm) with the given
+	// numbers.
+	New func(limit int64, period time.Duration, burst int64) any
+	// Is reports whether alg is an instance of the algorithm's Go type.
+	Is func(alg any) bool
+}
+
+// Entries are the built-in algorithms, in the order the command's
+// comparison shows them.
+var Entries []Entry

@@ -1,0 +1,6 @@
+package ratelimit
+
+// UsesFastPath reports whether l decides through its store's in-process
+// decision function (internal/fastpath), for the tests of package
+// ratelimit_test.
+func UsesFastPath(l *Limiter) bool { return l.storeLink.to != nil }
