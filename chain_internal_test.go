@@ -10,6 +10,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/fastpath"
 )
 
 // links returns the types of l's chain, from the caller to the store;
@@ -57,11 +58,16 @@ func (s *remoteStore) Update(_ context.Context, k Key, now int64, fn UpdateFunc)
 func (s *remoteStore) Delete(_ context.Context, k Key) error { delete(s.m, k); return nil }
 
 // memoryLike is a Store that decides in process as the memory store does
-// (a toDecider), so the limiter gives it no default budget.
+// (it registers a toDecider with internal/fastpath, as the memory store
+// does), so the limiter gives it no default budget.
 type memoryLike struct{ remoteStore }
 
-func (s *memoryLike) DecideTo(context.Context, Key, forms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *memoryLike) decideTo(context.Context, Key, forms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	return true, 1, 1, 0, 0, 0, nil
+}
+
+func init() {
+	fastpath.RegisterDecideTo((*memoryLike)(nil), func(s any) any { return toDecider(s.(*memoryLike).decideTo) })
 }
 
 // TestChainOrder checks that New builds the path of docs/failures.md's
