@@ -12,10 +12,11 @@ import (
 
 // Tier is a Limiter deciding with other numbers for its algorithm: a
 // user's plan, say, where the free plan allows 10 requests a minute and
-// the paid one 1,000. Make one with Limiter.Tier for each set of numbers
-// (once, at start-up, for a fixed set of plans; or per call for numbers
-// read from a database) and call its Allow, AllowN, Peek or Wait for the
-// requests it applies to. Allow is the method most callers want.
+// the paid one 1,000. Make one with Limiter.Tier for each plan, once, at
+// start-up, and call its Allow for the requests it applies to. Its
+// methods are the Limiter's deciding methods, with the same signatures and
+// documented there; Reset and everything else that acts on the limiter as
+// a whole stay on the Limiter.
 //
 // A key has one state under its limiter, whatever tier decides for it: a
 // Tier uses the limiter's store, namespace, clock and options (failure
@@ -23,6 +24,12 @@ import (
 // numbers differ. So a key that changes plan keeps what it has consumed,
 // measured by the new numbers: each algorithm carries its state across the
 // change in its own way, which docs/tiers.md spells out.
+//
+// A Tier rather than numbers passed to each call: Limiter.Tier checks the
+// numbers and prepares what the options keep for them once, so a plan the
+// limiter cannot use is an error at start-up rather than on a request, and
+// a decision at a tier costs what one at the limiter's own numbers does
+// (docs/tiers.md compares both call sites).
 //
 // The zero Tier and a nil *Tier decide nothing: their methods return an
 // error wrapping ErrInvalidParams. A Tier is safe for concurrent use.
@@ -113,9 +120,7 @@ func (t *Tier) Algorithm() algorithms.Algorithm {
 	return t.alg
 }
 
-// Policy returns t's numbers (see algorithms.Policy), and false when the
-// algorithm does not state them (a user's algorithm that does not
-// implement algorithms.PolicyStater).
+// Policy is Limiter.Policy at t's numbers.
 func (t *Tier) Policy() (algorithms.Policy, bool) {
 	if !t.usable() {
 		return algorithms.Policy{}, false
@@ -127,8 +132,7 @@ func (t *Tier) Policy() (algorithms.Policy, bool) {
 	return ps.Policy(), true
 }
 
-// Allow reports whether key may make one request now under t's numbers,
-// and consumes it if so. See Limiter.Allow.
+// Allow is Limiter.Allow at t's numbers.
 func (t *Tier) Allow(ctx context.Context, key string) (d Decision, err error) {
 	if !t.usable() {
 		return d, errNoTier
@@ -137,9 +141,8 @@ func (t *Tier) Allow(ctx context.Context, key string) (d Decision, err error) {
 	return d, err
 }
 
-// AllowN reports whether key may make a request of cost n now under t's
-// numbers, and consumes n if so. A cost above t's algorithm's MaxCost is an
-// error wrapping ErrInvalidCost. See Limiter.AllowN.
+// AllowN is Limiter.AllowN at t's numbers: a cost above t's algorithm's
+// MaxCost, whatever the limiter's own, is an error wrapping ErrInvalidCost.
 func (t *Tier) AllowN(ctx context.Context, key string, n int) (d Decision, err error) {
 	if !t.usable() {
 		return d, errNoTier
@@ -148,8 +151,7 @@ func (t *Tier) AllowN(ctx context.Context, key string, n int) (d Decision, err e
 	return d, err
 }
 
-// Peek reports whether key could make one request now under t's numbers,
-// and what remains, without consuming anything.
+// Peek is Limiter.Peek at t's numbers.
 func (t *Tier) Peek(ctx context.Context, key string) (d Decision, err error) {
 	if !t.usable() {
 		return d, errNoTier
@@ -158,26 +160,15 @@ func (t *Tier) Peek(ctx context.Context, key string) (d Decision, err error) {
 	return d, err
 }
 
-// Wait blocks until key may make one request under t's numbers, consumes
-// it, and returns the decision. See Limiter.WaitN.
+// Wait is Limiter.Wait at t's numbers.
 func (t *Tier) Wait(ctx context.Context, key string) (Decision, error) {
 	return t.WaitN(ctx, key, 1)
 }
 
-// WaitN blocks until key may make a request of cost n under t's numbers,
-// consumes it, and returns the decision. See Limiter.WaitN.
+// WaitN is Limiter.WaitN at t's numbers.
 func (t *Tier) WaitN(ctx context.Context, key string, n int) (Decision, error) {
 	if !t.usable() {
 		return Decision{}, errNoTier
 	}
 	return t.l.wait(ctx, t, key, n)
-}
-
-// Reset forgets key's state, as Limiter.Reset does: the state is the
-// limiter's, shared by all its tiers.
-func (t *Tier) Reset(ctx context.Context, key string) error {
-	if !t.usable() {
-		return errNoTier
-	}
-	return t.l.Reset(ctx, key)
 }

@@ -2,6 +2,7 @@ package ratelimit_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,6 +44,44 @@ func BenchmarkTier(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTierPerCall measures what numbers passed per call would cost
+// beside a Tier made beforehand (BenchmarkTier's "tier"), on the same hot
+// key: "rebuilt" builds the algorithm and its tier on every call, as the
+// limiter would without a cache and as a caller does today with numbers
+// read per request; "looked up" finds the tier for an algorithm built
+// once in a sync.Map, as a limiter taking the numbers per call would have
+// to. docs/tiers.md compares the three.
+func BenchmarkTierPerCall(b *testing.B) {
+	lim, _ := tierLimiters(b)
+	ctx := context.Background()
+	b.Run("rebuilt", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			tier, err := lim.Tier(algorithms.GCRA(2, time.Second, 1e9))
+			if err != nil {
+				b.Fatal(err)
+			}
+			tier.Allow(ctx, "key")
+		}
+	})
+	b.Run("looked up", func(b *testing.B) {
+		alg := algorithms.GCRA(2, time.Second, 1e9)
+		var tiers sync.Map // algorithms.Algorithm -> *ratelimit.Tier
+		b.ReportAllocs()
+		for b.Loop() {
+			v, ok := tiers.Load(alg)
+			if !ok {
+				tier, err := lim.Tier(alg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				v, _ = tiers.LoadOrStore(alg, tier)
+			}
+			v.(*ratelimit.Tier).Allow(ctx, "key")
+		}
+	})
 }
 
 // BenchmarkTierRatio times Tier.Allow and Limiter.Allow interleaved in one

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,6 @@ func TestZeroTier(t *testing.T) {
 			"AllowN": func() error { _, err := tr.AllowN(ctx, "k", 1); return err },
 			"Peek":   func() error { _, err := tr.Peek(ctx, "k"); return err },
 			"Wait":   func() error { _, err := tr.Wait(ctx, "k"); return err },
-			"Reset":  func() error { return tr.Reset(ctx, "k") },
 		}
 		for method, call := range calls {
 			if err := call(); !errors.Is(err, ratelimit.ErrInvalidParams) {
@@ -128,11 +128,50 @@ func TestTierNumbers(t *testing.T) {
 	if pro.Limiter() != lim || pro.Algorithm().MaxCost() != 100 {
 		t.Errorf("pro.Limiter(), pro.Algorithm() = %p, %v; want %p and the tier's algorithm", pro.Limiter(), pro.Algorithm(), lim)
 	}
-	if err := pro.Reset(ctx, "k"); err != nil {
+	if err := lim.Reset(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := lim.Peek(ctx, "k"); d.Remaining != 10 {
-		t.Errorf("lim.Peek(k) after pro.Reset(k): remaining %d, want 10 (one state per key, whatever the tier)", d.Remaining)
+	if d, _ := pro.Peek(ctx, "k"); d.Remaining != 100 {
+		t.Errorf("pro.Peek(k) after lim.Reset(k): remaining %d, want 100 (one state per key, whatever the tier)", d.Remaining)
+	}
+}
+
+// TestTierMethods checks that a Tier has the Limiter's deciding methods,
+// with the same signatures, and its accessors, and nothing else: what
+// acts on a key's state whatever its numbers (Reset) or on the limiter as
+// a whole is the Limiter's alone, so the two types cannot drift apart.
+func TestTierMethods(t *testing.T) {
+	deciding := []string{"Allow", "AllowN", "Peek", "Wait", "WaitN", "Policy", "Algorithm"}
+	want := append(deciding, "Limiter")
+	tier, lim := reflect.TypeFor[*ratelimit.Tier](), reflect.TypeFor[*ratelimit.Limiter]()
+	var got []string
+	for m := range tier.Methods() {
+		got = append(got, m.Name)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("*Tier's methods = %v, want %v", got, want)
+	}
+	for _, name := range deciding {
+		tm, _ := tier.MethodByName(name)
+		lm, ok := lim.MethodByName(name)
+		if !ok {
+			t.Errorf("Tier.%s has no Limiter.%s", name, name)
+			continue
+		}
+		// Compare without the receiver, the first input of each.
+		ti, li := tm.Type, lm.Type
+		same := ti.NumIn() == li.NumIn() && ti.NumOut() == li.NumOut()
+		for i := 1; same && i < ti.NumIn(); i++ {
+			same = ti.In(i) == li.In(i)
+		}
+		for i := 0; same && i < ti.NumOut(); i++ {
+			same = ti.Out(i) == li.Out(i)
+		}
+		if !same {
+			t.Errorf("Tier.%s is %v, Limiter.%s is %v; want the same signature", name, ti, name, li)
+		}
 	}
 }
 
