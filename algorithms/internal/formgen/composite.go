@@ -382,27 +382,7 @@ local function one(key, slack, parts, reqs, first, n, clock, now, res)
   return nil
 end
 
-local reqs = ARGV[2]
-local total = 0
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[3 * k + 2])
-  if not n or n < 1 then
-    return redis.error_reply('ratelimit: coalesced call with ' .. tostring(ARGV[3 * k + 2]) .. ' requests on a key')
-  end
-  total = total + n
-end
-if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
-    ' arguments and ' .. #reqs .. ' bytes of requests')
-end
-local clock = ARGV[1] == '1'
-local now = 0
-if clock then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local res = {}
-local spec, parts, perr = nil, nil, nil
+` + luaManyPrologue + `local spec, parts, perr = nil, nil, nil
 local first = 0
 for k = 1, #KEYS do
   local a = 3 * k

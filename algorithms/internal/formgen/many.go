@@ -76,6 +76,30 @@ func LuaMany(f *form) string {
 	return b.String()
 }
 
+// luaManyPrologue checks a coalesced form's arguments and reads the clock:
+// the same in every coalesced form, the composite's included.
+const luaManyPrologue = `local reqs = ARGV[2]
+local total = 0
+for k = 1, #KEYS do
+  local n = tonumber(ARGV[3 * k + 2])
+  if not n or n < 1 then
+    return redis.error_reply('ratelimit: coalesced call with ' .. tostring(ARGV[3 * k + 2]) .. ' requests on a key')
+  end
+  total = total + n
+end
+if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
+  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
+    ' arguments and ' .. #reqs .. ' bytes of requests')
+end
+local clock = ARGV[1] == '1'
+local now = 0
+if clock then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local res = {}
+`
+
 const luaManyDriver = `local zero = {ZEROS}
 
 -- One key's n requests, from the request at index first of reqs, in order,
@@ -128,27 +152,7 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
   return nil
 end
 
-local reqs = ARGV[2]
-local total = 0
-for k = 1, #KEYS do
-  local n = tonumber(ARGV[3 * k + 2])
-  if not n or n < 1 then
-    return redis.error_reply('ratelimit: coalesced call with ' .. tostring(ARGV[3 * k + 2]) .. ' requests on a key')
-  end
-  total = total + n
-end
-if #KEYS == 0 or #ARGV ~= 3 * #KEYS + 2 or #reqs ~= 24 * total then
-  return redis.error_reply('ratelimit: coalesced call of ' .. #KEYS .. ' keys, ' .. #ARGV ..
-    ' arguments and ' .. #reqs .. ' bytes of requests')
-end
-local clock = ARGV[1] == '1'
-local now = 0
-if clock then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-local res = {}
-local packed, args = nil, nil
+` + luaManyPrologue + `local packed, args = nil, nil
 local first = 0
 for k = 1, #KEYS do
   local a = 3 * k
