@@ -27,6 +27,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
@@ -38,7 +39,7 @@ import (
 // calls end by their caller's deadline, not by the store.
 type sharedStore struct {
 	name      string
-	open      func(t *testing.T) ratelimit.Store
+	open      func(t *testing.T) store.Store
 	impatient time.Duration
 }
 
@@ -57,7 +58,7 @@ func uniqueName(what string) string {
 	return fmt.Sprintf("%s_%d_%08x", what, time.Now().UnixNano(), rand.Uint32())
 }
 
-func openRedis(t *testing.T) ratelimit.Store {
+func openRedis(t *testing.T) store.Store {
 	c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	s, err := rlredis.New(c, rlredis.WithPrefix(uniqueName("blame")))
@@ -67,7 +68,7 @@ func openRedis(t *testing.T) ratelimit.Store {
 	return s
 }
 
-func openValkey(t *testing.T) ratelimit.Store {
+func openValkey(t *testing.T) store.Store {
 	c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{testserver.ValkeyAddr(t)}, DisableCache: true})
 	if err != nil {
 		t.Fatal(err)
@@ -83,7 +84,7 @@ func openValkey(t *testing.T) ratelimit.Store {
 // openDynamo opens a store on a dynalite of the test's own, through
 // undropped: dynalite exits when a client drops a request it has not read
 // to its end, as a caller whose deadline ends its request does.
-func openDynamo(t *testing.T) ratelimit.Store {
+func openDynamo(t *testing.T) store.Store {
 	endpoint := privateDynalite(t)
 	client := dynamodb.NewFromConfig(aws.Config{
 		Region:      "us-east-1",
@@ -145,7 +146,7 @@ func (u undropped) DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput,
 }
 
 // openDynamoOn opens a store on a fresh table of client, through c.
-func openDynamoOn(t *testing.T, client *dynamodb.Client, c dynamo.Client) ratelimit.Store {
+func openDynamoOn(t *testing.T, client *dynamodb.Client, c dynamo.Client) store.Store {
 	table := strings.ReplaceAll(uniqueName("ratelimit-blame"), "_", "-")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -224,7 +225,7 @@ func privateDynalite(t *testing.T) string {
 	}
 }
 
-func openPostgres(t *testing.T) ratelimit.Store {
+func openPostgres(t *testing.T) store.Store {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +71,7 @@ type breaker struct {
 // the outcome. While it is open it decides nothing and returns the error
 // that opened it, wrapped in ErrCircuitOpen: made once when it opened, so
 // that path allocates nothing.
-func (b *breaker) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (b *breaker) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	if !b.allow(req.Now) {
 		return b.err.Load()
 	}

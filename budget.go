@@ -3,13 +3,14 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 )
 
-// DefaultStoreTimeout is the time budget of each store call of a limiter
+// defaultStoreTimeout is the time budget of each store call of a limiter
 // created without WithStoreTimeout, on a store outside the process: a store
 // that hangs then costs a decision at most this long, and the decision is
 // made as for any store failure, with an error wrapping
@@ -20,10 +21,13 @@ import (
 // The memory store, which runs in the process and cannot hang, gets no
 // budget by default: a decision on it then costs no timer and allocates
 // nothing.
-const DefaultStoreTimeout = time.Second
+const defaultStoreTimeout = time.Second
 
-// WithStoreTimeout sets the time budget of every store call to d, instead
-// of DefaultStoreTimeout: a call still running after d is abandoned and
+// WithStoreTimeout sets the time budget of every store call to d. Without
+// it, each call to a store outside the process has a budget of one second
+// (long enough for a healthy store on a loaded machine, short enough that
+// an HTTP client is still waiting), and the memory store, which cannot
+// hang, none. A call still running after d is abandoned and
 // counts as a store failure (its error says the budget ran out and wraps
 // context.DeadlineExceeded and the store's own error), so a store that
 // hangs adds at most d to a decision. A store error that came back within
@@ -50,7 +54,7 @@ func WithStoreTimeout(d time.Duration) Option {
 }
 
 // makeBudget makes the budget's link for a timeout of d: WithStoreTimeout's,
-// or, for d < 0 (no option), DefaultStoreTimeout on a store outside the
+// or, for d < 0 (no option), defaultStoreTimeout on a store outside the
 // process (one that is not the memory store's toDecider). A budget of 0
 // adds no link.
 func makeBudget(d time.Duration) linkMaker {
@@ -60,7 +64,7 @@ func makeBudget(d time.Duration) linkMaker {
 			if toDeciderOf(store) != nil {
 				return next, nil
 			}
-			timeout = DefaultStoreTimeout
+			timeout = defaultStoreTimeout
 		}
 		if timeout == 0 {
 			return next, nil
@@ -82,7 +86,7 @@ type budget struct {
 // decide asks the rest of the chain within the budget. Its error is a
 // budgetError only when the budget ran out before the call ended, and
 // before the caller's own deadline.
-func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (b *budget) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	end := time.Now().Add(b.timeout)
 	if dl, ok := ctx.Deadline(); ok && !dl.After(end) {
 		// The caller's deadline comes first and bounds the call: a call
@@ -105,7 +109,7 @@ func (b *budget) decide(ctx context.Context, t *Tier, k Key, req algorithms.Requ
 // ask asks the rest of the chain under ctx, which has a deadline: directly
 // for a store known to give up when its context ends, and otherwise on a
 // goroutine of its own that the caller stops waiting for when ctx ends.
-func (b *budget) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (b *budget) ask(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	if !b.detach {
 		return b.next.decide(ctx, t, k, req, d)
 	}
@@ -123,7 +127,7 @@ func (b *budget) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request
 
 // forget has the rest of the chain forget k (the store's Delete) within
 // the budget, as decide does for decisions.
-func (b *budget) forget(ctx context.Context, k Key) error {
+func (b *budget) forget(ctx context.Context, k store.Key) error {
 	end := time.Now().Add(b.timeout)
 	if dl, ok := ctx.Deadline(); !ok || dl.After(end) {
 		var cancel context.CancelFunc

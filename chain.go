@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,16 +46,16 @@ type link interface {
 	// link that decided nothing leaves d zero (SourceNone). d is the
 	// caller's (see noescape): a link writes it before it returns, on its
 	// own goroutine, and keeps no pointer to it.
-	decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error
+	decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error
 	// forget drops what the link holds about k, then has the rest of the
 	// chain forget it, the store last (Limiter.Reset).
-	forget(ctx context.Context, k Key) error
+	forget(ctx context.Context, k store.Key) error
 }
 
 // passForget is the forget of a link that holds nothing about keys.
 type passForget struct{ next link }
 
-func (p passForget) forget(ctx context.Context, k Key) error { return p.next.forget(ctx, k) }
+func (p passForget) forget(ctx context.Context, k store.Key) error { return p.next.forget(ctx, k) }
 
 // addLink has New make the link of the given place in the chain with
 // make, in place of any it had for that place. Outside New (an Option
@@ -182,8 +183,8 @@ func notStoresFault(err error) bool {
 // returns the store's error as it is. The limiter has one for its store;
 // the fallback has one for its own.
 type storeLink struct {
-	store   Store
-	decider Decider // store as a Decider, or nil
+	store   store.Store
+	decider store.Decider // store as a Decider, or nil
 	// to is store as a toDecider (the memory store) when the algorithm
 	// is an forms.ToDecider, or nil.
 	to toDecider
@@ -193,19 +194,19 @@ type storeLink struct {
 }
 
 // init makes s the link to store for alg's decisions (and its tiers').
-func (s *storeLink) init(store Store, alg algorithms.Algorithm) {
-	s.store = store
+func (s *storeLink) init(st store.Store, alg algorithms.Algorithm) {
+	s.store = st
 	if !ownAlgorithm(alg) {
-		s.decider, _ = store.(Decider) // a user's algorithm goes through update
+		s.decider, _ = st.(store.Decider) // a user's algorithm goes through update
 	}
 	if _, ok := alg.(forms.ToDecider); ok {
-		s.to = toDeciderOf(store)
+		s.to = toDeciderOf(st)
 	}
 }
 
 // decide writes the store's decision to d, which is unchanged when it
 // returns an error.
-func (s *storeLink) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (s *storeLink) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	if s.to != nil {
 		// The memory store, which never answers ErrUnsupported.
 		allowed, limit, remaining, retryAfter, resetAfter, delay, err := s.to(ctx, k, t.to, req)
@@ -218,13 +219,13 @@ func (s *storeLink) decide(ctx context.Context, t *Tier, k Key, req algorithms.R
 }
 
 // ask is decide for a store outside the process.
-func (s *storeLink) ask(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (s *storeLink) ask(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	if s.decider != nil && !s.noServerForm.Load() {
 		err := d.set(s.decider.Decide(ctx, k, t.alg, req))
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, ErrUnsupported) {
+		if !errors.Is(err, store.ErrUnsupported) {
 			return err
 		}
 		s.noServerForm.Store(true)
@@ -235,7 +236,7 @@ func (s *storeLink) ask(ctx context.Context, t *Tier, k Key, req algorithms.Requ
 // update runs alg through the store's atomic Update, holding each step to
 // the contract the built-in algorithms keep (checkStep) before the store
 // writes it, so that a user's algorithm decides alike on every store.
-func (s *storeLink) update(ctx context.Context, alg algorithms.Algorithm, k Key, req algorithms.Request, d *Decision) error {
+func (s *storeLink) update(ctx context.Context, alg algorithms.Algorithm, k store.Key, req algorithms.Request, d *Decision) error {
 	var step algorithms.Step
 	err := s.store.Update(ctx, k, req.Now, func(cur []byte, now int64) ([]byte, int64, error) {
 		r := req
@@ -288,7 +289,7 @@ func (d *Decision) setFields(allowed bool, limit, remaining, retryAfter, resetAf
 }
 
 // forget deletes k's state in the store.
-func (s *storeLink) forget(ctx context.Context, k Key) error { return s.store.Delete(ctx, k) }
+func (s *storeLink) forget(ctx context.Context, k store.Key) error { return s.store.Delete(ctx, k) }
 
 // noescape returns d, hidden from escape analysis, for the chain: a
 // pointer passed through an interface method is taken to escape, which

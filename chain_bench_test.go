@@ -21,7 +21,7 @@ import (
 // cpu-ns/op, the CPU time of the benchmark's thread per call (on Linux),
 // which a machine shared with other work disturbs less.
 func BenchmarkChain(b *testing.B) {
-	nop := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
+	nop := observerFunc(func(context.Context, ratelimit.Event) {})
 	deny := algorithms.GCRA(1, time.Hour, 1)
 	cases := []struct {
 		name string

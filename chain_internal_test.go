@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -45,9 +46,9 @@ func links(l *Limiter) []string {
 
 // remoteStore is a Store that is not the memory store (no DecideTo), so
 // the limiter gives it the default time budget. Its state is a map.
-type remoteStore struct{ m map[Key][]byte }
+type remoteStore struct{ m map[store.Key][]byte }
 
-func (s *remoteStore) Update(_ context.Context, k Key, now int64, fn UpdateFunc) error {
+func (s *remoteStore) Update(_ context.Context, k store.Key, now int64, fn store.UpdateFunc) error {
 	next, _, err := fn(s.m[k], now)
 	if err == nil && next != nil {
 		s.m[k] = next
@@ -55,14 +56,14 @@ func (s *remoteStore) Update(_ context.Context, k Key, now int64, fn UpdateFunc)
 	return err
 }
 
-func (s *remoteStore) Delete(_ context.Context, k Key) error { delete(s.m, k); return nil }
+func (s *remoteStore) Delete(_ context.Context, k store.Key) error { delete(s.m, k); return nil }
 
 // memoryLike is a Store that decides in process as the memory store does
 // (it registers a toDecider with internal/fastpath, as the memory store
 // does), so the limiter gives it no default budget.
 type memoryLike struct{ remoteStore }
 
-func (s *memoryLike) decideTo(context.Context, Key, forms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *memoryLike) decideTo(context.Context, store.Key, forms.ToDecider, algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	return true, 1, 1, 0, 0, 0, nil
 }
 
@@ -76,28 +77,28 @@ func init() {
 // comes with any link, and a limiter on an in-process store without
 // options has no chain at all.
 func TestChainOrder(t *testing.T) {
-	nop := ObserverFunc(func(context.Context, Event) {})
+	nop := observerFunc(func(context.Context, Event) {})
 	alg := algorithms.GCRA(10, time.Second, 10)
 	all := []Option{
 		WithObserver(nop), WithShadow(), WithDenyCache(10),
-		WithFallback(&memoryLike{remoteStore{map[Key][]byte{}}}, 2),
+		WithFallback(&memoryLike{remoteStore{map[store.Key][]byte{}}}, 2),
 		WithCircuitBreaker(3, time.Second), WithStoreTimeout(time.Second),
 	}
 	want := []string{"*ratelimit.observed", "ratelimit.shadow", "*ratelimit.policyStep", "*ratelimit.denyCache",
 		"*ratelimit.fallback", "*ratelimit.breaker", "*ratelimit.budget", "*ratelimit.storeLink"}
 	for _, c := range []struct {
 		rule  string
-		store Store
+		store store.Store
 		opts  []Option
 		want  []string
 	}{
-		{"an in-process store without options has no chain", &memoryLike{remoteStore{map[Key][]byte{}}}, nil, nil},
-		{"a store outside the process gets the budget, and with it the failure policy", &remoteStore{map[Key][]byte{}}, nil,
+		{"an in-process store without options has no chain", &memoryLike{remoteStore{map[store.Key][]byte{}}}, nil, nil},
+		{"a store outside the process gets the budget, and with it the failure policy", &remoteStore{map[store.Key][]byte{}}, nil,
 			[]string{"*ratelimit.policyStep", "*ratelimit.budget", "*ratelimit.storeLink"}},
-		{"a budget of 0 adds no link", &remoteStore{map[Key][]byte{}}, []Option{WithStoreTimeout(0)}, nil},
-		{"one option adds one link and the failure policy", &memoryLike{remoteStore{map[Key][]byte{}}}, []Option{WithShadow()},
+		{"a budget of 0 adds no link", &remoteStore{map[store.Key][]byte{}}, []Option{WithStoreTimeout(0)}, nil},
+		{"one option adds one link and the failure policy", &memoryLike{remoteStore{map[store.Key][]byte{}}}, []Option{WithShadow()},
 			[]string{"ratelimit.shadow", "*ratelimit.policyStep", "*ratelimit.storeLink"}},
-		{"every option, in the table's order", &remoteStore{map[Key][]byte{}}, all, want},
+		{"every option, in the table's order", &remoteStore{map[store.Key][]byte{}}, all, want},
 	} {
 		l, err := New(c.store, alg, c.opts...)
 		if err != nil {
@@ -110,7 +111,7 @@ func TestChainOrder(t *testing.T) {
 	for seed := range uint64(20) {
 		opts := append([]Option(nil), all...)
 		rand.New(rand.NewPCG(seed, 0)).Shuffle(len(opts), func(i, j int) { opts[i], opts[j] = opts[j], opts[i] })
-		l, err := New(&remoteStore{map[Key][]byte{}}, alg, opts...)
+		l, err := New(&remoteStore{map[store.Key][]byte{}}, alg, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func TestChainOrder(t *testing.T) {
 // of 5 and denies 6, which only the store could admit.
 func TestFallbackSharePerTier(t *testing.T) {
 	down := errStore{fmt.Errorf("down")}
-	l, err := New(down, algorithms.GCRA(1, time.Hour, 4), WithFallback(&memoryLike{remoteStore{map[Key][]byte{}}}, 2), WithStoreTimeout(0))
+	l, err := New(down, algorithms.GCRA(1, time.Hour, 4), WithFallback(&memoryLike{remoteStore{map[store.Key][]byte{}}}, 2), WithStoreTimeout(0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,5 +159,10 @@ func TestFallbackSharePerTier(t *testing.T) {
 // errStore is a Store whose every call fails with err.
 type errStore struct{ err error }
 
-func (s errStore) Update(context.Context, Key, int64, UpdateFunc) error { return s.err }
-func (s errStore) Delete(context.Context, Key) error                    { return s.err }
+func (s errStore) Update(context.Context, store.Key, int64, store.UpdateFunc) error { return s.err }
+func (s errStore) Delete(context.Context, store.Key) error                          { return s.err }
+
+// observerFunc adapts a function to an Observer.
+type observerFunc func(ctx context.Context, e Event)
+
+func (f observerFunc) ObserveDecision(ctx context.Context, e Event) { f(ctx, e) }

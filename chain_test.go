@@ -20,7 +20,7 @@ func TestOptionAfterNew(t *testing.T) {
 	for name, opt := range map[string]ratelimit.Option{
 		"WithShadow":         ratelimit.WithShadow(),
 		"WithDenyCache":      ratelimit.WithDenyCache(10),
-		"WithObserver":       ratelimit.WithObserver(ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})),
+		"WithObserver":       ratelimit.WithObserver(observerFunc(func(context.Context, ratelimit.Event) {})),
 		"WithFallback":       ratelimit.WithFallback(memory.MustNew(), 2),
 		"WithCircuitBreaker": ratelimit.WithCircuitBreaker(3, time.Second),
 		"WithStoreTimeout":   ratelimit.WithStoreTimeout(time.Second),

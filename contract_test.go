@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -76,9 +77,9 @@ func (a stepAlgorithm) Decide(state []byte, req algorithms.Request) (algorithms.
 var storeKinds = []string{"memory", "redis", "valkey", "postgres", "dynamo"}
 
 // everyStore returns a fresh store of each kind (storeKinds).
-func everyStore(t *testing.T) map[string]ratelimit.Store {
+func everyStore(t *testing.T) map[string]store.Store {
 	t.Helper()
-	stores := map[string]ratelimit.Store{}
+	stores := map[string]store.Store{}
 	for _, kind := range storeKinds {
 		stores[kind] = newStoreOf(t, kind)
 	}
@@ -88,7 +89,7 @@ func everyStore(t *testing.T) map[string]ratelimit.Store {
 // newStoreOf returns a fresh store of the given kind on the configured
 // server (keys, a prefix or a table of its own), deciding by the time the
 // limiter passes.
-func newStoreOf(t *testing.T, kind string) ratelimit.Store {
+func newStoreOf(t *testing.T, kind string) store.Store {
 	t.Helper()
 	ctx := context.Background()
 	prefix := fmt.Sprintf("contract-%d-%08x", time.Now().UnixNano(), rand.Uint32())
@@ -309,7 +310,7 @@ func TestBuiltinsKeepStepContract(t *testing.T) {
 }
 
 // updateOnlyStore hides a store's Decider, so the limiter uses Update.
-type updateOnlyStore struct{ ratelimit.Store }
+type updateOnlyStore struct{ store.Store }
 
 // TestBrokenStepIsNotTheStoresFault checks that a step refused for
 // breaking the contract is the algorithm's fault, not the store's: FailOpen

@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"github.com/ratelimitkit/ratelimit/store"
 	"hash/maphash"
 	"sync"
 	"time"
@@ -85,7 +86,7 @@ func newDenyCache(maxKeys int) *denyCache {
 // decide denies req from a denial in the cache, or asks the rest of the
 // chain and remembers a denial that comes back without an error: the
 // store's.
-func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (c *denyCache) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	if c.lookup(k.ID, t, req, d) {
 		return nil
 	}
@@ -97,7 +98,7 @@ func (c *denyCache) decide(ctx context.Context, t *Tier, k Key, req algorithms.R
 }
 
 // forget drops k's denial, then has the rest of the chain forget k.
-func (c *denyCache) forget(ctx context.Context, k Key) error {
+func (c *denyCache) forget(ctx context.Context, k store.Key) error {
 	c.drop(k.ID)
 	return c.next.forget(ctx, k)
 }

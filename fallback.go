@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"context"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -34,20 +35,20 @@ import (
 // The fallback keeps its state under the limiter's namespace: give it a
 // store of its own, not the limiter's store. An algorithm that is neither
 // built in nor algorithms.Divisible is an error wrapping ErrInvalidParams.
-func WithFallback(store Store, replicas int) Option {
+func WithFallback(st store.Store, replicas int) Option {
 	return func(l *Limiter) error {
-		if isNil(store) {
+		if isNil(st) {
 			return fmt.Errorf("%w: nil fallback store", ErrInvalidParams)
 		}
 		if err := checkPositive("fallback replicas", replicas); err != nil {
 			return err
 		}
 		return l.addLink(fallbackLink, func(c *chainOf, next link) (link, error) {
-			if err := checkClock(store, c.l.clock); err != nil {
+			if err := checkClock(st, c.l.clock); err != nil {
 				return nil, fmt.Errorf("fallback: %w", err)
 			}
 			f := &fallback{passForget: passForget{next}, replicas: int64(replicas)}
-			f.local.init(store, c.l.alg)
+			f.local.init(st, c.l.alg)
 			f.slot = c.perTier(f.share)
 			return f, nil
 		})
@@ -82,7 +83,7 @@ func (f *fallback) share(alg algorithms.Algorithm) (any, error) {
 	return t, nil
 }
 
-func (f *fallback) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (f *fallback) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	err := f.next.decide(ctx, t, k, req, d)
 	if err == nil || !storeFault(ctx, err) {
 		return err
@@ -99,7 +100,7 @@ func (f *fallback) decide(ctx context.Context, t *Tier, k Key, req algorithms.Re
 }
 
 // forget drops k's local state, then has the rest of the chain forget it.
-func (f *fallback) forget(ctx context.Context, k Key) error {
+func (f *fallback) forget(ctx context.Context, k store.Key) error {
 	_ = f.local.forget(ctx, k)
 	return f.next.forget(ctx, k)
 }

@@ -4,3 +4,7 @@ package ratelimit
 // decision function (internal/fastpath), for the tests of package
 // ratelimit_test.
 func UsesFastPath(l *Limiter) bool { return l.storeLink.to != nil }
+
+// DefaultStoreTimeout is the store budget of a limiter without
+// WithStoreTimeout, for the tests of package ratelimit_test.
+const DefaultStoreTimeout = defaultStoreTimeout

@@ -7,12 +7,13 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
 // wrapped is a user's store around the memory store: it has the memory
 // store's methods but not its type.
-type wrapped struct{ ratelimit.Store }
+type wrapped struct{ store.Store }
 
 // TestFastPath holds the memory store's in-process path, which the
 // limiter finds by the store's type (internal/fastpath) rather than by an
@@ -23,7 +24,7 @@ type wrapped struct{ ratelimit.Store }
 func TestFastPath(t *testing.T) {
 	for _, c := range []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 		alg   algorithms.Algorithm
 		want  bool
 	}{

@@ -16,7 +16,7 @@ import (
 // without it.) A limiter with no option at all is TestAllowDoesNotAllocate's,
 // in store/memory.
 func TestGuardDoesNotAllocate(t *testing.T) {
-	nop := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
+	nop := observerFunc(func(context.Context, ratelimit.Event) {})
 	observed, err := ratelimit.New(memory.MustNew(), admitAll, ratelimit.WithObserver(nop), ratelimit.WithShadow())
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ var admitAll = algorithms.GCRA(1, time.Second, 1e9)
 // option, the default hot path, which must not allocate) and set to an
 // observer that does nothing.
 func BenchmarkObserver(b *testing.B) {
-	nop := ratelimit.ObserverFunc(func(context.Context, ratelimit.Event) {})
+	nop := observerFunc(func(context.Context, ratelimit.Event) {})
 	for _, c := range []struct {
 		name string
 		opts []ratelimit.Option

@@ -8,6 +8,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -17,7 +18,7 @@ import (
 // replicas share it). Decision.Source says who decided. Here the store
 // works, so it decides.
 func ExampleWithFallback() {
-	var store ratelimit.Store = memory.MustNew() // in production: Redis, PostgreSQL, ...
+	var store store.Store = memory.MustNew() // in production: Redis, PostgreSQL, ...
 	lim, err := ratelimit.New(store, algorithms.GCRA(300, time.Minute, 30),
 		ratelimit.WithName("api"),
 		ratelimit.WithStoreTimeout(50*time.Millisecond),
@@ -68,13 +69,19 @@ func ExampleWithDenyCache() {
 	// a second later: allowed=true from store
 }
 
-// An observer sees every decision; ObserverFunc adapts a function. The
-// otellimit module turns them into OpenTelemetry metrics.
+// counter is an Observer that counts decisions by limiter, answer and
+// source.
+type counter map[string]int
+
+func (c counter) ObserveDecision(_ context.Context, e ratelimit.Event) {
+	c[fmt.Sprintf("%s allowed=%v from %v", e.Limiter, e.Allowed, e.Decision.Source)]++
+}
+
+// An observer sees every decision. The otellimit module turns them into
+// OpenTelemetry metrics.
 func ExampleWithObserver() {
-	count := map[string]int{}
-	obs := ratelimit.ObserverFunc(func(_ context.Context, e ratelimit.Event) {
-		count[fmt.Sprintf("%s allowed=%v from %v", e.Limiter, e.Allowed, e.Decision.Source)]++
-	})
+	count := counter{}
+	obs := count
 	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	lim, _ := ratelimit.New(memory.MustNew(), algorithms.FixedWindow(2, time.Minute),
 		ratelimit.WithName("login"), ratelimit.WithClock(fake), ratelimit.WithObserver(obs))

@@ -37,7 +37,7 @@ func TestNewRejectsBadGuardOptions(t *testing.T) {
 		{"indivisible algorithm", opaqueAlg{gcra}, ratelimit.WithFallback(memory.MustNew(), 2), "gcra cannot be divided"},
 		{"empty deny cache", gcra, ratelimit.WithDenyCache(0), "deny cache size 0"},
 		{"nil observer", gcra, ratelimit.WithObserver(nil), "nil observer"},
-		{"nil ObserverFunc", gcra, ratelimit.WithObserver(ratelimit.ObserverFunc(nil)), "nil observer"},
+		{"nil observer func", gcra, ratelimit.WithObserver(observerFunc(nil)), "nil observer"},
 		{"typed nil observer", gcra, ratelimit.WithObserver((*recorder)(nil)), "nil observer"},
 	}
 	for _, c := range cases {
@@ -210,3 +210,8 @@ func TestSourceString(t *testing.T) {
 		}
 	}
 }
+
+// observerFunc adapts a function to a ratelimit.Observer.
+type observerFunc func(ctx context.Context, e ratelimit.Event)
+
+func (f observerFunc) ObserveDecision(ctx context.Context, e ratelimit.Event) { f(ctx, e) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
@@ -21,12 +22,6 @@ import (
 type Observer interface {
 	ObserveDecision(ctx context.Context, e Event)
 }
-
-// ObserverFunc adapts a function to an Observer.
-type ObserverFunc func(ctx context.Context, e Event)
-
-// ObserveDecision calls f(ctx, e).
-func (f ObserverFunc) ObserveDecision(ctx context.Context, e Event) { f(ctx, e) }
 
 // Event describes one decision, for an Observer.
 type Event struct {
@@ -60,9 +55,9 @@ type Event struct {
 	Err error
 }
 
-// WithObserver has o told about every decision the limiter makes. A nil
-// o, a nil ObserverFunc or a nil pointer in o, which would panic on the
-// first decision, is an error wrapping ErrInvalidParams.
+// WithObserver has o told about every decision the limiter makes. A nil o
+// or a nil pointer in o, which would panic on the first decision, is an
+// error wrapping ErrInvalidParams.
 func WithObserver(o Observer) Option {
 	return func(l *Limiter) error {
 		if isNil(o) {
@@ -83,7 +78,7 @@ type observed struct {
 	algorithm string
 }
 
-func (ob *observed) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (ob *observed) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	start := time.Now()
 	err := ob.next.decide(ctx, t, k, req, d)
 	latency := time.Since(start)

@@ -2,10 +2,12 @@
 // state in a store the application already runs: in-process memory, Redis,
 // Valkey, DynamoDB or PostgreSQL.
 //
-// A Limiter combines a Store (package store/...) with an Algorithm (package
-// algorithms). The algorithms are written once as pure state transitions and
-// make the same decisions on every store; stores that can run code next to
-// their data (Redis, Valkey, PostgreSQL) run them there in one round trip.
+// A Limiter combines a store (store/memory, store/redis, store/valkey,
+// store/dynamo, store/postgres) with an Algorithm (package algorithms). The
+// algorithms are written once as pure state transitions and make the same
+// decisions on every store; stores that can run code next to their data
+// (Redis, Valkey, PostgreSQL) run them there in one round trip. The
+// contract a store keeps is package store, for those who write one.
 //
 //	lim, err := ratelimit.New(memory.MustNew(), algorithms.GCRA(100, time.Minute, 20))
 //	...
@@ -19,13 +21,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ratelimitkit/ratelimit/store"
 	"hash/fnv"
 	"reflect"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
-	"github.com/ratelimitkit/ratelimit/internal/echo"
+
+	"github.com/ratelimitkit/ratelimit/internal/names"
 )
 
 // Errors. Check them with errors.Is; messages carry the offending values.
@@ -35,7 +39,7 @@ var (
 	// ErrCorruptState reports stored state that the algorithm cannot read.
 	ErrCorruptState = algorithms.ErrCorruptState
 	// ErrInvalidKey reports an empty or oversized key.
-	ErrInvalidKey = errors.New("ratelimit: invalid key")
+	ErrInvalidKey = names.ErrInvalidKey
 	// ErrInvalidCost reports a cost below 1 or above what the algorithm
 	// could ever admit (its burst, capacity or limit).
 	ErrInvalidCost = errors.New("ratelimit: invalid cost")
@@ -126,7 +130,7 @@ type Option func(*Limiter) error
 // clock: for its decisions, and for Wait's sleeping.
 //
 // A store that decides by its server's clock (Redis, Valkey and PostgreSQL
-// by default; see ServerClocker) would ignore c's time, so New refuses any
+// by default; see store.ServerClocker) would ignore c's time, so New refuses any
 // clock but clock.System with such a store: configure the store with
 // WithServerClock(false) to decide by c.
 func WithClock(c clock.Clock) Option {
@@ -186,7 +190,7 @@ func makePolicyStep(c *chainOf, next link) (link, error) {
 	return &policyStep{passForget{next}, c.l.policy}, nil
 }
 
-func (p *policyStep) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (p *policyStep) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	err := p.next.decide(ctx, t, k, req, d)
 	if err != nil && d.Source == SourceNone {
 		p.policy.decide(t, err, d)
@@ -206,7 +210,7 @@ func (p FailurePolicy) decide(t *Tier, err error, d *Decision) {
 // in one store. Create it with New; the zero value is not usable. Allow is
 // the method most callers want. A Limiter is safe for concurrent use.
 type Limiter struct {
-	store Store
+	store store.Store
 	alg   algorithms.Algorithm
 	clock clock.Clock
 	// systemClock is set when clock is clock.System, which the limiter
@@ -238,10 +242,10 @@ type Limiter struct {
 // than clock.System with a store that decides by its server's clock.
 //
 // Every call to a store outside the process is bounded by a time budget,
-// DefaultStoreTimeout unless WithStoreTimeout says otherwise, and a caller's
+// one second unless WithStoreTimeout says otherwise, and a caller's
 // context that ends first is never counted against the store.
-func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
-	if isNil(store) {
+func New(st store.Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error) {
+	if isNil(st) {
 		return nil, fmt.Errorf("%w: nil store", ErrInvalidParams)
 	}
 	if isNil(alg) {
@@ -253,7 +257,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 	if err := checkName("algorithm name", alg.Name()); err != nil {
 		return nil, err
 	}
-	l := &Limiter{store: store, alg: alg, clock: clock.System, maxCost: alg.MaxCost()}
+	l := &Limiter{store: st, alg: alg, clock: clock.System, maxCost: alg.MaxCost()}
 	if l.maxCost <= 0 {
 		return nil, fmt.Errorf("%w: algorithm %s has max cost %d", ErrInvalidParams, alg.Name(), l.maxCost)
 	}
@@ -265,7 +269,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 			return nil, err
 		}
 	}
-	if err := checkClock(store, l.clock); err != nil {
+	if err := checkClock(st, l.clock); err != nil {
 		return nil, err
 	}
 	l.systemClock = l.clock == clock.System
@@ -276,7 +280,7 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 		name = fmt.Sprintf("p%016x", h.Sum64())
 	}
 	l.ns = name + ":" + alg.Name()
-	l.storeLink.init(store, alg)
+	l.storeLink.init(st, alg)
 	err := l.buildChain(l.makers)
 	l.makers = nil
 	if err != nil {
@@ -292,8 +296,8 @@ func New(store Store, alg algorithms.Algorithm, opts ...Option) (*Limiter, error
 
 // checkClock refuses a clock other than clock.System with a store that
 // decides by its server's clock, which would ignore it.
-func checkClock(store Store, c clock.Clock) error {
-	if sc, ok := store.(ServerClocker); ok && c != clock.System && sc.ServerClock() {
+func checkClock(st store.Store, c clock.Clock) error {
+	if sc, ok := st.(store.ServerClocker); ok && c != clock.System && sc.ServerClock() {
 		return fmt.Errorf("%w: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the limiter's clock", ErrInvalidParams)
 	}
 	return nil
@@ -303,7 +307,7 @@ func checkClock(store Store, c clock.Clock) error {
 func (l *Limiter) Algorithm() algorithms.Algorithm { return l.alg }
 
 // Store returns the limiter's store.
-func (l *Limiter) Store() Store { return l.store }
+func (l *Limiter) Store() store.Store { return l.store }
 
 // Namespace returns the namespace of the limiter's keys in its store.
 func (l *Limiter) Namespace() string { return l.ns }
@@ -347,7 +351,7 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	k := Key{Namespace: l.ns, ID: key}
+	k := store.Key{Namespace: l.ns, ID: key}
 	if l.head != nil {
 		return l.head.forget(ctx, k)
 	}
@@ -419,7 +423,7 @@ func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek b
 	if now < 0 || now > algorithms.MaxExact/2 {
 		return fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
 	}
-	k := Key{Namespace: l.ns, ID: key}
+	k := store.Key{Namespace: l.ns, ID: key}
 	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 	if l.head != nil {
 		return l.head.decide(ctx, t, k, req, noescape(d))
@@ -443,22 +447,7 @@ func (l *Limiter) now() int64 {
 
 // checkKey reports an empty or oversized key. The check is inlined where
 // it is called; the error is built out of line.
-func checkKey(key string) error {
-	if key == "" || len(key) > MaxKeyLen {
-		return keyError(key)
-	}
-	return nil
-}
-
-func keyError(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty key", ErrInvalidKey)
-	case len(key) > MaxKeyLen:
-		return fmt.Errorf("%w: key of %d bytes exceeds %d", ErrInvalidKey, len(key), MaxKeyLen)
-	}
-	return nil
-}
+func checkKey(key string) error { return names.CheckKey(key) }
 
 // isDerivedName reports whether name has the form New derives for an
 // unnamed limiter: "p" and 16 lowercase hexadecimal digits.
@@ -487,15 +476,5 @@ func isNil(v any) bool {
 	return false
 }
 
-func checkName(what, name string) error {
-	if name == "" || len(name) > 64 {
-		return fmt.Errorf("%w: %s %s must be 1 to 64 characters", ErrInvalidParams, what, echo.Quote(name))
-	}
-	for _, c := range []byte(name) {
-		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-'
-		if !ok {
-			return fmt.Errorf("%w: %s %s may hold only letters, digits, '_', '.' and '-'", ErrInvalidParams, what, echo.Quote(name))
-		}
-	}
-	return nil
-}
+// checkName is names.CheckName.
+func checkName(what, name string) error { return names.CheckName(what, name) }

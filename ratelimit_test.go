@@ -10,6 +10,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -26,31 +27,31 @@ func newLimiter(t *testing.T, alg algorithms.Algorithm, opts ...ratelimit.Option
 }
 
 func TestNewRejectsBadInput(t *testing.T) {
-	store := memory.MustNew()
+	st := memory.MustNew()
 	gcra := algorithms.GCRA(10, time.Second, 5)
 	cases := []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 		alg   algorithms.Algorithm
 		opts  []ratelimit.Option
 		want  string
 	}{
 		{"nil store", nil, gcra, nil, "nil store"},
-		{"nil algorithm", store, nil, nil, "nil algorithm"},
-		{"zero limit", store, algorithms.GCRA(0, time.Second, 5), nil, "limit 0 must be positive"},
-		{"cost above burst impossible to configure", store, algorithms.TokenBucket(10, time.Second, 0), nil, "burst 0 must be positive"},
-		{"bad name", store, gcra, []ratelimit.Option{ratelimit.WithName("a:b")}, `limiter name "a:b"`},
-		{"empty name", store, gcra, []ratelimit.Option{ratelimit.WithName("")}, "limiter name"},
-		{"nil clock", store, gcra, []ratelimit.Option{ratelimit.WithClock(nil)}, "nil clock"},
+		{"nil algorithm", st, nil, nil, "nil algorithm"},
+		{"zero limit", st, algorithms.GCRA(0, time.Second, 5), nil, "limit 0 must be positive"},
+		{"cost above burst impossible to configure", st, algorithms.TokenBucket(10, time.Second, 0), nil, "burst 0 must be positive"},
+		{"bad name", st, gcra, []ratelimit.Option{ratelimit.WithName("a:b")}, `limiter name "a:b"`},
+		{"empty name", st, gcra, []ratelimit.Option{ratelimit.WithName("")}, "limiter name"},
+		{"nil clock", st, gcra, []ratelimit.Option{ratelimit.WithClock(nil)}, "nil clock"},
 		// Typed nils would panic on the first Allow.
 		{"typed nil store", (*memory.Store)(nil), gcra, nil, "nil store"},
-		{"typed nil clock", store, gcra, []ratelimit.Option{ratelimit.WithClock((*clock.Fake)(nil))}, "nil clock"},
-		{"typed nil algorithm", store, (*nilAlgorithm)(nil), nil, "nil algorithm"},
+		{"typed nil clock", st, gcra, []ratelimit.Option{ratelimit.WithClock((*clock.Fake)(nil))}, "nil clock"},
+		{"typed nil algorithm", st, (*nilAlgorithm)(nil), nil, "nil algorithm"},
 		// A named limiter must not take over an unnamed one's namespace.
-		{"derived name", store, gcra, []ratelimit.Option{ratelimit.WithName("p0123456789abcdef")}, "reserved"},
+		{"derived name", st, gcra, []ratelimit.Option{ratelimit.WithName("p0123456789abcdef")}, "reserved"},
 		// A clock the store would ignore.
-		{"clock on a server-clock store", serverClockStore{store, true}, gcra, []ratelimit.Option{ratelimit.WithClock(clock.NewFake(epoch))}, "server's clock"},
-		{"bad policy", store, gcra, []ratelimit.Option{ratelimit.WithFailurePolicy(7)}, "failure policy 7"},
+		{"clock on a server-clock store", serverClockStore{st, true}, gcra, []ratelimit.Option{ratelimit.WithClock(clock.NewFake(epoch))}, "server's clock"},
+		{"bad policy", st, gcra, []ratelimit.Option{ratelimit.WithFailurePolicy(7)}, "failure policy 7"},
 	}
 	for _, c := range cases {
 		_, err := ratelimit.New(c.store, c.alg, c.opts...)
@@ -108,7 +109,7 @@ func TestAllowRejectsBadInput(t *testing.T) {
 	if _, err := lim.Allow(ctx, ""); !errors.Is(err, ratelimit.ErrInvalidKey) {
 		t.Errorf("lim.Allow(\"\"): error %v, want ErrInvalidKey", err)
 	}
-	if err := lim.Reset(ctx, strings.Repeat("x", ratelimit.MaxKeyLen+1)); !errors.Is(err, ratelimit.ErrInvalidKey) {
+	if err := lim.Reset(ctx, strings.Repeat("x", store.MaxKeyLen+1)); !errors.Is(err, ratelimit.ErrInvalidKey) {
 		t.Errorf("lim.Reset(oversized key): error %v, want ErrInvalidKey", err)
 	}
 	c.Set(time.Unix(-5, 0))
@@ -125,10 +126,10 @@ func TestAllowRejectsBadInput(t *testing.T) {
 // failingStore is a store whose backend is down: every call fails.
 type failingStore struct{ err error }
 
-func (s failingStore) Update(context.Context, ratelimit.Key, int64, ratelimit.UpdateFunc) error {
+func (s failingStore) Update(context.Context, store.Key, int64, store.UpdateFunc) error {
 	return s.err
 }
-func (s failingStore) Delete(context.Context, ratelimit.Key) error { return s.err }
+func (s failingStore) Delete(context.Context, store.Key) error { return s.err }
 
 func TestFailurePolicy(t *testing.T) {
 	down := errors.New("backend down")
@@ -267,7 +268,7 @@ func FuzzKeys(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		d, err := lim.Allow(context.Background(), key)
-		valid := key != "" && len(key) <= ratelimit.MaxKeyLen
+		valid := key != "" && len(key) <= store.MaxKeyLen
 		if valid != (err == nil) {
 			t.Fatalf("lim.Allow(%q) = %+v, %v", key, d, err)
 		}

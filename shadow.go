@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"github.com/ratelimitkit/ratelimit/store"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 )
@@ -24,7 +25,7 @@ func WithShadow() Option {
 // shadow is WithShadow's link.
 type shadow struct{ passForget }
 
-func (s shadow) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
+func (s shadow) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	err := s.next.decide(ctx, t, k, req, d)
 	if !d.Allowed {
 		d.Allowed, d.Shadowed = true, true

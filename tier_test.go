@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -248,7 +249,7 @@ func TestTierFailures(t *testing.T) {
 			t.Errorf("breaker %v: pro.AllowN(k2, 26) above the fallback's share of 25 = admitted, want denied", breaker)
 		}
 	}
-	var user ratelimit.Store = memory.MustNew()
+	var user store.Store = memory.MustNew()
 	own, err := ratelimit.New(user, &nilAlgorithm{name: "mine"}, ratelimit.WithFallback(memory.MustNew(), 1))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -82,14 +83,14 @@ type pair struct {
 	start      time.Time
 }
 
-func newPair(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm) *pair {
+func newPair(t *testing.T, s store.Store, alg algorithms.Algorithm) *pair {
 	t.Helper()
 	c := clock.NewFake(epoch)
 	p := &pair{t: t, clock: c, start: epoch}
 	var err error
 	for _, l := range []struct {
 		lim **ratelimit.Limiter
-		s   ratelimit.Store
+		s   store.Store
 	}{{&p.store, s}, {&p.ref, memory.MustNew()}} {
 		if *l.lim, err = ratelimit.New(l.s, alg, ratelimit.WithClock(c), ratelimit.WithName("own")); err != nil {
 			t.Fatalf("ratelimit.New(%s): %v", alg.Name(), err)

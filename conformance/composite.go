@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The Composite group holds composites (algorithms.All) to their rule:
@@ -61,18 +62,18 @@ func compositeFamilies() []family {
 // (without failing, whatever DecidesAllBuiltins says) when the store has
 // no composite form for the composite.
 var compositePaths = []path{
-	{"server", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
+	{"server", func(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) store.Store {
 		t.Helper()
-		dec, ok := s.(ratelimit.Decider)
+		dec, ok := s.(store.Decider)
 		if !ok {
-			t.Skip("store does not implement ratelimit.Decider")
+			t.Skip("store does not implement store.Decider")
 		}
-		key := ratelimit.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
+		key := store.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
 		_, err := dec.Decide(context.Background(), key, alg, algorithms.Request{Now: epoch.UnixMicro(), Cost: 1, Peek: true})
 		switch {
-		case errors.Is(err, ratelimit.ErrUnsupported) && h.DecidesAllBuiltins && composable(alg):
+		case errors.Is(err, store.ErrUnsupported) && h.DecidesAllBuiltins && composable(alg):
 			t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins and every part has a composite server form", alg, err)
-		case errors.Is(err, ratelimit.ErrUnsupported):
+		case errors.Is(err, store.ErrUnsupported):
 			t.Skipf("store has no server form for %v: %v", alg, err)
 		case err != nil:
 			t.Fatalf("store.Decide(%v) peek on a fresh key: %v", alg, err)
@@ -137,7 +138,7 @@ func testComposite(t *testing.T, newHarness func(*testing.T) Harness) {
 // testCompositeBoundaries scripts GCRA(10/s, burst 10) and FixedWindow(15
 // per minute): the bucket's burst, its refill, then the window's limit,
 // each limit's figures reported, and a denial that consumes nothing.
-func testCompositeBoundaries(t *testing.T, s ratelimit.Store) {
+func testCompositeBoundaries(t *testing.T, s store.Store) {
 	f := newFixture(t, s, composites()[0])
 	const key = "composite-boundaries"
 	check := func(d ratelimit.Decision, allowed bool, remaining []int, retry time.Duration) {
@@ -179,7 +180,7 @@ func testCompositeBoundaries(t *testing.T, s ratelimit.Store) {
 // testCompositeConcurrency runs many goroutines on one key at a fixed time:
 // exactly the composite's limit is admitted, and afterwards each limit has
 // consumed exactly the admitted requests, none of the denied ones.
-func testCompositeConcurrency(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm) {
+func testCompositeConcurrency(t *testing.T, s store.Store, alg algorithms.Algorithm) {
 	for _, existing := range []bool{false, true} {
 		name := "new-key"
 		if existing {
@@ -223,7 +224,7 @@ func testCompositeConcurrency(t *testing.T, s ratelimit.Store, alg algorithms.Al
 
 // testCompositeExpiry checks that the composite's keys carry an expiry, at
 // least the longest part's TTL.
-func testCompositeExpiry(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) {
+func testCompositeExpiry(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) {
 	if h.Expiries == nil {
 		t.Skip("harness has no Expiries: cannot list the backend's keys")
 	}
@@ -257,7 +258,7 @@ func testCompositeExpiry(t *testing.T, h Harness, s ratelimit.Store, alg algorit
 
 // testCompositeIsolation checks that a composite never shares state with a
 // single algorithm of the same limiter name, nor with another composite.
-func testCompositeIsolation(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm) {
+func testCompositeIsolation(t *testing.T, s store.Store, alg algorithms.Algorithm) {
 	f := newFixture(t, s, alg, ratelimit.WithName("shared"))
 	single := f.sibling(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("shared"))
 	other := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
@@ -272,7 +273,7 @@ func testCompositeIsolation(t *testing.T, s ratelimit.Store, alg algorithms.Algo
 }
 
 // testCompositeInvalid checks that bad compositions and costs are errors.
-func testCompositeInvalid(t *testing.T, s ratelimit.Store) {
+func testCompositeInvalid(t *testing.T, s store.Store) {
 	for _, alg := range []algorithms.Algorithm{
 		algorithms.All(),
 		algorithms.All(algorithms.GCRA(10, time.Second, 10), nil),

@@ -1,4 +1,4 @@
-// Package conformance is the test suite every ratelimit.Store must pass.
+// Package conformance is the test suite every store.Store must pass.
 // Users run it on their own stores from an ordinary test:
 //
 //	func TestConformance(t *testing.T) {
@@ -9,7 +9,7 @@
 //
 // Run calls the factory once per subtest, so each starts from a fresh,
 // empty store; name subtests with go test -run as usual. The store must use
-// the time the limiter passes it (see ratelimit.Store.Update): a store that
+// the time the limiter passes it (see store.Store.Update): a store that
 // prefers its server's clock must be built with that turned off here.
 //
 // The suite covers exact admission under concurrency (on an existing key
@@ -17,7 +17,7 @@
 // boundaries with an injected clock, expiry of every key written, decisions
 // that stay right when expiry never fires, key isolation and odd keys,
 // costs above one, Peek, Reset, context cancellation, and, for stores that
-// implement ratelimit.Decider, equality of the server-side forms with the Go
+// implement store.Decider, equality of the server-side forms with the Go
 // forms on seeded random sequences: clocks that step backwards, several
 // parameter sets switched mid-sequence under one name, values near the
 // parameter checks' bounds, costs above one and peeks, with every decision,
@@ -44,7 +44,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Harness is a store under test, with what the suite needs to inspect it.
@@ -52,7 +52,7 @@ type Harness struct {
 	// Store is a fresh, empty store (or one whose keys the other
 	// harnesses do not see, such as a unique key prefix on a shared
 	// server).
-	Store ratelimit.Store
+	Store store.Store
 
 	// Expiries lists every backend key or row the store holds, with its
 	// expiry, so the suite can prove that every write carries one. A
@@ -80,7 +80,7 @@ type Harness struct {
 	// then hold every write to the Go form's next state and TTL, not only
 	// the decisions. A store whose state does not map to the Go form's
 	// leaves it nil, and only decisions are compared.
-	State func(ctx context.Context, key ratelimit.Key) (state []byte, expires int64, err error)
+	State func(ctx context.Context, key store.Key) (state []byte, expires int64, err error)
 
 	// ServerClock, for a store that can read its server's clock, returns
 	// a store on the same backend and keys as Store that does (Store
@@ -89,7 +89,7 @@ type Harness struct {
 	// with State each write, to the Go form at some time within the call,
 	// by this machine's clock: the server's clock must agree with it, as
 	// it does for a server on the same machine. Nil skips that group.
-	ServerClock func(t *testing.T) ratelimit.Store
+	ServerClock func(t *testing.T) store.Store
 
 	// DecidesAllBuiltins reports that the store's Decider has a server
 	// form for every built-in algorithm. The suite then fails, instead of
@@ -101,7 +101,7 @@ type Harness struct {
 	// where the store has one), so that the lease groups can prove mutual
 	// exclusion between instances, as between two processes. A store with
 	// no such thing leaves it nil, and those subtests skip saying so.
-	Twin func(t *testing.T) ratelimit.Store
+	Twin func(t *testing.T) store.Store
 
 	// Freeze, for a store whose backend the test can stop answering (a
 	// private server frozen with SIGSTOP, say), returns a fresh store on
@@ -111,7 +111,7 @@ type Harness struct {
 	// Limiter and lease call on the frozen store to its bound, which only
 	// a store that honours its context keeps. Nil skips that subtest (the
 	// group's wrapper-injected hang still runs).
-	Freeze func(t *testing.T) (store ratelimit.Store, freeze func())
+	Freeze func(t *testing.T) (store store.Store, freeze func())
 
 	// Timeout is how long a subtest may run without another starting or
 	// ending before the suite's watchdog ends the run with a panic naming

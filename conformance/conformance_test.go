@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // A green run of the suite must mean something: each store below is broken
@@ -29,7 +29,7 @@ import (
 // defect it is correct, and the suite must pass it.
 type brokenStore struct {
 	defect  string
-	decider bool // implements ratelimit.Decider (see deciderStore)
+	decider bool // implements store.Decider (see deciderStore)
 
 	mu     sync.Mutex
 	items  map[string]item
@@ -62,14 +62,14 @@ type item struct {
 	expires int64 // µs; 0 means never
 }
 
-func (s *brokenStore) mapKey(k ratelimit.Key) string {
+func (s *brokenStore) mapKey(k store.Key) string {
 	if s.defect == "keys-collide" {
 		return k.ID // forgets the namespace: limiters share state
 	}
 	return k.String()
 }
 
-func (s *brokenStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *brokenStore) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	if s.defect == "deadlock" {
 		<-make(chan struct{}) // waits forever, whatever the context says
 	}
@@ -116,7 +116,7 @@ func (s *brokenStore) Update(ctx context.Context, key ratelimit.Key, now int64, 
 	return nil
 }
 
-func (s *brokenStore) Delete(ctx context.Context, key ratelimit.Key) error {
+func (s *brokenStore) Delete(ctx context.Context, key store.Key) error {
 	if s.frozen.Load() {
 		return s.hang(ctx)
 	}
@@ -152,7 +152,7 @@ func (s *brokenStore) harness(t *testing.T) conformance.Harness {
 			}
 			return list, nil
 		},
-		State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+		State: func(ctx context.Context, key store.Key) ([]byte, int64, error) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			it, ok := s.items[s.mapKey(key)]
@@ -161,8 +161,8 @@ func (s *brokenStore) harness(t *testing.T) conformance.Harness {
 			}
 			return append([]byte(nil), it.state...), it.expires, nil
 		},
-		ServerClock: func(t *testing.T) ratelimit.Store { return serverClockStore{s} },
-		Freeze: func(t *testing.T) (ratelimit.Store, func()) {
+		ServerClock: func(t *testing.T) store.Store { return serverClockStore{s} },
+		Freeze: func(t *testing.T) (store.Store, func()) {
 			fs := &brokenStore{defect: s.defect, decider: s.decider, items: map[string]item{}, thawed: make(chan struct{})}
 			t.Cleanup(func() { close(fs.thawed) })
 			return fs.harness(t).Store, func() { fs.frozen.Store(true) }
@@ -170,7 +170,7 @@ func (s *brokenStore) harness(t *testing.T) conformance.Harness {
 	}
 	if s.decider {
 		h.Store = deciderStore{s, false}
-		h.ServerClock = func(t *testing.T) ratelimit.Store { return deciderStore{s, true} }
+		h.ServerClock = func(t *testing.T) store.Store { return deciderStore{s, true} }
 		h.DecidesAllBuiltins = true
 	}
 	return h
@@ -179,7 +179,7 @@ func (s *brokenStore) harness(t *testing.T) conformance.Harness {
 // serverClockStore is s reading its "server's" clock: this machine's.
 type serverClockStore struct{ *brokenStore }
 
-func (s serverClockStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s serverClockStore) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return s.brokenStore.Update(ctx, key, time.Now().UnixMicro(), fn)
 }
 
@@ -191,19 +191,19 @@ type deciderStore struct {
 	serverClock bool
 }
 
-func (s deciderStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s deciderStore) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	if s.serverClock {
 		now = time.Now().UnixMicro()
 	}
 	return s.brokenStore.Update(ctx, key, now, fn)
 }
 
-func (s deciderStore) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (s deciderStore) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	if s.serverClock && s.defect != "decider-server-clock-ignored" {
 		req.Now = time.Now().UnixMicro()
 	}
 	if s.defect == "decider-form-missing" && forms.BuiltinOf(alg) == forms.Builtins()[0] {
-		return algorithms.Decision{}, fmt.Errorf("broken: no form for %s: %w", alg.Name(), ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("broken: no form for %s: %w", alg.Name(), store.ErrUnsupported)
 	}
 	if c, ok := alg.(algorithms.Composite); ok && s.defect == "decider-partial" {
 		// Each limit as a limiter of its own, called one after the other:

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The Differential groups hold a store to the Go forms: seeded random
@@ -166,7 +167,7 @@ func testDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
 
 // runSequence runs n random requests for one key through limiters of
 // every algorithm in fam, sharing one name and one fake clock.
-func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed uint64, n int) {
+func runSequence(t *testing.T, h Harness, s store.Store, fam family, seed uint64, n int) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -176,7 +177,7 @@ func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed ui
 		lims = append(lims, f.sibling(s, alg, ratelimit.WithName("differential")))
 	}
 	id := fmt.Sprintf("differential-%d", seed)
-	key := ratelimit.Key{Namespace: f.lim.Namespace(), ID: id}
+	key := store.Key{Namespace: f.lim.Namespace(), ID: id}
 	var m model
 	for i := 0; i < n; i++ {
 		j := 0
@@ -214,17 +215,17 @@ func runSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, seed ui
 		if err != nil {
 			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
 		}
-		if !sameDecision(algorithmsDecision(want.Decision), got) && m.realTTLPassed(h) {
+		if !sameDecision(want.Decision, got) && m.realTTLPassed(h) {
 			// This machine stalled past the state's TTL in real time, and a
 			// backend that expires keys by real time may have dropped it:
 			// the store must then decide as on no state.
-			if alt, err := alg.Decide(nil, req); err == nil && sameDecision(algorithmsDecision(alt.Decision), got) {
+			if alt, err := alg.Decide(nil, req); err == nil && sameDecision(alt.Decision, got) {
 				want, m.state = alt, nil
 			}
 		}
-		if w := algorithmsDecision(want.Decision); !sameDecision(got, w) {
+		if !sameDecision(want.Decision, got) {
 			t.Fatalf("seed %d step %d: %v: %s at %s (µs %d) on state %v = %+v, want the Go form's %+v",
-				seed, i, alg, call, f.at(), now, fields(m.at(now)), got, w)
+				seed, i, alg, call, f.at(), now, fields(m.at(now)), got, want.Decision)
 		}
 		if want.Next != nil {
 			m.state, m.expires, m.written, m.at0 = bytes.Clone(want.Next), now+want.TTL, written, now
@@ -290,21 +291,21 @@ func testDifferentialServerClock(t *testing.T, newHarness func(*testing.T) Harne
 	}
 }
 
-// withoutServerClock hides s's ratelimit.ServerClocker, if it has one, so
+// withoutServerClock hides s's store.ServerClocker, if it has one, so
 // that a limiter on it takes a clock: ratelimit.New refuses a clock a
 // store on its server's clock would ignore, and this group passes one to
 // prove that the store does ignore it.
-func withoutServerClock(s ratelimit.Store) ratelimit.Store {
-	if d, ok := s.(ratelimit.Decider); ok {
+func withoutServerClock(s store.Store) store.Store {
+	if d, ok := s.(store.Decider); ok {
 		return struct {
-			ratelimit.Store
-			ratelimit.Decider
+			store.Store
+			store.Decider
 		}{s, d}
 	}
-	return struct{ ratelimit.Store }{s}
+	return struct{ store.Store }{s}
 }
 
-func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam family, n int) {
+func runServerClockSequence(t *testing.T, h Harness, s store.Store, fam family, n int) {
 	t.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(7, 0xc10c))
@@ -318,7 +319,7 @@ func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam fami
 		lims = append(lims, lim)
 	}
 	const id = "server-clock"
-	key := ratelimit.Key{Namespace: lims[0].Namespace(), ID: id}
+	key := store.Key{Namespace: lims[0].Namespace(), ID: id}
 	var m model
 	for i := 0; i < n; i++ {
 		j := 0
@@ -355,7 +356,7 @@ func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam fami
 		for now := before - 1; now <= after+1 && !found; now++ {
 			req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
 			want, err := alg.Decide(m.at(now), req)
-			if err != nil || !sameDecision(algorithmsDecision(want.Decision), got) {
+			if err != nil || !sameDecision(want.Decision, got) {
 				continue
 			}
 			if want.Next != nil {
@@ -374,7 +375,7 @@ func runServerClockSequence(t *testing.T, h Harness, s ratelimit.Store, fam fami
 			w1, _ := alg.Decide(m.at(after), algorithms.Request{Now: after, Cost: cost, Peek: peek})
 			t.Fatalf("step %d: %v: %s on the server's clock = %+v, leaving %v expiring at %d; no time between µs %d and %d gives that: the Go form says %+v (next %v) at the first and %+v (next %v) at the last, from state %v expiring at %d",
 				i, alg, call, got, fields(st), exp, before, after,
-				algorithmsDecision(w0.Decision), fields(w0.Next), algorithmsDecision(w1.Decision), fields(w1.Next), fields(m.state), m.expires)
+				w0.Decision, fields(w0.Next), w1.Decision, fields(w1.Next), fields(m.state), m.expires)
 		}
 	}
 	if err := lims[0].Reset(ctx, id); err != nil {
@@ -409,10 +410,32 @@ func fields(state []byte) any {
 	return v
 }
 
-func algorithmsDecision(d algorithms.Decision) ratelimit.Decision {
-	return ratelimit.DecisionFrom(d)
+// sameDecision reports whether got, a limiter's decision, is the store's
+// answer (SourceStore, not shadowed) and, in integers, the Go form's want,
+// field by field and limit by limit.
+func sameDecision(want algorithms.Decision, got ratelimit.Decision) bool {
+	if got.Source != ratelimit.SourceStore || got.Shadowed {
+		return false
+	}
+	return reflect.DeepEqual(want, asAlgorithms(got))
 }
 
-// sameDecision reports whether two decisions are equal, field by field and
-// limit by limit.
-func sameDecision(a, b ratelimit.Decision) bool { return reflect.DeepEqual(a, b) }
+// asAlgorithms returns d's figures as an algorithm's Decision, durations
+// in microseconds, a composite's limits as its parts: the inverse of what
+// a Limiter does with its store's answer.
+func asAlgorithms(d ratelimit.Decision) algorithms.Decision {
+	a := algorithms.Decision{
+		Allowed: d.Allowed, Limit: int64(d.Limit), Remaining: int64(d.Remaining),
+		RetryAfter: d.RetryAfter.Microseconds(), ResetAfter: d.ResetAfter.Microseconds(), Delay: d.Delay.Microseconds(),
+	}
+	if d.Limits != nil {
+		a.Parts = make([]algorithms.Decision, len(d.Limits))
+		for i, p := range d.Limits {
+			a.Parts[i] = algorithms.Decision{
+				Allowed: p.Allowed, Limit: int64(p.Limit), Remaining: int64(p.Remaining),
+				RetryAfter: p.RetryAfter.Microseconds(), ResetAfter: p.ResetAfter.Microseconds(), Delay: p.Delay.Microseconds(),
+			}
+		}
+	}
+	return a
+}

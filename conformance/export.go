@@ -11,9 +11,10 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
-// The Export group holds a store that implements ratelimit.Exporter to
+// The Export group holds a store that implements store.Exporter to
 // what a move needs of it (docs/moving-state.md): statefile.Count counts
 // each live key of a namespace once; statefile.Export yields each of them
 // once, and no other; and every entry exported, imported into another
@@ -60,15 +61,15 @@ func testExport(t *testing.T, newHarness func(*testing.T) Harness) {
 			}
 			ns, now := f.lim.Namespace(), f.clock.Now()
 			n, err := statefile.Count(ctx, src.Store, ns, now)
-			if errors.Is(err, ratelimit.ErrUnsupported) {
+			if errors.Is(err, store.ErrUnsupported) {
 				t.Skipf("the store cannot enumerate its keys here: %v", err)
 			}
 			if n != len(users) || err != nil {
 				t.Fatalf("statefile.Count(store, %q) = %d, %v; want %d, the keys decided on", ns, n, err, len(users))
 			}
-			var entries []ratelimit.Entry
+			var entries []store.Entry
 			seen := map[string]bool{}
-			err = statefile.Export(ctx, src.Store, ns, now, func(e ratelimit.Entry) error {
+			err = statefile.Export(ctx, src.Store, ns, now, func(e store.Entry) error {
 				switch {
 				case e.Key.Namespace != ns:
 					return fmt.Errorf("yielded %q, outside namespace %q", e.Key.String(), ns)
@@ -118,7 +119,7 @@ func testExport(t *testing.T, newHarness func(*testing.T) Harness) {
 			// A state the algorithm cannot decode is refused and not
 			// written (a user's own algorithm's state is the user's to
 			// read: it cannot be checked).
-			bad := ratelimit.Entry{Key: ratelimit.Key{Namespace: ns, ID: "bad"}, State: []byte{1, 2, 3}, Expires: now.Add(time.Hour).UnixMicro()}
+			bad := store.Entry{Key: store.Key{Namespace: ns, ID: "bad"}, State: []byte{1, 2, 3}, Expires: now.Add(time.Hour).UnixMicro()}
 			if _, own := alg.(ownAlgorithm); !own {
 				if wrote, err := statefile.Import(ctx, dst.Store, bad, now); !errors.Is(err, ratelimit.ErrCorruptState) || wrote {
 					t.Errorf("import of an undecodable %s state = %v, %v; want ErrCorruptState", alg.Name(), wrote, err)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -18,9 +18,9 @@ type brokenExporter struct {
 	defect string
 }
 
-func (s brokenExporter) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (s brokenExporter) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	first := true
-	return s.Store.Export(ctx, "", now, func(e ratelimit.Entry) error {
+	return s.Store.Export(ctx, "", now, func(e store.Entry) error {
 		switch s.defect {
 		case "export-loses-key":
 			if e.Key.Namespace == namespace && first {

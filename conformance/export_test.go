@@ -6,6 +6,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Limiter and Locker are the fault groups' subjects, for the suite's own
@@ -16,12 +17,12 @@ type (
 )
 
 // SetLocker makes the fault groups test the lockers newLocker makes.
-func SetLocker(newLocker func(s ratelimit.Store, ttl time.Duration, opts ...lease.Option) (Locker, error)) {
+func SetLocker(newLocker func(s store.Store, ttl time.Duration, opts ...lease.Option) (Locker, error)) {
 	subjects.locker = newLocker
 }
 
 // SetBreakerLimiter makes the fault groups test the limiters with a circuit
 // breaker that newLimiter makes.
-func SetBreakerLimiter(newLimiter func(s ratelimit.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (Limiter, error)) {
+func SetBreakerLimiter(newLimiter func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (Limiter, error)) {
 	subjects.breakerLimiter = newLimiter
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The fault groups (faults.go injects the faults): each kind of fault a bad
@@ -44,25 +45,25 @@ type locker interface {
 // (export_test.go), to prove that the groups can fail.
 var subjects = struct {
 	// limiter is ratelimit.New.
-	limiter func(s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) (limiter, error)
+	limiter func(s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) (limiter, error)
 	// breakerLimiter is ratelimit.New with WithCircuitBreaker(failures,
 	// coolDown) and opts.
-	breakerLimiter func(s ratelimit.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (limiter, error)
+	breakerLimiter func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (limiter, error)
 	// locker is lease.New.
-	locker func(s ratelimit.Store, ttl time.Duration, opts ...lease.Option) (locker, error)
+	locker func(s store.Store, ttl time.Duration, opts ...lease.Option) (locker, error)
 }{
-	limiter: func(s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) (limiter, error) {
+	limiter: func(s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) (limiter, error) {
 		return ratelimit.New(s, alg, opts...)
 	},
-	breakerLimiter: func(s ratelimit.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (limiter, error) {
+	breakerLimiter: func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (limiter, error) {
 		return ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithCircuitBreaker(failures, coolDown)}, opts...)...)
 	},
-	locker: func(s ratelimit.Store, ttl time.Duration, opts ...lease.Option) (locker, error) {
+	locker: func(s store.Store, ttl time.Duration, opts ...lease.Option) (locker, error) {
 		return lease.New(s, ttl, opts...)
 	},
 }
 
-func newSubjectLimiter(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) limiter {
+func newSubjectLimiter(t *testing.T, s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) limiter {
 	t.Helper()
 	lim, err := subjects.limiter(s, alg, opts...)
 	if err != nil {
@@ -71,7 +72,7 @@ func newSubjectLimiter(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm
 	return lim
 }
 
-func newSubjectLocker(t *testing.T, s ratelimit.Store, ttl time.Duration, opts ...lease.Option) locker {
+func newSubjectLocker(t *testing.T, s store.Store, ttl time.Duration, opts ...lease.Option) locker {
 	t.Helper()
 	lk, err := subjects.locker(s, ttl, opts...)
 	if err != nil {
@@ -82,9 +83,9 @@ func newSubjectLocker(t *testing.T, s ratelimit.Store, ttl time.Duration, opts .
 
 const (
 	// defaultBound is the longest the suite lets a Limiter call with no
-	// options wait on a store that does not answer (a lease call: its
-	// default call timeout, a second).
-	defaultBound = ratelimit.DefaultStoreTimeout
+	// options wait on a store that does not answer: a limiter's default
+	// store budget and a lease call's default call timeout, a second each.
+	defaultBound = time.Second
 	// shortBound is the budget the groups set where they set one
 	// (ratelimit.WithStoreTimeout, lease.WithCallTimeout).
 	shortBound = 250 * time.Millisecond
@@ -157,7 +158,7 @@ func returnsWithin(t *testing.T, rule string, calls []boundedCall) {
 // SDK's default bounds) and with a budget of shortBound (the limiter's
 // WithStoreTimeout, the locker's WithCallTimeout). It takes the leases that
 // Extend and Release need while s still answers.
-func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
+func hungCalls(t *testing.T, s store.Store) []boundedCall {
 	t.Helper()
 	ctx := context.Background()
 	alg := algorithms.GCRA(10, time.Second, 10)
@@ -203,8 +204,8 @@ func hungCalls(t *testing.T, s ratelimit.Store) []boundedCall {
 // deadline of shortBound, which they must keep with an error wrapping
 // context.DeadlineExceeded: the store honours its context, so the SDK's
 // bounds cost nothing but the call.
-func storeCalls(s ratelimit.Store) []boundedCall {
-	key := ratelimit.Key{Namespace: "frozen", ID: "k"}
+func storeCalls(s store.Store) []boundedCall {
+	key := store.Key{Namespace: "frozen", ID: "k"}
 	alg := algorithms.GCRA(10, time.Second, 10)
 	now := epoch.UnixMicro()
 	call := func(fn func(ctx context.Context) error) func() error {
@@ -224,7 +225,7 @@ func storeCalls(s ratelimit.Store) []boundedCall {
 		})},
 		{"deadline 250ms: store.Delete", shortBound, call(func(ctx context.Context) error { return s.Delete(ctx, key) })},
 	}
-	if d, ok := s.(ratelimit.Decider); ok {
+	if d, ok := s.(store.Decider); ok {
 		calls = append(calls, boundedCall{"deadline 250ms: store.Decide", shortBound, call(func(ctx context.Context) error {
 			_, err := d.Decide(ctx, key, alg, algorithms.Request{Now: now, Cost: 1})
 			return err
@@ -232,7 +233,7 @@ func storeCalls(s ratelimit.Store) []boundedCall {
 	}
 	if r, ok := s.(leasewire.Runner); ok {
 		calls = append(calls, boundedCall{"deadline 250ms: store.RunLease", shortBound, call(func(ctx context.Context) error {
-			_, err := r.RunLease(ctx, ratelimit.Key{Namespace: "frozen" + leasewire.NamespaceSuffix, ID: "k"}, now, leasewire.Request{Op: leasewire.OpAcquire, Owner: leasewire.Token{1}, TTL: 1000})
+			_, err := r.RunLease(ctx, store.Key{Namespace: "frozen" + leasewire.NamespaceSuffix, ID: "k"}, now, leasewire.Request{Op: leasewire.OpAcquire, Owner: leasewire.Token{1}, TTL: 1000})
 			return err
 		})})
 	}
@@ -288,7 +289,7 @@ func testFaultBreaker(t *testing.T, newHarness func(*testing.T) Harness) {
 	ctx := context.Background()
 	const failures, limit = 3, 20
 	alg := algorithms.FixedWindow(limit, time.Hour)
-	newLim := func(t *testing.T, s ratelimit.Store) limiter {
+	newLim := func(t *testing.T, s store.Store) limiter {
 		t.Helper()
 		lim, err := subjects.breakerLimiter(s, alg, failures, time.Minute, ratelimit.WithFailurePolicy(ratelimit.FailOpen))
 		if err != nil {

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The fault groups put the store under test behind a wrapper that injects
@@ -21,13 +21,13 @@ import (
 // calls that are not faulted, and the write of a fault that lets it
 // happen, reach the real backend.
 //
-// What the wrapper forwards: Update, Delete, ratelimit.Decider and
+// What the wrapper forwards: Update, Delete, store.Decider and
 // leasewire.Runner, each with the fault applied, so that a limiter and a
 // locker take the same path through the wrapper as through the store
-// itself, and ratelimit.ServerClocker's answer (false for a store without
+// itself, and store.ServerClocker's answer (false for a store without
 // it), so that ratelimit.New and lease.New judge the clock as they would on
 // the store. What it hides: the memory store's register-passing fast path
-// (unexported: the limiter then uses Decide), and ratelimit.Exporter and
+// (unexported: the limiter then uses Decide), and store.Exporter and
 // Importer (the fault groups move no state). A user's own wrapper around a store must
 // forward the optional interfaces it means to keep in the same way, or a
 // limiter silently takes the slower path (see docs/writing-a-store.md).
@@ -175,31 +175,31 @@ func (f *faults) apply(ctx context.Context, call func(ctx context.Context) error
 // faultStore is a store behind a fault injector. Use withFaults, which
 // adds the optional interfaces the store has.
 type faultStore struct {
-	s ratelimit.Store
+	s store.Store
 	f *faults
 }
 
-func (w faultStore) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (w faultStore) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return w.f.apply(ctx, func(ctx context.Context) error { return w.s.Update(ctx, key, now, fn) })
 }
 
 // ServerClock forwards the store's answer (false if it has none).
 func (w faultStore) ServerClock() bool {
-	sc, ok := w.s.(ratelimit.ServerClocker)
+	sc, ok := w.s.(store.ServerClocker)
 	return ok && sc.ServerClock()
 }
 
-func (w faultStore) Delete(ctx context.Context, key ratelimit.Key) error {
+func (w faultStore) Delete(ctx context.Context, key store.Key) error {
 	return w.f.apply(ctx, func(ctx context.Context) error { return w.s.Delete(ctx, key) })
 }
 
-// faultDecider forwards ratelimit.Decider.
+// faultDecider forwards store.Decider.
 type faultDecider struct {
 	faultStore
-	d ratelimit.Decider
+	d store.Decider
 }
 
-func (w faultDecider) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (w faultDecider) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	var d algorithms.Decision
 	err := w.f.apply(ctx, func(ctx context.Context) error {
 		var err error
@@ -215,7 +215,7 @@ type faultRunner struct {
 	r leasewire.Runner
 }
 
-func (w faultRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (w faultRunner) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return runLease(w.f, w.r, ctx, key, now, req)
 }
 
@@ -225,11 +225,11 @@ type faultDeciderRunner struct {
 	r leasewire.Runner
 }
 
-func (w faultDeciderRunner) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (w faultDeciderRunner) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return runLease(w.f, w.r, ctx, key, now, req)
 }
 
-func runLease(f *faults, r leasewire.Runner, ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func runLease(f *faults, r leasewire.Runner, ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	var res leasewire.Result
 	err := f.apply(ctx, func(ctx context.Context) error {
 		var err error
@@ -242,11 +242,11 @@ func runLease(f *faults, r leasewire.Runner, ctx context.Context, key ratelimit.
 // withFaults returns s behind a fault injector that injects nothing until
 // told, with the optional interfaces s has (see the top of this file).
 // Calls hung when t ends are released then.
-func withFaults(t *testing.T, s ratelimit.Store) (ratelimit.Store, *faults) {
+func withFaults(t *testing.T, s store.Store) (store.Store, *faults) {
 	f := &faults{end: make(chan struct{})}
 	t.Cleanup(func() { close(f.end) })
 	base := faultStore{s, f}
-	d, isDecider := s.(ratelimit.Decider)
+	d, isDecider := s.(store.Decider)
 	r, isRunner := s.(leasewire.Runner)
 	switch {
 	case isDecider && isRunner:

@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The fault groups test a store together with the SDK's limiter and locker.
@@ -24,12 +25,12 @@ import (
 func useBrokenSubject(defect string) bool {
 	switch defect {
 	case "do-no-deadline-check":
-		conformance.SetLocker(func(s ratelimit.Store, ttl time.Duration, opts ...lease.Option) (conformance.Locker, error) {
+		conformance.SetLocker(func(s store.Store, ttl time.Duration, opts ...lease.Option) (conformance.Locker, error) {
 			lk, err := lease.New(s, ttl, opts...)
 			return naiveDo{lk}, err
 		})
 	case "breaker-blames-caller":
-		conformance.SetBreakerLimiter(func(s ratelimit.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (conformance.Limiter, error) {
+		conformance.SetBreakerLimiter(func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (conformance.Limiter, error) {
 			lim, err := ratelimit.New(s, alg, opts...)
 			return &blamingBreaker{Limiter: lim, threshold: failures}, err
 		})

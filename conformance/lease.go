@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The lease groups: the package lease on the store, through the store's
@@ -45,15 +46,15 @@ const leaseTTL = 10 * time.Second
 // ("server") or its Update ("update").
 type leasePath struct {
 	name string
-	wrap func(t *testing.T, s ratelimit.Store) ratelimit.Store
+	wrap func(t *testing.T, s store.Store) store.Store
 }
 
 var leasePaths = []leasePath{
 	{"server", requireRunner},
-	{"update", func(t *testing.T, s ratelimit.Store) ratelimit.Store { return updateOnly{s} }},
+	{"update", func(t *testing.T, s store.Store) store.Store { return updateOnly{s} }},
 }
 
-func requireRunner(t *testing.T, s ratelimit.Store) ratelimit.Store {
+func requireRunner(t *testing.T, s store.Store) store.Store {
 	t.Helper()
 	if _, ok := s.(leasewire.Runner); !ok {
 		t.Skip("store does not implement lease.Runner")
@@ -62,7 +63,7 @@ func requireRunner(t *testing.T, s ratelimit.Store) ratelimit.Store {
 }
 
 // forEachLeasePath runs fn on a fresh harness for each path.
-func forEachLeasePath(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store)) {
+func forEachLeasePath(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, wrap func(store.Store) store.Store)) {
 	for _, p := range leasePaths {
 		if p.name == "server" && !storeHas(t).runner {
 			continue
@@ -70,7 +71,7 @@ func forEachLeasePath(t *testing.T, newHarness func(*testing.T) Harness, fn func
 		t.Run(p.name, func(t *testing.T) {
 			h := newHarness(t)
 			p.wrap(t, h.Store)
-			fn(t, h, func(s ratelimit.Store) ratelimit.Store { return p.wrap(t, s) })
+			fn(t, h, func(s store.Store) store.Store { return p.wrap(t, s) })
 		})
 	}
 }
@@ -82,13 +83,13 @@ type leaseFixture struct {
 	clock *clock.Fake
 }
 
-func newLeaseFixture(t *testing.T, s ratelimit.Store, opts ...lease.Option) *leaseFixture {
+func newLeaseFixture(t *testing.T, s store.Store, opts ...lease.Option) *leaseFixture {
 	t.Helper()
 	c := clock.NewFake(epoch)
 	return &leaseFixture{t: t, lk: newLocker(t, s, append([]lease.Option{lease.WithClock(c)}, opts...)...), clock: c}
 }
 
-func newLocker(t *testing.T, s ratelimit.Store, opts ...lease.Option) *lease.Locker {
+func newLocker(t *testing.T, s store.Store, opts ...lease.Option) *lease.Locker {
 	t.Helper()
 	lk, err := lease.New(s, leaseTTL, opts...)
 	if err != nil {
@@ -98,7 +99,7 @@ func newLocker(t *testing.T, s ratelimit.Store, opts ...lease.Option) *lease.Loc
 }
 
 // sibling returns another locker on the same store and fake clock.
-func (f *leaseFixture) sibling(s ratelimit.Store, opts ...lease.Option) *lease.Locker {
+func (f *leaseFixture) sibling(s store.Store, opts ...lease.Option) *lease.Locker {
 	return newLocker(f.t, s, append([]lease.Option{lease.WithClock(f.clock)}, opts...)...)
 }
 
@@ -150,8 +151,8 @@ func (fs *fences) add(le *lease.Lease, when string) {
 func testLeaseExclusion(t *testing.T, newHarness func(*testing.T) Harness) {
 	for _, variant := range []string{"goroutines", "two-instances"} {
 		t.Run(variant, func(t *testing.T) {
-			forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
-				stores := []ratelimit.Store{wrap(h.Store)}
+			forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
+				stores := []store.Store{wrap(h.Store)}
 				if variant == "two-instances" {
 					if h.Twin == nil {
 						t.Skip("harness has no Twin: cannot make a second instance of the store on the same backend")
@@ -210,7 +211,7 @@ func testLeaseExclusion(t *testing.T, newHarness func(*testing.T) Harness) {
 // testLeaseTakeover checks that an expired lease can be taken over, on the
 // fake clock, and that its old holder then can neither extend nor release.
 func testLeaseTakeover(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s)
 		other := f.sibling(s)
@@ -245,7 +246,7 @@ func testLeaseTakeover(t *testing.T, newHarness func(*testing.T) Harness) {
 // record (a restart of a server without persistence), a burst of acquires
 // at one instant, and a clock that steps back.
 func testLeaseFences(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s)
 		fs := &fences{t: t}
@@ -291,7 +292,7 @@ func testLeaseFences(t *testing.T, newHarness func(*testing.T) Harness) {
 		// A restart of a server without persistence loses the record; a
 		// restart takes longer than a microsecond.
 		lost := le
-		if err := h.Store.Delete(ctx, ratelimit.Key{Namespace: f.lk.Namespace(), ID: key}); err != nil {
+		if err := h.Store.Delete(ctx, store.Key{Namespace: f.lk.Namespace(), ID: key}); err != nil {
 			t.Fatalf("store.Delete(lease record): %v", err)
 		}
 		f.clock.Advance(time.Millisecond)
@@ -314,7 +315,7 @@ func testLeaseFences(t *testing.T, newHarness func(*testing.T) Harness) {
 // testLeaseOwner checks the owner checks: only the holder extends and
 // releases, Release is idempotent, and a released lease cannot be extended.
 func testLeaseOwner(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s)
 		ctx := context.Background()
@@ -357,7 +358,7 @@ var errReplyLost = errors.New("conformance: the reply was lost (the update was a
 
 // replyLoser applies the next n calls and then reports errReplyLost.
 type replyLoser struct {
-	ratelimit.Store
+	store.Store
 	n atomic.Int64
 }
 
@@ -368,7 +369,7 @@ func (s *replyLoser) lose(err error) error {
 	return err
 }
 
-func (s *replyLoser) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *replyLoser) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return s.lose(s.Store.Update(ctx, key, now, fn))
 }
 
@@ -378,7 +379,7 @@ type runnerLoser struct {
 	r leasewire.Runner
 }
 
-func (s runnerLoser) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s runnerLoser) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	res, err := s.r.RunLease(ctx, key, now, req)
 	return res, s.lose(err)
 }
@@ -386,10 +387,10 @@ func (s runnerLoser) RunLease(ctx context.Context, key ratelimit.Key, now int64,
 // testLeaseLostReply checks that acquire, extend and release are safe to
 // retry when a reply is lost after the store applied the request.
 func testLeaseLostReply(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		inner := wrap(h.Store)
 		loser := &replyLoser{Store: inner}
-		var s ratelimit.Store = loser
+		var s store.Store = loser
 		if r, ok := inner.(leasewire.Runner); ok {
 			s = runnerLoser{loser, r}
 		}
@@ -427,7 +428,7 @@ func testLeaseLostReply(t *testing.T, newHarness func(*testing.T) Harness) {
 // testLeaseContext checks that a context that ends is the context's error,
 // while waiting and before asking.
 func testLeaseContext(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s)
 		f.acquire(f.lk, "ctx")
@@ -460,7 +461,7 @@ func testLeaseContext(t *testing.T, newHarness func(*testing.T) Harness) {
 		// The store itself, below the locker: the locker stops waiting for
 		// a store whose context has ended either way, but a store that
 		// goes on with the request holds a connection and may take the key.
-		k := ratelimit.Key{Namespace: f.lk.Namespace(), ID: "ctx-store"}
+		k := store.Key{Namespace: f.lk.Namespace(), ID: "ctx-store"}
 		req := leasewire.Request{Op: leasewire.OpAcquire, Owner: leasewire.Token{1}, TTL: int64(time.Hour / time.Microsecond)}
 		now := f.clock.Now().UnixMicro()
 		var err error
@@ -482,7 +483,7 @@ func testLeaseContext(t *testing.T, newHarness func(*testing.T) Harness) {
 // testLeaseExpiry checks that every key a locker writes carries an expiry
 // no longer than its lease needs.
 func testLeaseExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		if h.Expiries == nil {
 			t.Skip("harness has no Expiries: cannot list the backend's keys")
 		}
@@ -531,7 +532,7 @@ func testLeaseExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
 // testLeaseKeys checks that a locker's keys never meet a limiter's or
 // another locker's, and that odd keys work.
 func testLeaseKeys(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s, lease.WithName("shared"))
 		ctx := context.Background()
@@ -562,11 +563,11 @@ func testLeaseKeys(t *testing.T, newHarness func(*testing.T) Harness) {
 		f.acquire(other, "id")
 
 		same := f.sibling(s, lease.WithName("shared"))
-		for _, k := range []string{"{session}", "a}b{c", "with space", "ünïcödé-キー", "\x00\xff binary", "a:b", ":", strings.Repeat("k", ratelimit.MaxKeyLen)} {
+		for _, k := range []string{"{session}", "a}b{c", "with space", "ünïcödé-キー", "\x00\xff binary", "a:b", ":", strings.Repeat("k", store.MaxKeyLen)} {
 			f.acquire(f.lk, k)
 			f.held(same, k, "odd keys are keys like any other")
 		}
-		for _, k := range []string{"", strings.Repeat("k", ratelimit.MaxKeyLen+1)} {
+		for _, k := range []string{"", strings.Repeat("k", store.MaxKeyLen+1)} {
 			if _, err := f.lk.TryAcquire(ctx, k); !errors.Is(err, ratelimit.ErrInvalidKey) {
 				t.Errorf("locker.TryAcquire(key of %d bytes) = %v, want ErrInvalidKey", len(k), err)
 			}
@@ -578,7 +579,7 @@ func testLeaseKeys(t *testing.T, newHarness func(*testing.T) Harness) {
 // the fake clock, for several TTLs; releases when the work returns; and
 // cancels the work when renewal finds the lease taken over.
 func testLeaseDo(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(ratelimit.Store) ratelimit.Store) {
+	forEachLeasePath(t, newHarness, func(t *testing.T, h Harness, wrap func(store.Store) store.Store) {
 		s := wrap(h.Store)
 		f := newLeaseFixture(t, s)
 		other := f.sibling(s)
@@ -647,7 +648,7 @@ func testLeaseDo(t *testing.T, newHarness func(*testing.T) Harness) {
 				})
 			}()
 			le := <-started
-			if err := h.Store.Delete(ctx, ratelimit.Key{Namespace: f.lk.Namespace(), ID: "do-lost"}); err != nil {
+			if err := h.Store.Delete(ctx, store.Key{Namespace: f.lk.Namespace(), ID: "do-lost"}); err != nil {
 				t.Fatalf("store.Delete(lease record): %v", err)
 			}
 			f.clock.Advance(time.Millisecond)
@@ -696,7 +697,7 @@ func testLeaseDifferential(t *testing.T, newHarness func(*testing.T) Harness) {
 	ctx := context.Background()
 	for seed := uint64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0x1ea5e))
-		key := ratelimit.Key{Namespace: "differential" + leasewire.NamespaceSuffix, ID: fmt.Sprintf("seed-%d", seed)}
+		key := store.Key{Namespace: "differential" + leasewire.NamespaceSuffix, ID: fmt.Sprintf("seed-%d", seed)}
 		now := epoch.UnixMicro()
 		var state []byte
 		var kept, dropped int64

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Run runs the whole suite against stores made by newHarness, one fresh
@@ -105,16 +106,16 @@ func builtins() []algorithm {
 type path struct {
 	name string
 	// wrap returns the store s as the path reaches it, for running alg.
-	wrap func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store
+	wrap func(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) store.Store
 }
 
 var paths = []path{
-	{"server", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
+	{"server", func(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) store.Store {
 		t.Helper()
 		requireServerForm(t, h, s, alg)
 		return s
 	}},
-	{"update", func(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) ratelimit.Store {
+	{"update", func(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) store.Store {
 		return updateOnly{s}
 	}},
 }
@@ -131,17 +132,17 @@ type storeCaps struct{ decider, runner, exporter bool }
 // probeStore records which optional interfaces s implements for the Run of
 // t, and when it lacks Decider or leasewire.Runner (the server paths' way in)
 // says so once, in a skipped subtest named ServerPaths.
-func probeStore(t *testing.T, s ratelimit.Store) {
+func probeStore(t *testing.T, s store.Store) {
 	t.Helper()
 	var c storeCaps
-	_, c.decider = s.(ratelimit.Decider)
+	_, c.decider = s.(store.Decider)
 	_, c.runner = s.(leasewire.Runner)
-	_, c.exporter = s.(ratelimit.Exporter)
+	_, c.exporter = s.(store.Exporter)
 	capabilities.Store(t.Name(), c)
 	t.Cleanup(func() { capabilities.Delete(t.Name()) })
 	var missing []string
 	if !c.decider {
-		missing = append(missing, "ratelimit.Decider (the server path of every rate-limit group)")
+		missing = append(missing, "store.Decider (the server path of every rate-limit group)")
 	}
 	if !c.runner {
 		missing = append(missing, "lease.Runner (the server path of the Lease groups)")
@@ -173,18 +174,18 @@ func storeHas(t *testing.T) storeCaps {
 // requireServerForm skips the test when s is not a Decider or has no
 // server form for alg, or fails it when the harness says s has one for
 // every built-in: otherwise the server path would silently test Update.
-func requireServerForm(t *testing.T, h Harness, s ratelimit.Store, alg algorithms.Algorithm) {
+func requireServerForm(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) {
 	t.Helper()
-	dec, ok := s.(ratelimit.Decider)
+	dec, ok := s.(store.Decider)
 	if !ok {
-		t.Skip("store does not implement ratelimit.Decider")
+		t.Skip("store does not implement store.Decider")
 	}
-	key := ratelimit.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
+	key := store.Key{Namespace: "probe:" + alg.Name(), ID: "probe"}
 	_, err := dec.Decide(context.Background(), key, alg, algorithms.Request{Now: epoch.UnixMicro(), Cost: 1, Peek: true})
 	switch {
-	case errors.Is(err, ratelimit.ErrUnsupported) && h.DecidesAllBuiltins:
+	case errors.Is(err, store.ErrUnsupported) && h.DecidesAllBuiltins:
 		t.Fatalf("store.Decide(%v) = %v, but the harness sets DecidesAllBuiltins: the built-in algorithm %s has no server form, and a limiter would silently fall back to Update", alg, err, alg.Name())
-	case errors.Is(err, ratelimit.ErrUnsupported):
+	case errors.Is(err, store.ErrUnsupported):
 		t.Skipf("store has no server form for %s: %v", alg.Name(), err)
 	case err != nil:
 		t.Fatalf("store.Decide(%v) peek on a fresh key: %v", alg, err)
@@ -192,11 +193,11 @@ func requireServerForm(t *testing.T, h Harness, s ratelimit.Store, alg algorithm
 }
 
 // updateOnly hides a store's Decider, so the limiter uses Update.
-type updateOnly struct{ ratelimit.Store }
+type updateOnly struct{ store.Store }
 
 // forEach runs fn for every path and built-in algorithm, each on a fresh
 // harness.
-func forEach(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, s ratelimit.Store, a algorithm)) {
+func forEach(t *testing.T, newHarness func(*testing.T) Harness, fn func(t *testing.T, h Harness, s store.Store, a algorithm)) {
 	for _, p := range paths {
 		if p.name == "server" && !storeHas(t).decider {
 			continue
@@ -220,7 +221,7 @@ type fixture struct {
 	start time.Time
 }
 
-func newFixture(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
+func newFixture(t *testing.T, s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
 	t.Helper()
 	watch(t, 0)
 	c := clock.NewFake(epoch)
@@ -232,7 +233,7 @@ func newFixture(t *testing.T, s ratelimit.Store, alg algorithms.Algorithm, opts 
 }
 
 // sibling returns a fixture for another limiter on the same fake clock.
-func (f *fixture) sibling(s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
+func (f *fixture) sibling(s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *fixture {
 	f.t.Helper()
 	lim, err := ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithClock(f.clock)}, opts...)...)
 	if err != nil {
@@ -285,7 +286,7 @@ func (f *fixture) exhaust(key string, limit int) {
 // on a key that exists and on one that does not yet (the first-create
 // race). The clock stands still, so exactly the limit must be admitted.
 func testConcurrency(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		for _, existing := range []bool{false, true} {
 			name := "new-key"
 			if existing {
@@ -483,7 +484,7 @@ func testBoundaries(t *testing.T, newHarness func(*testing.T) Harness) {
 // testExpiry checks that every key the store writes carries an expiry no
 // longer than the state needs, and that state expires.
 func testExpiry(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		if h.Expiries == nil {
 			t.Skip("harness has no Expiries: cannot list the backend's keys")
 		}
@@ -587,7 +588,7 @@ func testStaleState(t *testing.T, newHarness func(*testing.T) Harness) {
 				d.Remaining, a.limit-1)
 		}
 	})
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
 		f.exhaust("stale", a.limit)
 		f.clock.Advance(10 * a.maxTTL)
@@ -604,9 +605,9 @@ func testKeys(t *testing.T, newHarness func(*testing.T) Harness) {
 	odd := []string{
 		"{user}", "a}b{c", "}{", "{}", "with space", " ", "tab\tand\nnewline", "ünïcödé-キー-🔑",
 		"\x00", "\x00\xff\xfe binary", "a:b", "a:", ":a", "*", "?", "%s", "'; DROP TABLE x; --",
-		strings.Repeat("k", ratelimit.MaxKeyLen),
+		strings.Repeat("k", store.MaxKeyLen),
 	}
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		t.Run("odd-keys", func(t *testing.T) {
 			f := newFixture(t, s, a.alg)
 			for _, k := range odd {
@@ -622,7 +623,7 @@ func testKeys(t *testing.T, newHarness func(*testing.T) Harness) {
 		})
 		t.Run("invalid", func(t *testing.T) {
 			f := newFixture(t, s, a.alg)
-			for _, k := range []string{"", strings.Repeat("k", ratelimit.MaxKeyLen+1)} {
+			for _, k := range []string{"", strings.Repeat("k", store.MaxKeyLen+1)} {
 				if _, err := f.lim.Allow(context.Background(), k); !errors.Is(err, ratelimit.ErrInvalidKey) {
 					t.Errorf("lim.Allow(key of %d bytes) error = %v, want ErrInvalidKey", len(k), err)
 				}
@@ -642,7 +643,7 @@ func testKeys(t *testing.T, newHarness func(*testing.T) Harness) {
 
 // testCost checks requests that cost more than one.
 func testCost(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
 		d := f.expect("cost", 3, true)
 		if d.Remaining != a.limit-3 {
@@ -665,7 +666,7 @@ func testCost(t *testing.T, newHarness func(*testing.T) Harness) {
 
 // testPeek checks that Peek consumes nothing and writes nothing new.
 func testPeek(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
 		for i := 0; i < a.limit*2; i++ {
 			d, err := f.lim.Peek(context.Background(), "peek")
@@ -698,7 +699,7 @@ func testPeek(t *testing.T, newHarness func(*testing.T) Harness) {
 
 // testReset checks that Reset forgets a key, and only that key.
 func testReset(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
 		f.exhaust("reset", a.limit)
 		f.exhaust("kept", a.limit)
@@ -719,7 +720,7 @@ func testReset(t *testing.T, newHarness func(*testing.T) Harness) {
 // testContext checks that a store gives up when the context ends.
 func testContext(t *testing.T, newHarness func(*testing.T) Harness) {
 	h := newHarness(t)
-	key := ratelimit.Key{Namespace: "ctx:gcra", ID: "ctx"}
+	key := store.Key{Namespace: "ctx:gcra", ID: "ctx"}
 	alg := algorithms.GCRA(1, time.Second, 1)
 	now := epoch.UnixMicro()
 	canceled, cancel := context.WithCancel(context.Background())
@@ -745,7 +746,7 @@ func testContext(t *testing.T, newHarness func(*testing.T) Harness) {
 			if err := h.Store.Delete(c.ctx, key); !errors.Is(err, c.want) {
 				t.Errorf("store.Delete with a %s context = %v, want an error wrapping %v", c.name, err, c.want)
 			}
-			if dec, ok := h.Store.(ratelimit.Decider); ok {
+			if dec, ok := h.Store.(store.Decider); ok {
 				_, err := dec.Decide(c.ctx, key, alg, algorithms.Request{Now: now, Cost: 1})
 				if !errors.Is(err, c.want) {
 					t.Errorf("store.Decide with a %s context = %v, want an error wrapping %v", c.name, err, c.want)

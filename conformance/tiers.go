@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 func (n numbers) String() string {
@@ -85,7 +86,7 @@ func tierMoves() []tierMove {
 // RetryAfter under the new numbers holds, and admission at a tier is exact
 // under concurrency.
 func testTiers(t *testing.T, newHarness func(*testing.T) Harness) {
-	forEach(t, newHarness, func(t *testing.T, h Harness, s ratelimit.Store, a algorithm) {
+	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		b := forms.BuiltinOf(a.alg)
 		tier := func(f *fixture, n numbers) *ratelimit.Tier {
 			t.Helper()

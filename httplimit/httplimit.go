@@ -134,7 +134,7 @@ func WithFailureHandler(h http.Handler) Option {
 // cannot be determined (400 with an application/problem+json body): a
 // RemoteAddr that is not an IP address, a proxy header naming no address,
 // a missing key header or context value, a key longer than
-// ratelimit.MaxKeyLen. To let such requests through instead, pass the
+// store.MaxKeyLen. To let such requests through instead, pass the
 // next handler itself; to skip a rule for them, use Rule.Match.
 func WithKeyErrorHandler(h http.Handler) Option {
 	return func(m *Middleware) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/httplimit"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -276,7 +277,7 @@ func TestDenyHandler(t *testing.T) {
 
 // deadStore returns a Redis store whose server is gone: a real client
 // against a loopback port nothing listens on.
-func deadStore(t *testing.T) ratelimit.Store {
+func deadStore(t *testing.T) store.Store {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -560,7 +561,7 @@ func TestKeyErrors(t *testing.T) {
 	if resp.status != http.StatusBadRequest {
 		t.Errorf("no key header: %d, want 400", resp.status)
 	}
-	resp = get(t, srv.Client(), srv.URL, "X-Api-Key", strings.Repeat("k", ratelimit.MaxKeyLen+1))
+	resp = get(t, srv.Client(), srv.URL, "X-Api-Key", strings.Repeat("k", store.MaxKeyLen+1))
 	if resp.status != http.StatusBadRequest {
 		t.Errorf("oversized key: %d, want 400", resp.status)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 	"github.com/ratelimitkit/ratelimit/store/redis"
@@ -27,14 +28,14 @@ import (
 // PostgreSQL on the shared test servers (each on its own prefix or table).
 func servers(t *testing.T) []struct {
 	name  string
-	store func(t *testing.T) ratelimit.Store
+	store func(t *testing.T) store.Store
 } {
 	return []struct {
 		name  string
-		store func(t *testing.T) ratelimit.Store
+		store func(t *testing.T) store.Store
 	}{
-		{"memory", func(t *testing.T) ratelimit.Store { return memory.MustNew() }},
-		{"redis", func(t *testing.T) ratelimit.Store {
+		{"memory", func(t *testing.T) store.Store { return memory.MustNew() }},
+		{"redis", func(t *testing.T) store.Store {
 			c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t)})
 			t.Cleanup(func() { c.Close() })
 			s, err := redis.New(c, redis.WithPrefix(fmt.Sprintf("leasefault%d", time.Now().UnixNano())))
@@ -43,7 +44,7 @@ func servers(t *testing.T) []struct {
 			}
 			return s
 		}},
-		{"postgres", func(t *testing.T) ratelimit.Store {
+		{"postgres", func(t *testing.T) store.Store {
 			ctx := context.Background()
 			pool, err := pgxpool.New(ctx, testserver.PostgresURL(t))
 			if err != nil {
@@ -133,12 +134,12 @@ func TestDoNilFunc(t *testing.T) {
 // pause on the locker's fake clock before its reply arrives: a slow store,
 // or a process paused between sending and reading.
 type pausing struct {
-	ratelimit.Store
+	store.Store
 	clock *clock.Fake
 	pause atomic.Int64
 }
 
-func (s *pausing) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *pausing) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	err := s.Store.Update(ctx, key, now, fn)
 	s.clock.Advance(time.Duration(s.pause.Load()))
 	return err
@@ -177,11 +178,11 @@ func TestDoLateReplyNeverStarts(t *testing.T) {
 // slow is a real memory store whose replies, while delay is set, arrive
 // delay after the store answered, whatever the caller's context says.
 type slow struct {
-	ratelimit.Store
+	store.Store
 	delay atomic.Int64
 }
 
-func (s *slow) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *slow) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	err := s.Store.Update(ctx, key, now, fn)
 	time.Sleep(time.Duration(s.delay.Load()))
 	return err
@@ -356,7 +357,7 @@ func TestCallsBoundedOnFrozenServer(t *testing.T) {
 
 // serverClockStore is a real memory store that says it decides by its
 // server's clock.
-type serverClockStore struct{ ratelimit.Store }
+type serverClockStore struct{ store.Store }
 
 func (serverClockStore) ServerClock() bool { return true }
 

@@ -1,5 +1,5 @@
 // Package lease gives out per-key leases (distributed locks) with owner
-// tokens and fencing tokens, held in any ratelimit.Store: memory, Redis,
+// tokens and fencing tokens, held in any store.Store: memory, Redis,
 // Valkey, PostgreSQL, DynamoDB, or a user's own store that passes the
 // conformance suite.
 //
@@ -49,7 +49,9 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
+	"github.com/ratelimitkit/ratelimit/internal/names"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Errors. Check them with errors.Is; the store's own failures are returned
@@ -96,7 +98,7 @@ type Option func(*Locker) error
 // name matches [A-Za-z0-9_.-]{1,64}.
 func WithName(name string) Option {
 	return func(l *Locker) error {
-		if err := ratelimit.CheckName("lease name", name); err != nil {
+		if err := names.CheckName("lease name", name); err != nil {
 			return err
 		}
 		l.name = name
@@ -109,7 +111,7 @@ func WithName(name string) Option {
 // and Do's renewals everywhere. Tests pass a clock.Fake.
 //
 // A store that decides by its server's clock (Redis, Valkey and PostgreSQL
-// by default; see ratelimit.ServerClocker) would ignore c's time, so New
+// by default; see store.ServerClocker) would ignore c's time, so New
 // refuses any clock but clock.System with such a store, as ratelimit.New
 // does: configure the store with WithServerClock(false) to use c.
 func WithClock(c clock.Clock) Option {
@@ -201,7 +203,7 @@ func WithMaxHold(d time.Duration) Option {
 // the zero value is not usable. Do is the method most callers want. A
 // Locker is safe for concurrent use.
 type Locker struct {
-	store   ratelimit.Store
+	store   store.Store
 	runner  leasewire.Runner // store as a leasewire.Runner, or nil
 	direct  bool             // the store gives up when its context ends (once)
 	name    string
@@ -272,20 +274,20 @@ const MinTTL = time.Millisecond
 // MinTTL or shorter than twice WithMargin's margin, a clock other
 // than clock.System with a store that decides by its server's clock, or an
 // unusable option.
-func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
-	if isNil(store) {
+func New(st store.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
+	if isNil(st) {
 		return nil, fmt.Errorf("%w: lease: nil store", ratelimit.ErrInvalidParams)
 	}
 	if ttl < MinTTL || ttl > 365*24*time.Hour {
 		return nil, fmt.Errorf("%w: lease: TTL %v outside %v..1 year", ratelimit.ErrInvalidParams, ttl, MinTTL)
 	}
-	l := &Locker{store: store, name: defaultName, ttl: ttl, clock: clock.System, callTimeout: defaultCallTimeout}
+	l := &Locker{store: st, name: defaultName, ttl: ttl, clock: clock.System, callTimeout: defaultCallTimeout}
 	for _, opt := range opts {
 		if err := opt(l); err != nil {
 			return nil, err
 		}
 	}
-	if sc, ok := store.(ratelimit.ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
+	if sc, ok := st.(store.ServerClocker); ok && l.clock != clock.System && sc.ServerClock() {
 		return nil, fmt.Errorf("%w: lease: the store decides by its server's clock, so WithClock would be ignored; configure the store with WithServerClock(false) to use the locker's clock", ratelimit.ErrInvalidParams)
 	}
 	if l.margin == 0 {
@@ -297,8 +299,8 @@ func New(store ratelimit.Store, ttl time.Duration, opts ...Option) (*Locker, err
 	if l.poll == 0 {
 		l.poll = max(ttl/10, time.Millisecond)
 	}
-	l.runner, _ = store.(leasewire.Runner)
-	l.direct = ctxaware.Honours(store)
+	l.runner, _ = st.(leasewire.Runner)
+	l.direct = ctxaware.Honours(st)
 	l.ns = l.name + leasewire.NamespaceSuffix
 	return l, nil
 }
@@ -310,7 +312,7 @@ func (l *Locker) TTL() time.Duration { return l.ttl }
 func (l *Locker) Namespace() string { return l.ns }
 
 // Store returns the locker's store.
-func (l *Locker) Store() ratelimit.Store { return l.store }
+func (l *Locker) Store() store.Store { return l.store }
 
 // Margin returns how much of the lease Do keeps in hand (see WithMargin).
 func (l *Locker) Margin() time.Duration { return l.margin }
@@ -323,14 +325,14 @@ func (l *Locker) Margin() time.Duration { return l.margin }
 // until the TTL passes. Both attempts together take at most the call
 // timeout (see WithCallTimeout).
 func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
-	if err := ratelimit.CheckKey(key); err != nil {
+	if err := names.CheckKey(key); err != nil {
 		return nil, err
 	}
 	var owner leasewire.Token
 	if _, err := crand.Read(owner[:]); err != nil {
 		return nil, fmt.Errorf("lease: owner token: %w", err)
 	}
-	k := ratelimit.Key{Namespace: l.ns, ID: key}
+	k := store.Key{Namespace: l.ns, ID: key}
 	ctx, cancel := context.WithTimeout(ctx, l.bound)
 	defer cancel()
 	sent, res, err := l.run(ctx, k, leasewire.Request{Op: leasewire.OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
@@ -383,7 +385,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (*Lease, error) {
 // returns when the request was sent (by the locker's clock, before the
 // store read its clock) with the outcome. With retry set, a store failure
 // while ctx is live is retried once: every op is idempotent for its owner.
-func (l *Locker) run(ctx context.Context, k ratelimit.Key, req leasewire.Request, retry bool) (time.Time, leasewire.Result, error) {
+func (l *Locker) run(ctx context.Context, k store.Key, req leasewire.Request, retry bool) (time.Time, leasewire.Result, error) {
 	for attempt := 1; ; attempt++ {
 		sent := l.clock.Now()
 		res, err := l.once(ctx, k, sent.UnixMicro(), req)
@@ -399,7 +401,7 @@ func (l *Locker) run(ctx context.Context, k ratelimit.Key, req leasewire.Request
 // own, so that one that ignores its context (a client blocked on a hung
 // server) does not hold the caller past ctx's deadline. The request then
 // goes on in its goroutine until the store returns.
-func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (l *Locker) once(ctx context.Context, k store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if l.direct {
 		return l.call(ctx, k, now, req)
 	}
@@ -408,7 +410,7 @@ func (l *Locker) once(ctx context.Context, k ratelimit.Key, now int64, req lease
 
 // call makes one request of the store: through its Runner when it has
 // one, through Update otherwise.
-func (l *Locker) call(ctx context.Context, k ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (l *Locker) call(ctx context.Context, k store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if l.runner != nil {
 		return l.runner.RunLease(ctx, k, now, req)
 	}
@@ -433,7 +435,7 @@ func ambiguous(err error) bool {
 // use.
 type Lease struct {
 	l     *Locker
-	key   ratelimit.Key
+	key   store.Key
 	owner leasewire.Token
 	fence int64
 

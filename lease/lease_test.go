@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -152,13 +153,13 @@ func FuzzStep(f *testing.F) {
 
 // failing is a real memory store that fails every call while down is set.
 type failing struct {
-	ratelimit.Store
+	store.Store
 	down atomic.Bool
 }
 
 var errDown = errors.New("test store: down")
 
-func (s *failing) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *failing) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	if s.down.Load() {
 		return errDown
 	}

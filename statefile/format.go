@@ -11,8 +11,8 @@
 // store's snapshot is every key, namespace "".
 //
 // A store takes part through optional capabilities of the ratelimit
-// package: it is counted and exported when it is a ratelimit.Exporter,
-// and imported into through its own ratelimit.Importer or, without one,
+// package: it is counted and exported when it is a store.Exporter,
+// and imported into through its own store.Importer or, without one,
 // through Update, which every store has. The command `ratelimit move`
 // runs these functions between two stores or a store and a file;
 // docs/moving-state.md describes the format and each store's support.
@@ -34,6 +34,7 @@ import (
 	"io"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The header line's values.
@@ -91,7 +92,7 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: bufio.NewWriter(w)} }
 
 // Write writes one entry, after the header line if it is the first. It
 // returns an error after Close.
-func (w *Writer) Write(e ratelimit.Entry) error {
+func (w *Writer) Write(e store.Entry) error {
 	if w.closed {
 		return errors.New("statefile: write: the writer is closed")
 	}
@@ -156,7 +157,7 @@ func (w *Writer) Close() error {
 // a bad key) that say where; the entries before the fault have been
 // passed to fn. To refuse a file before acting on any of it, read it
 // twice: once with a fn that does nothing.
-func Read(r io.Reader, fn func(ratelimit.Entry) error) error {
+func Read(r io.Reader, fn func(store.Entry) error) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 64<<20)
 	var entries int64
@@ -203,7 +204,7 @@ func Read(r io.Reader, fn func(ratelimit.Entry) error) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return fmt.Errorf("%w: state file line %d: %w", ratelimit.ErrCorruptState, n, err)
 		}
-		e := ratelimit.Entry{Key: ratelimit.Key{Namespace: fe.NS, ID: string(id)}, State: st, Expires: fe.Expires}
+		e := store.Entry{Key: store.Key{Namespace: fe.NS, ID: string(id)}, State: st, Expires: fe.Expires}
 		if err := checkEntry(e); err != nil {
 			return fmt.Errorf("state file line %d: %w", n, err)
 		}

@@ -12,16 +12,18 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/names"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Count returns how many keys under namespace (every key when namespace is
 // "") hold live state in store at now. It returns an error wrapping
-// ratelimit.ErrUnsupported when store is not a ratelimit.Exporter or
+// store.ErrUnsupported when store is not a store.Exporter or
 // cannot enumerate its keys. On a built-in store that hangs it fails
-// within about a second (see ratelimit.Exporter), however long ctx allows.
-func Count(ctx context.Context, store ratelimit.Store, namespace string, now time.Time) (int, error) {
+// within about a second (see store.Exporter), however long ctx allows.
+func Count(ctx context.Context, st store.Store, namespace string, now time.Time) (int, error) {
 	n := 0
-	err := Export(ctx, store, namespace, now, func(ratelimit.Entry) error { n++; return nil })
+	err := Export(ctx, st, namespace, now, func(store.Entry) error { n++; return nil })
 	return n, err
 }
 
@@ -34,15 +36,15 @@ func Count(ctx context.Context, store ratelimit.Store, namespace string, now tim
 //	err := statefile.Export(ctx, store, namespace, time.Now(), w.Write)
 //	// then, if err is nil, w.Close()
 //
-// Decisions may go on while it runs; ratelimit.Exporter says what a key
+// Decisions may go on while it runs; store.Exporter says what a key
 // written meanwhile may look like. It returns an error wrapping
-// ratelimit.ErrUnsupported when store is not a ratelimit.Exporter. On a
+// store.ErrUnsupported when store is not a store.Exporter. On a
 // built-in store that hangs it fails within about a second, however long
 // ctx allows.
-func Export(ctx context.Context, store ratelimit.Store, namespace string, now time.Time, yield func(ratelimit.Entry) error) error {
-	x, ok := store.(ratelimit.Exporter)
+func Export(ctx context.Context, st store.Store, namespace string, now time.Time, yield func(store.Entry) error) error {
+	x, ok := st.(store.Exporter)
 	if !ok {
-		return fmt.Errorf("statefile: %T cannot enumerate its keys, it is not a ratelimit.Exporter: %w", store, ratelimit.ErrUnsupported)
+		return fmt.Errorf("statefile: %T cannot enumerate its keys, it is not a ratelimit.Exporter: %w", st, store.ErrUnsupported)
 	}
 	return x.Export(ctx, namespace, now.UnixMicro(), yield)
 }
@@ -52,7 +54,7 @@ func Export(ctx context.Context, store ratelimit.Store, namespace string, now ti
 // e.Expires, exactly as if a decision had written it; an entry already
 // expired at now is skipped. To import a file, call it from Read:
 //
-//	err := statefile.Read(f, func(e ratelimit.Entry) error {
+//	err := statefile.Read(f, func(e store.Entry) error {
 //		_, err := statefile.Import(ctx, store, e, time.Now())
 //		return err
 //	})
@@ -69,11 +71,11 @@ func Export(ctx context.Context, store ratelimit.Store, namespace string, now ti
 // state decodes as that algorithm's (an error wrapping
 // ratelimit.ErrCorruptState names the key when it does not), and a store
 // that keeps that algorithm's state in a form of its own (a
-// ratelimit.Importer, such as Redis's) writes it in that form. The state of
+// store.Importer, such as Redis's) writes it in that form. The state of
 // a user's own algorithm goes where Update keeps it, which is where its
 // decisions read it on every store. A bad key or namespace is an error
 // wrapping ratelimit.ErrInvalidKey.
-func Import(ctx context.Context, store ratelimit.Store, e ratelimit.Entry, now time.Time) (bool, error) {
+func Import(ctx context.Context, st store.Store, e store.Entry, now time.Time) (bool, error) {
 	if err := checkEntry(e); err != nil {
 		return false, err
 	}
@@ -82,11 +84,11 @@ func Import(ctx context.Context, store ratelimit.Store, e ratelimit.Entry, now t
 	if err := checkState(alg, e, at); err != nil {
 		return false, err
 	}
-	if im, ok := store.(ratelimit.Importer); ok {
+	if im, ok := st.(store.Importer); ok {
 		return im.Import(ctx, alg, e, at)
 	}
 	wrote := false
-	err := store.Update(ctx, e.Key, at, func(cur []byte, now int64) ([]byte, int64, error) {
+	err := st.Update(ctx, e.Key, at, func(cur []byte, now int64) ([]byte, int64, error) {
 		wrote = false
 		if cur != nil || e.Expires <= now {
 			return nil, 0, nil
@@ -193,7 +195,7 @@ const (
 
 // checkState returns an error wrapping ratelimit.ErrCorruptState when alg
 // (if not nil) cannot read e's state: a peek at now on it fails.
-func checkState(alg algorithms.Algorithm, e ratelimit.Entry, now int64) error {
+func checkState(alg algorithms.Algorithm, e store.Entry, now int64) error {
 	if alg == nil {
 		return nil
 	}
@@ -209,12 +211,12 @@ func checkState(alg algorithms.Algorithm, e ratelimit.Entry, now int64) error {
 }
 
 // checkEntry checks an entry's key as a Limiter makes it (see
-// ratelimit.Key), and that it has a state and an expiry in range.
-func checkEntry(e ratelimit.Entry) error {
-	if k, ok := ratelimit.ParseKey(e.Key.Namespace + ":k"); !ok || k.Namespace != e.Key.Namespace {
+// store.Key), and that it has a state and an expiry in range.
+func checkEntry(e store.Entry) error {
+	if k, ok := store.ParseKey(e.Key.Namespace + ":k"); !ok || k.Namespace != e.Key.Namespace {
 		return fmt.Errorf("%w: namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", ratelimit.ErrInvalidKey, e.Key.Namespace)
 	}
-	if err := ratelimit.CheckKey(e.Key.ID); err != nil {
+	if err := names.CheckKey(e.Key.ID); err != nil {
 		return err
 	}
 	if len(e.State) == 0 {

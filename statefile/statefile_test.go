@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -39,17 +40,17 @@ func Example() {
 
 	// At start, a second later.
 	fake.Advance(time.Second)
-	store := memory.MustNew()
+	st := memory.MustNew()
 	n = 0
-	err = statefile.Read(&file, func(e ratelimit.Entry) error {
-		wrote, err := statefile.Import(ctx, store, e, fake.Now())
+	err = statefile.Read(&file, func(e store.Entry) error {
+		wrote, err := statefile.Import(ctx, st, e, fake.Now())
 		if wrote {
 			n++
 		}
 		return err
 	})
 	fmt.Println("imported:", n, err)
-	after, _ := ratelimit.New(store, alg, ratelimit.WithName("api"), ratelimit.WithClock(fake))
+	after, _ := ratelimit.New(st, alg, ratelimit.WithName("api"), ratelimit.WithClock(fake))
 	d, _ := after.Peek(ctx, "ann")
 	fmt.Println("ann remaining:", d.Remaining)
 	// Output:
@@ -60,16 +61,16 @@ func Example() {
 }
 
 // entry returns an entry of key ns, id.
-func entry(ns, id string, state []byte, expires int64) ratelimit.Entry {
-	return ratelimit.Entry{Key: ratelimit.Key{Namespace: ns, ID: id}, State: state, Expires: expires}
+func entry(ns, id string, state []byte, expires int64) store.Entry {
+	return store.Entry{Key: store.Key{Namespace: ns, ID: id}, State: state, Expires: expires}
 }
 
 // storeOnly hides every method but the Store contract's.
-type storeOnly struct{ ratelimit.Store }
+type storeOnly struct{ store.Store }
 
 func TestCountUnsupported(t *testing.T) {
 	_, err := statefile.Count(context.Background(), storeOnly{memory.MustNew()}, "a:gcra", time.Now())
-	if !errors.Is(err, ratelimit.ErrUnsupported) || !strings.Contains(err.Error(), "not a ratelimit.Exporter") {
+	if !errors.Is(err, store.ErrUnsupported) || !strings.Contains(err.Error(), "not a ratelimit.Exporter") {
 		t.Fatalf("Count on a store without Export = %v, want ErrUnsupported naming the interface", err)
 	}
 }
@@ -81,11 +82,11 @@ func TestCountUnsupported(t *testing.T) {
 func TestImportRule(t *testing.T) {
 	ctx := context.Background()
 	s := storeOnly{memory.MustNew()}
-	key := ratelimit.Key{Namespace: "a:mine", ID: "k"} // a user's own algorithm: no state check
+	key := store.Key{Namespace: "a:mine", ID: "k"} // a user's own algorithm: no state check
 	for _, tc := range []struct {
 		rule    string
 		now     int64
-		e       ratelimit.Entry
+		e       store.Entry
 		wrote   bool
 		state   string
 		expires int64
@@ -99,8 +100,8 @@ func TestImportRule(t *testing.T) {
 		if err != nil || wrote != tc.wrote {
 			t.Fatalf("%s: Import at %d = %v, %v; want %v", tc.rule, tc.now, wrote, err, tc.wrote)
 		}
-		var got []ratelimit.Entry
-		statefile.Export(ctx, s.Store, "", time.UnixMicro(tc.now), func(e ratelimit.Entry) error { got = append(got, e); return nil })
+		var got []store.Entry
+		statefile.Export(ctx, s.Store, "", time.UnixMicro(tc.now), func(e store.Entry) error { got = append(got, e); return nil })
 		switch {
 		case tc.state == "" && len(got) != 0:
 			t.Errorf("%s: store holds %v, want nothing live", tc.rule, got)
@@ -114,14 +115,14 @@ func TestImportBadEntries(t *testing.T) {
 	ctx := context.Background()
 	s := memory.MustNew()
 	for _, tc := range []struct {
-		e    ratelimit.Entry
+		e    store.Entry
 		want error
 	}{
 		{entry("nocolon", "k", []byte("x"), 5), ratelimit.ErrInvalidKey},
 		{entry("a:b:c", "k", []byte("x"), 5), ratelimit.ErrInvalidKey},
 		{entry("a:{b}", "k", []byte("x"), 5), ratelimit.ErrInvalidKey},
 		{entry("a:b", "", []byte("x"), 5), ratelimit.ErrInvalidKey},
-		{entry("a:b", strings.Repeat("k", ratelimit.MaxKeyLen+1), []byte("x"), 5), ratelimit.ErrInvalidKey},
+		{entry("a:b", strings.Repeat("k", store.MaxKeyLen+1), []byte("x"), 5), ratelimit.ErrInvalidKey},
 		{entry("a:b", "k", nil, 5), ratelimit.ErrCorruptState},
 		{entry("a:b", "k", []byte("x"), -1), ratelimit.ErrCorruptState},
 		{entry("a:b", "k", []byte("x"), algorithms.MaxExact+1), ratelimit.ErrCorruptState},
@@ -139,7 +140,7 @@ func TestImportBadEntries(t *testing.T) {
 // states exactly, an empty export is a valid file, and bad lines are
 // errors naming the line.
 func TestStateFile(t *testing.T) {
-	in := []ratelimit.Entry{
+	in := []store.Entry{
 		entry("api:gcra", "\x00\xff{}% ü", []byte{0, 1, 2, 255}, 1<<52),
 		entry("web.v2:sliding_log", "u", []byte("0123456789abcdef"), 7),
 	}
@@ -154,8 +155,8 @@ func TestStateFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := buf.String()
-	var out []ratelimit.Entry
-	if err := statefile.Read(&buf, func(e ratelimit.Entry) error { out = append(out, e); return nil }); err != nil {
+	var out []store.Entry
+	if err := statefile.Read(&buf, func(e store.Entry) error { out = append(out, e); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(out) != fmt.Sprint(in) {
@@ -168,7 +169,7 @@ func TestStateFile(t *testing.T) {
 		t.Errorf("empty export = %q, want the header and the end line alone", buf.String())
 	}
 	n := 0
-	if err := statefile.Read(&buf, func(ratelimit.Entry) error { n++; return nil }); err != nil || n != 0 {
+	if err := statefile.Read(&buf, func(store.Entry) error { n++; return nil }); err != nil || n != 0 {
 		t.Errorf("reading an empty export = %d entries, %v", n, err)
 	}
 
@@ -196,7 +197,7 @@ func TestStateFile(t *testing.T) {
 		{"a line after the end line", head + `{"end":0}` + "\n" + good, "line 3: a line after the end line"},
 	} {
 		n := 0
-		err := statefile.Read(strings.NewReader(tc.file), func(ratelimit.Entry) error { n++; return nil })
+		err := statefile.Read(strings.NewReader(tc.file), func(store.Entry) error { n++; return nil })
 		if !(errors.Is(err, ratelimit.ErrCorruptState) || errors.Is(err, ratelimit.ErrInvalidKey)) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: Read(%q) = %v, want ErrCorruptState (ErrInvalidKey for a bad key) naming %q", tc.rule, tc.file, err, tc.want)
 		}
@@ -289,7 +290,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	after := memory.MustNew()
 	for round, want := range []int{len(algs) * len(users), 0} {
 		n := 0
-		err := statefile.Read(bytes.NewReader(file.Bytes()), func(e ratelimit.Entry) error {
+		err := statefile.Read(bytes.NewReader(file.Bytes()), func(e store.Entry) error {
 			wrote, err := statefile.Import(ctx, after, e, fake.Now())
 			if wrote {
 				n++
@@ -322,10 +323,10 @@ func TestSnapshotRoundTrip(t *testing.T) {
 }
 
 // dump returns every live entry of s at now, one line each, sorted.
-func dump(t *testing.T, s ratelimit.Store, now time.Time) string {
+func dump(t *testing.T, s store.Store, now time.Time) string {
 	t.Helper()
 	var lines []string
-	err := statefile.Export(context.Background(), s, "", now, func(e ratelimit.Entry) error {
+	err := statefile.Export(context.Background(), s, "", now, func(e store.Entry) error {
 		lines = append(lines, fmt.Sprintf("%q %x %d", e.Key.String(), e.State, e.Expires))
 		return nil
 	})

@@ -26,10 +26,10 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
 	benchmemory "github.com/ratelimitkit/ratelimit/bench/memory"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -58,30 +58,30 @@ func redisClient(tb testing.TB) *goredis.Client {
 }
 
 // updateOnly hides the store's leasewire.Runner, so the locker uses Update.
-type updateOnly struct{ ratelimit.Store }
+type updateOnly struct{ store.Store }
 
 // stores are the stores the lease runs on, each made fresh (own prefix or
 // table) with the server's clock where it has one.
 var stores = []struct {
 	name string
-	make func(tb testing.TB) ratelimit.Store
+	make func(tb testing.TB) store.Store
 }{
-	{"memory", func(tb testing.TB) ratelimit.Store { return memory.MustNew() }},
-	{"redis", func(tb testing.TB) ratelimit.Store {
+	{"memory", func(tb testing.TB) store.Store { return memory.MustNew() }},
+	{"redis", func(tb testing.TB) store.Store {
 		s, err := rlredis.New(redisClient(tb), rlredis.WithPrefix(unique("bench-lease-")))
 		if err != nil {
 			tb.Fatal(err)
 		}
 		return s
 	}},
-	{"redis (Update path)", func(tb testing.TB) ratelimit.Store {
+	{"redis (Update path)", func(tb testing.TB) store.Store {
 		s, err := rlredis.New(redisClient(tb), rlredis.WithPrefix(unique("bench-lease-")))
 		if err != nil {
 			tb.Fatal(err)
 		}
 		return updateOnly{s}
 	}},
-	{"valkey", func(tb testing.TB) ratelimit.Store {
+	{"valkey", func(tb testing.TB) store.Store {
 		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{env(tb, "RATELIMIT_VALKEY_ADDR")}, DisableCache: true})
 		if err != nil {
 			tb.Fatal(err)
@@ -93,7 +93,7 @@ var stores = []struct {
 		}
 		return s
 	}},
-	{"postgres", func(tb testing.TB) ratelimit.Store {
+	{"postgres", func(tb testing.TB) store.Store {
 		ctx := context.Background()
 		p, err := pgxpool.New(ctx, env(tb, "RATELIMIT_POSTGRES_URL"))
 		if err != nil {
@@ -118,7 +118,7 @@ var stores = []struct {
 		})
 		return s
 	}},
-	{"dynamodb (dynalite)", func(tb testing.TB) ratelimit.Store {
+	{"dynamodb (dynalite)", func(tb testing.TB) store.Store {
 		ctx := context.Background()
 		client := dynamodb.NewFromConfig(aws.Config{
 			Region:      "us-east-1",
@@ -145,7 +145,7 @@ var stores = []struct {
 // Release) on key.
 type cycle func(ctx context.Context, key string) error
 
-func sdkCycle(tb testing.TB, s ratelimit.Store) cycle {
+func sdkCycle(tb testing.TB, s store.Store) cycle {
 	lk, err := lease.New(s, 10*time.Second)
 	if err != nil {
 		tb.Fatal(err)
@@ -215,7 +215,7 @@ func timeCycles(tb testing.TB, fn cycle, n int, round int) float64 {
 // acquisitions per second, overlaps and fence inversions. With shared, the
 // goroutines share one Locker, as in one process; otherwise each has its
 // own, as if each were a process of its own.
-func contended(tb testing.TB, s ratelimit.Store, shared bool, workers, count int, hold, poll time.Duration) (perSec float64, overlaps, inversions, errs int64) {
+func contended(tb testing.TB, s store.Store, shared bool, workers, count int, hold, poll time.Duration) (perSec float64, overlaps, inversions, errs int64) {
 	key := unique("contended-")
 	var inside, lastFence atomic.Int64
 	var wg sync.WaitGroup
@@ -262,7 +262,7 @@ func contended(tb testing.TB, s ratelimit.Store, shared bool, workers, count int
 // takeover measures how long after a holder's acquire was sent another
 // worker, already waiting in Acquire, gets the key when the holder stops
 // renewing (it neither extends nor releases).
-func takeover(tb testing.TB, s ratelimit.Store, ttl, poll time.Duration) time.Duration {
+func takeover(tb testing.TB, s store.Store, ttl, poll time.Duration) time.Duration {
 	ctx := context.Background()
 	key := unique("takeover-")
 	lk, err := lease.New(s, ttl, lease.WithPollInterval(poll), lease.WithMargin(ttl/10))

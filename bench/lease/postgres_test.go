@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // TestLeasePostgresReport measures a lease on PostgreSQL: uncontended
@@ -25,7 +25,7 @@ func TestLeasePostgresReport(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_REPORT") == "" {
 		t.Skip("set RATELIMIT_BENCH_REPORT=1 to print the PostgreSQL lease table")
 	}
-	var s ratelimit.Store
+	var s store.Store
 	for _, st := range stores {
 		if st.name == "postgres" {
 			s = st.make(t)

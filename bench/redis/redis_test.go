@@ -20,6 +20,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
 	rlvalkey "github.com/ratelimitkit/ratelimit/store/valkey"
 )
@@ -101,7 +102,7 @@ func valkeyClient(tb testing.TB) vk.Client {
 	return vkClient
 }
 
-func sdk(tb testing.TB, s ratelimit.Store, alg algorithms.Algorithm) decideFunc {
+func sdk(tb testing.TB, s store.Store, alg algorithms.Algorithm) decideFunc {
 	lim, err := ratelimit.New(s, alg)
 	if err != nil {
 		tb.Fatal(err)
@@ -112,7 +113,7 @@ func sdk(tb testing.TB, s ratelimit.Store, alg algorithms.Algorithm) decideFunc 
 	}
 }
 
-func redisStore(tb testing.TB, p string) ratelimit.Store {
+func redisStore(tb testing.TB, p string) store.Store {
 	s, err := rlredis.New(goredisClient(tb), rlredis.WithPrefix(p))
 	if err != nil {
 		tb.Fatal(err)
@@ -120,7 +121,7 @@ func redisStore(tb testing.TB, p string) ratelimit.Store {
 	return s
 }
 
-func valkeyStore(tb testing.TB, p string) ratelimit.Store {
+func valkeyStore(tb testing.TB, p string) store.Store {
 	s, err := rlvalkey.New(valkeyClient(tb), rlvalkey.WithPrefix(p))
 	if err != nil {
 		tb.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
 	rlvalkey "github.com/ratelimitkit/ratelimit/store/valkey"
 )
@@ -228,16 +229,16 @@ func TestOverAdmission(t *testing.T) {
 	out.WriteString("\n| store | algorithm | admitted | limit | over-admitted | failed calls |\n|---|---|---:|---:|---:|---:|\n")
 	stores := []struct {
 		name string
-		make func(p string) ratelimit.Store
+		make func(p string) store.Store
 	}{
-		{"store/redis", func(p string) ratelimit.Store {
+		{"store/redis", func(p string) store.Store {
 			s, err := rlredis.New(goredisClient(t), rlredis.WithPrefix(p), rlredis.WithServerClock(false))
 			if err != nil {
 				t.Fatal(err)
 			}
 			return s
 		}},
-		{"store/valkey", func(p string) ratelimit.Store {
+		{"store/valkey", func(p string) store.Store {
 			s, err := rlvalkey.New(valkeyClient(t), rlvalkey.WithPrefix(p), rlvalkey.WithServerClock(false))
 			if err != nil {
 				t.Fatal(err)

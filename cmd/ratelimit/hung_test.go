@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
@@ -56,7 +55,7 @@ func TestServeHungStore(t *testing.T) {
 	srv.Freeze()
 	defer srv.Thaw()
 	const slack = 700 * time.Millisecond // 40 clients under -race on a loaded machine
-	client := &http.Client{Timeout: ratelimit.DefaultStoreTimeout + 10*time.Second}
+	client := &http.Client{Timeout: defaultStoreTimeout + 10*time.Second}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var slowest time.Duration
@@ -77,8 +76,8 @@ func TestServeHungStore(t *testing.T) {
 			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || strings.HasPrefix(resp.Header.Get("Retry-After"), "0") {
 				t.Errorf("GET %s on a frozen store: status %d, Retry-After %q; want 503 with a Retry-After", path, resp.StatusCode, resp.Header.Get("Retry-After"))
 			}
-			if took > ratelimit.DefaultStoreTimeout+slack {
-				t.Errorf("GET %s on a frozen store answered after %v, want within the store budget %v + %v", path, took, ratelimit.DefaultStoreTimeout, slack)
+			if took > defaultStoreTimeout+slack {
+				t.Errorf("GET %s on a frozen store answered after %v, want within the store budget %v + %v", path, took, defaultStoreTimeout, slack)
 			}
 		})
 	}
@@ -108,7 +107,7 @@ func TestUnreachableStoreFailsFast(t *testing.T) {
 	}{
 		{"serve, nothing listening", "serve -addr 127.0.0.1:0 -store redis://" + closed, 5 * time.Second},
 		{"move, nothing listening", "move -from redis://" + closed + " -to file:" + out, 5 * time.Second},
-		{"serve, frozen", "serve -addr 127.0.0.1:0 -store redis://" + frozen.Addr(), ratelimit.DefaultStoreTimeout + 3*time.Second},
+		{"serve, frozen", "serve -addr 127.0.0.1:0 -store redis://" + frozen.Addr(), defaultStoreTimeout + 3*time.Second},
 	} {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), "RATELIMIT_CMD_TEST_MAIN=1", "RATELIMIT_CMD_TEST_ARGS="+c.args)
@@ -130,3 +129,7 @@ func TestUnreachableStoreFailsFast(t *testing.T) {
 		t.Logf("%s: failed after %v: %s", c.what, took.Round(time.Millisecond), strings.TrimSpace(string(output)))
 	}
 }
+
+// defaultStoreTimeout is the store budget of a limiter without
+// ratelimit.WithStoreTimeout (one second).
+const defaultStoreTimeout = time.Second

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 const moveUsage = `ratelimit move copies rate-limit state from one store to another, so that
@@ -100,7 +100,7 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 		return cfg, fmt.Errorf("ratelimit move: -progress %v must not be negative", cfg.progress)
 	}
 	if cfg.namespace != "" {
-		if k, ok := ratelimit.ParseKey(cfg.namespace + ":k"); !ok || k.Namespace != cfg.namespace {
+		if k, ok := store.ParseKey(cfg.namespace + ":k"); !ok || k.Namespace != cfg.namespace {
 			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", cfg.namespace)
 		}
 	}
@@ -192,7 +192,7 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 			}
 		}()
 	}
-	err = src.each(ctx, cfg.namespace, func(e ratelimit.Entry) error {
+	err = src.each(ctx, cfg.namespace, func(e store.Entry) error {
 		st.read++
 		if !cfg.dryRun {
 			wrote, err := dst.put(ctx, e)
@@ -240,7 +240,7 @@ func emptyError(cfg moveConfig) error {
 
 // end is one side of a move: a store or a state file.
 type end struct {
-	store ratelimit.Store
+	store store.Store
 	path  string // a state file: the source, or the destination's final path
 	f     *os.File
 	w     *statefile.Writer // a destination file's, writing f, a temporary file beside path
@@ -253,7 +253,7 @@ type end struct {
 func (e *end) count(ns string) (int, error) {
 	n := 0
 	now := time.Now().UnixMicro()
-	err := statefile.Read(e.f, func(en ratelimit.Entry) error {
+	err := statefile.Read(e.f, func(en store.Entry) error {
 		if (ns == "" || en.Key.Namespace == ns) && en.Expires > now {
 			n++
 		}
@@ -266,12 +266,12 @@ func (e *end) count(ns string) (int, error) {
 	return n, err
 }
 
-func (e *end) each(ctx context.Context, ns string, fn func(ratelimit.Entry) error) error {
+func (e *end) each(ctx context.Context, ns string, fn func(store.Entry) error) error {
 	if e.store != nil {
 		return statefile.Export(ctx, e.store, ns, time.Now(), fn)
 	}
 	now := time.Now().UnixMicro()
-	return statefile.Read(e.f, func(en ratelimit.Entry) error {
+	return statefile.Read(e.f, func(en store.Entry) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -294,7 +294,7 @@ func (e *end) each(ctx context.Context, ns string, fn func(ratelimit.Entry) erro
 // table to be active).
 const openTimeout = 30 * time.Second
 
-func (e *end) put(ctx context.Context, en ratelimit.Entry) (bool, error) {
+func (e *end) put(ctx context.Context, en store.Entry) (bool, error) {
 	if e.store == nil {
 		return true, e.w.Write(en)
 	}
@@ -315,9 +315,9 @@ func (e *end) put(ctx context.Context, en ratelimit.Entry) (bool, error) {
 // returns an error wrapping context.DeadlineExceeded when it does not
 // answer in time. Other errors (a missing table) are the caller's to
 // judge.
-func probe(ctx context.Context, s ratelimit.Store) error {
+func probe(ctx context.Context, s store.Store) error {
 	return redisengine.Bounded(ctx, func(ctx context.Context) error {
-		key := ratelimit.Key{Namespace: "ratelimit-move:probe", ID: "reachable"}
+		key := store.Key{Namespace: "ratelimit-move:probe", ID: "reachable"}
 		return s.Update(ctx, key, time.Now().UnixMicro(), func([]byte, int64) ([]byte, int64, error) { return nil, 0, nil })
 	})
 }

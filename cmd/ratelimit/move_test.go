@@ -32,6 +32,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -125,11 +126,11 @@ func startServers(t *testing.T) *servers {
 
 // moveAll exports every key of ns from src and imports it into dst, and
 // returns how many it wrote.
-func moveAll(t *testing.T, src, dst ratelimit.Store, ns string, now int64) int {
+func moveAll(t *testing.T, src, dst store.Store, ns string, now int64) int {
 	t.Helper()
 	ctx := context.Background()
 	n := 0
-	err := statefile.Export(ctx, src, ns, time.UnixMicro(now), func(e ratelimit.Entry) error {
+	err := statefile.Export(ctx, src, ns, time.UnixMicro(now), func(e store.Entry) error {
 		wrote, err := statefile.Import(ctx, dst, e, time.UnixMicro(now))
 		if wrote {
 			n++
@@ -172,7 +173,7 @@ func TestMoveChain(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			chain := []ratelimit.Store{memory.MustNew(), s.redis, s.postgres, s.dynamo, memory.MustNew()}
+			chain := []store.Store{memory.MustNew(), s.redis, s.postgres, s.dynamo, memory.MustNew()}
 			names := []string{"memory", "redis", "postgres", "dynamo", "memory"}
 			rng := rand.New(rand.NewPCG(7, uint64(len(b.Name))))
 			keys := []string{"alice", "bob", "{brace}", "100%", "ünï code", "\x00bin\xff"}
@@ -290,7 +291,7 @@ func TestMoveCommand(t *testing.T) {
 	// half moved: newer state.
 	hf, _ := os.Open(half)
 	var newer string
-	statefile.Read(hf, func(e ratelimit.Entry) error {
+	statefile.Read(hf, func(e store.Entry) error {
 		if newer == "" {
 			newer = e.Key.ID
 		}
@@ -401,7 +402,7 @@ func TestMoveEveryStore(t *testing.T) {
 	}
 	stores := []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 		ttls  func(t *testing.T) // checks every key has an expiry
 	}{
 		{"redis", s.redis, func(t *testing.T) { checkTTLs(t, ctx, redisNodes(t, s.redis.Client()), s.redis.Prefix()) }},
@@ -476,11 +477,11 @@ func TestMoveEveryStore(t *testing.T) {
 
 // exportTo writes the live state of ns in s (every key when ns is "") to
 // w as a state file, and returns how many keys it wrote.
-func exportTo(t *testing.T, w io.Writer, s ratelimit.Store, ns string) int {
+func exportTo(t *testing.T, w io.Writer, s store.Store, ns string) int {
 	t.Helper()
 	sw := statefile.NewWriter(w)
 	n := 0
-	err := statefile.Export(context.Background(), s, ns, time.Now(), func(e ratelimit.Entry) error {
+	err := statefile.Export(context.Background(), s, ns, time.Now(), func(e store.Entry) error {
 		n++
 		return sw.Write(e)
 	})
@@ -495,10 +496,10 @@ func exportTo(t *testing.T, w io.Writer, s ratelimit.Store, ns string) int {
 
 // importFrom imports the state file r into s and returns how many keys
 // it wrote.
-func importFrom(t *testing.T, r io.Reader, s ratelimit.Store) int {
+func importFrom(t *testing.T, r io.Reader, s store.Store) int {
 	t.Helper()
 	n := 0
-	err := statefile.Read(r, func(e ratelimit.Entry) error {
+	err := statefile.Read(r, func(e store.Entry) error {
 		wrote, err := statefile.Import(context.Background(), s, e, time.Now())
 		if wrote {
 			n++
@@ -512,10 +513,10 @@ func importFrom(t *testing.T, r io.Reader, s ratelimit.Store) int {
 }
 
 // entries returns the live entries of ns in s, one line each, sorted.
-func entries(t *testing.T, s ratelimit.Store, ns string, now int64) string {
+func entries(t *testing.T, s store.Store, ns string, now int64) string {
 	t.Helper()
 	var lines []string
-	err := statefile.Export(context.Background(), s, ns, time.UnixMicro(now), func(e ratelimit.Entry) error {
+	err := statefile.Export(context.Background(), s, ns, time.UnixMicro(now), func(e store.Entry) error {
 		lines = append(lines, fmt.Sprintf("%q %x %d", e.Key.String(), e.State, e.Expires))
 		return nil
 	})
@@ -585,7 +586,7 @@ func TestCountManyKeys(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 	}{{"redis", s.redis}, {"cluster", s.cluster}, {"valkey", s.valkey}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var wg sync.WaitGroup
@@ -595,7 +596,7 @@ func TestCountManyKeys(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for i := w; i < keys; i += 16 {
-						e := ratelimit.Entry{Key: ratelimit.Key{Namespace: "many:gcra", ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL}
+						e := store.Entry{Key: store.Key{Namespace: "many:gcra", ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL}
 						if _, err := statefile.Import(ctx, tc.store, e, time.UnixMicro(now)); err != nil {
 							errs <- err
 							return
@@ -639,7 +640,7 @@ func writeState(t *testing.T, path, ns string, n int) []byte {
 	var buf bytes.Buffer
 	w := statefile.NewWriter(&buf)
 	for i := range n {
-		w.Write(ratelimit.Entry{Key: ratelimit.Key{Namespace: ns, ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL})
+		w.Write(store.Entry{Key: store.Key{Namespace: ns, ID: fmt.Sprint("user-", i)}, State: st.Next, Expires: now + st.TTL})
 	}
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
@@ -833,10 +834,10 @@ func TestMovePairs(t *testing.T) {
 	}
 	type side struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 		url   string
 	}
-	sides := func(s *servers, mem ratelimit.Store, file string) []side {
+	sides := func(s *servers, mem store.Store, file string) []side {
 		return []side{
 			{"memory", mem, "file:" + file},
 			{"redis", s.redis, s.redisURL},
@@ -1018,8 +1019,8 @@ func TestMoveBoundedOnHungStore(t *testing.T) {
 	file := filepath.Join(dir, "state.jsonl")
 	writeState(t, file, "hung:gcra", 50)
 	// Some keys in each store, to export.
-	for _, st := range []ratelimit.Store{s.postgres, s.dynamo} {
-		if code, out, errOut := runCmd("move", "-from", "file:"+file, "-to", map[ratelimit.Store]string{s.postgres: s.postgresURL, s.dynamo: s.dynamoURL}[st]); code != 0 {
+	for _, st := range []store.Store{s.postgres, s.dynamo} {
+		if code, out, errOut := runCmd("move", "-from", "file:"+file, "-to", map[store.Store]string{s.postgres: s.postgresURL, s.dynamo: s.dynamoURL}[st]); code != 0 {
 			t.Fatalf("filling %T = %d, %q, %q", st, code, out, errOut)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/httplimit"
 	"github.com/ratelimitkit/ratelimit/internal/echo"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // serveConfig is the parsed command line of serve.
@@ -151,7 +152,7 @@ type demo struct {
 func (d *demo) ServeHTTP(w http.ResponseWriter, r *http.Request) { d.mux.ServeHTTP(w, r) }
 
 // newDemo builds the service on store. hook receives every store error.
-func newDemo(cfg serveConfig, store ratelimit.Store, hook func(*http.Request, error)) (*demo, error) {
+func newDemo(cfg serveConfig, store store.Store, hook func(*http.Request, error)) (*demo, error) {
 	d := &demo{cfg: cfg, mux: http.NewServeMux()}
 	algs := newAlgorithms(config{limit: cfg.limit, period: cfg.period, burst: cfg.burst})
 	key := httplimit.RemoteIP

@@ -23,13 +23,13 @@ import (
 
 	"github.com/dunglas/httpsfv"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
 // startDemo runs the demo service on store behind a real HTTP server.
-func startDemo(t *testing.T, store ratelimit.Store, args ...string) *httptest.Server {
+func startDemo(t *testing.T, store store.Store, args ...string) *httptest.Server {
 	t.Helper()
 	cfg, err := parseServeFlags(args)
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/redis/go-redis/v9/logging"
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
@@ -29,7 +29,7 @@ import (
 // seconds, not after the clients' defaults (go-redis v9.23 dials 5 times
 // with a 5s timeout and retries a command 3 times, each read waiting up to
 // 5s). A decision's call is bounded sooner by its context, whose deadline
-// is the limiter's store budget (ratelimit.DefaultStoreTimeout): go-redis
+// is the limiter's store budget (one second by default): go-redis
 // honours it only with ContextTimeoutEnabled, which the command sets.
 const (
 	clientDialTimeout = 2 * time.Second // one connection attempt
@@ -67,7 +67,7 @@ const storeSchemes = "memory, redis://, redis+cluster://, valkey://, postgres://
 // openStore returns the store that spec names and a function that
 // releases its client, creating the table of a PostgreSQL or DynamoDB store
 // when it is missing; see openStoreFor.
-func openStore(ctx context.Context, spec string, getenv func(string) string) (ratelimit.Store, func(), error) {
+func openStore(ctx context.Context, spec string, getenv func(string) string) (store.Store, func(), error) {
 	return openStoreFor(ctx, spec, getenv, true)
 }
 
@@ -91,7 +91,7 @@ func openStore(ctx context.Context, spec string, getenv func(string) string) (ra
 // With create, a PostgreSQL or DynamoDB store's table is created when it
 // is missing. DynamoDB credentials come from AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY, or are a placeholder a local endpoint accepts.
-func openStoreFor(ctx context.Context, spec string, getenv func(string) string, create bool) (ratelimit.Store, func(), error) {
+func openStoreFor(ctx context.Context, spec string, getenv func(string) string, create bool) (store.Store, func(), error) {
 	if spec == "" || spec == "memory" {
 		return memory.MustNew(), func() {}, nil
 	}

@@ -30,9 +30,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/lease"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -91,7 +91,7 @@ func newDynamoClient(endpoint string) *dynamodb.Client {
 }
 
 // demo runs both halves of the scenario on one transcript and reports.
-func demo(ctx context.Context, out io.Writer, name string, store ratelimit.Store, tr Transcript, session string) error {
+func demo(ctx context.Context, out io.Writer, name string, store store.Store, tr Transcript, session string) error {
 	const workers, batches, size = 4, 3, 3
 	locker, err := lease.New(store, 10*time.Second, lease.WithName("chat-session"), lease.WithPollInterval(5*time.Millisecond))
 	if err != nil {
@@ -177,7 +177,7 @@ func checkTranscript(msgs []Message, n, size int) error {
 // while holding the lease, on a fake clock: its lease runs out, another
 // worker takes the session and writes, and the paused worker's late write
 // is refused by the transcript's fence check. It returns that refusal.
-func pausedWorker(ctx context.Context, store ratelimit.Store, tr Transcript, session string) (error, error) {
+func pausedWorker(ctx context.Context, store store.Store, tr Transcript, session string) (error, error) {
 	c := clock.NewFake(time.Now())
 	const ttl = 10 * time.Second
 	locker, err := lease.New(store, ttl, lease.WithName("chat-session"), lease.WithClock(c))

@@ -1,13 +1,13 @@
-// Package mapstore is a complete, minimal ratelimit.Store: state in a Go
+// Package mapstore is a complete, minimal store.Store: state in a Go
 // map guarded by a mutex, in this process only. It is written to be
 // copied: start a store of your own from it, replace the map with your
 // backend, and keep its tests, which run the conformance suite
 // (docs/writing-a-store.md walks through it).
 //
-// It implements what every store implements, ratelimit.Store (Update and
-// Delete), and one optional capability, ratelimit.Exporter (Export), so
+// It implements what every store implements, store.Store (Update and
+// Delete), and one optional capability, store.Exporter (Export), so
 // that ratelimit.Count and ratelimit.Export, and with them `ratelimit
-// move`, work on it. It has no ratelimit.Decider: the limiter runs every
+// move`, work on it. It has no store.Decider: the limiter runs every
 // algorithm, built-in or a user's own, through Update. For production in
 // one process, use store/memory, which is bounded and faster.
 package mapstore
@@ -19,14 +19,14 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Store keeps rate-limit state in a map. Create it with New; the zero
 // value is not usable. It is safe for concurrent use.
 type Store struct {
 	mu     sync.Mutex
-	items  map[ratelimit.Key]item
+	items  map[store.Key]item
 	writes int // since the last sweep
 }
 
@@ -41,21 +41,21 @@ type item struct {
 const sweepEvery = 1024
 
 var (
-	_ ratelimit.Store    = (*Store)(nil)
-	_ ratelimit.Exporter = (*Store)(nil)
+	_ store.Store    = (*Store)(nil)
+	_ store.Exporter = (*Store)(nil)
 )
 
 // New returns an empty store.
-func New() *Store { return &Store{items: make(map[ratelimit.Key]item)} }
+func New() *Store { return &Store{items: make(map[store.Key]item)} }
 
-// Update implements ratelimit.Store. It holds the store's lock from the
+// Update implements store.Store. It holds the store's lock from the
 // read to the write, so nothing interleaves (the contract's atomicity);
 // your backend's way is a transaction with a row lock, a conditional
 // write or a script. State whose TTL has passed at now is handed to fn as
 // nil, whether or not a sweep has removed it yet. Every write carries its
 // expiry, now + ttl, and every sweepEvery writes the expired entries are
 // deleted, so the map does not keep what no decision can read.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mapstore: update %q: %w", key.String(), err)
 	}
@@ -86,9 +86,9 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	return nil
 }
 
-// Delete implements ratelimit.Store: it forgets key's state. Deleting a
+// Delete implements store.Store: it forgets key's state. Deleting a
 // key that holds nothing is not an error.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mapstore: delete %q: %w", key.String(), err)
 	}
@@ -98,22 +98,22 @@ func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
 	return nil
 }
 
-// Export implements ratelimit.Exporter: it yields every key under
+// Export implements store.Exporter: it yields every key under
 // namespace (every key for "") whose state is live at now, copied out
 // under the lock and yielded without it, and stops at yield's first error.
-func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("mapstore: export: %w", err)
 	}
 	s.mu.Lock()
-	var entries []ratelimit.Entry
+	var entries []store.Entry
 	for k, it := range s.items {
 		if it.expires > now && (namespace == "" || k.Namespace == namespace) {
-			entries = append(entries, ratelimit.Entry{Key: k, State: slices.Clone(it.state), Expires: it.expires})
+			entries = append(entries, store.Entry{Key: k, State: slices.Clone(it.state), Expires: it.expires})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(entries, func(a, b ratelimit.Entry) int { return strings.Compare(a.Key.String(), b.Key.String()) })
+	slices.SortFunc(entries, func(a, b store.Entry) int { return strings.Compare(a.Key.String(), b.Key.String()) })
 	for _, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("mapstore: export: %w", err)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // TestConformance runs the whole suite on the store: a store of your own
@@ -29,7 +29,7 @@ func TestConformance(t *testing.T) {
 			},
 			// The state holds the Go form's bytes already, so the suite
 			// can compare every write with the Go form's.
-			State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+			State: func(ctx context.Context, key store.Key) ([]byte, int64, error) {
 				s.mu.Lock()
 				defer s.mu.Unlock()
 				it, ok := s.items[key]
@@ -49,7 +49,7 @@ func TestSweep(t *testing.T) {
 	ctx := context.Background()
 	write := func(id string, now int64) {
 		t.Helper()
-		err := s.Update(ctx, ratelimit.Key{Namespace: "n:a", ID: id}, now, func(cur []byte, now int64) ([]byte, int64, error) {
+		err := s.Update(ctx, store.Key{Namespace: "n:a", ID: id}, now, func(cur []byte, now int64) ([]byte, int64, error) {
 			return []byte{1}, 10, nil
 		})
 		if err != nil {
@@ -62,7 +62,7 @@ func TestSweep(t *testing.T) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.items[ratelimit.Key{Namespace: "n:a", ID: "old"}]; ok {
+	if _, ok := s.items[store.Key{Namespace: "n:a", ID: "old"}]; ok {
 		t.Errorf("after %d writes at t=100µs, the state that expired at t=10µs is still in the map", sweepEvery)
 	}
 	if len(s.items) != 1 {

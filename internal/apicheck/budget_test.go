@@ -12,13 +12,14 @@ import (
 // 'method\|struct,\|interface,' | wc -l` counts them). Add a package here
 // when its budget holds.
 var budgets = map[string]int{
+	"github.com/ratelimitkit/ratelimit":            35,
 	"github.com/ratelimitkit/ratelimit/algorithms": 25,
 	"github.com/ratelimitkit/ratelimit/lease":      15,
 }
 
 // TestBudgets fails when a users' package exports more top-level names
 // than its budget: what a store author needs goes to the package beside it
-// (algorithms/forms, lease/leasewire).
+// (store, algorithms/forms, lease/leasewire).
 func TestBudgets(t *testing.T) {
 	lines, err := Listing(filepath.Join("..", ".."))
 	if err != nil {

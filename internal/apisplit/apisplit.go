@@ -54,6 +54,24 @@ var moves = []move{
 	{"lease", "lease/leasewire", strings.Fields(`
 		Step Request Result Op OpAcquire OpExtend OpRead OpRelease Code OK Held Lost
 		Token Runner Lua NamespaceSuffix`)},
+	// The store contract left the root package for package store, and the
+	// name and key checks its other users shared went internal.
+	{"", "store", strings.Fields(`
+		Key MaxKeyLen Store UpdateFunc Decider ErrUnsupported ServerClocker
+		Entry Exporter Importer ParseKey`)},
+	{"", "internal/names", strings.Fields(`CheckKey CheckName`)},
+}
+
+// pkgPath returns the import path of p, a path relative to mod ("" for
+// the root package).
+func pkgPath(p string) string { return strings.TrimSuffix(mod+p, "/") }
+
+// pkgName returns the name of the package at p, relative to mod.
+func pkgName(p string) string {
+	if p == "" {
+		return "ratelimit"
+	}
+	return p[strings.LastIndex(p, "/")+1:]
 }
 
 func main() {
@@ -85,7 +103,7 @@ func main() {
 
 // textRE returns, for a move, the pattern of its qualified names in prose.
 func textRE(m move) *regexp.Regexp {
-	from := m.from[strings.LastIndex(m.from, "/")+1:]
+	from := pkgName(m.from)
 	names := append([]string(nil), m.names...)
 	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
 	return regexp.MustCompile(`\b` + from + `\.(` + strings.Join(names, "|") + `)\b`)
@@ -108,7 +126,7 @@ func rewritePaths(text []byte) []byte {
 // rewriteProse applies the moves and the paths to text.
 func rewriteProse(text []byte) []byte {
 	for _, m := range moves {
-		to := m.to[strings.LastIndex(m.to, "/")+1:]
+		to := pkgName(m.to)
 		text = textRE(m).ReplaceAll(text, []byte(to+".$1"))
 	}
 	return rewritePaths(text)
@@ -168,20 +186,20 @@ func rewriteGo(path string) error {
 		for _, s := range f.Imports {
 			p, _ := strconv.Unquote(s.Path.Value)
 			switch p {
-			case mod + m.from:
+			case pkgPath(m.from):
 				spec = s
-			case mod + m.to:
+			case pkgPath(m.to):
 				hasNew = true
 			}
 		}
 		if spec == nil {
 			continue
 		}
-		local := m.from[strings.LastIndex(m.from, "/")+1:]
+		local := pkgName(m.from)
 		if spec.Name != nil {
 			local = spec.Name.Name
 		}
-		newLocal := m.to[strings.LastIndex(m.to, "/")+1:]
+		newLocal := pkgName(m.to)
 		moved := map[string]bool{}
 		for _, n := range m.names {
 			moved[n] = true
@@ -207,7 +225,7 @@ func rewriteGo(path string) error {
 		if renamed == 0 {
 			continue
 		}
-		line := mod + m.to
+		line := pkgPath(m.to)
 		switch {
 		case hasNew && kept == 0:
 			edits = append(edits, edit{off(spec.Pos()), off(spec.End()), ""})
@@ -223,9 +241,9 @@ func rewriteGo(path string) error {
 	// renames its own. A local of that name only shadows the package where
 	// it is declared, and compiles as before.
 	for _, m := range moves {
-		newLocal := m.to[strings.LastIndex(m.to, "/")+1:]
+		newLocal := pkgName(m.to)
 		to, ok := collisions[newLocal]
-		if !ok || !usesOrWill(f, mod+m.to, edits) {
+		if !ok || !usesOrWill(f, pkgPath(m.to), edits) {
 			continue
 		}
 		ast.Inspect(f, func(n ast.Node) bool {

@@ -3,7 +3,7 @@
 // directly, and run every other store's calls on a goroutine of their own
 // that they stop waiting for at the call's bound.
 //
-// A store's context is its contract (ratelimit.Store's doc comment, and the
+// A store's context is its contract (store.Store's doc comment, and the
 // conformance suite's Context groups), but a store written by a user may
 // still wrap a client that ignores it; the SDK's bounds must hold all the
 // same. The built-in stores declare themselves here (their tests run the

@@ -38,6 +38,7 @@ var imports = map[string]string{
 	"lease":       "github.com/ratelimitkit/ratelimit/lease",
 	"httplimit":   "github.com/ratelimitkit/ratelimit/httplimit",
 	"memory":      "github.com/ratelimitkit/ratelimit/store/memory",
+	"store":       "github.com/ratelimitkit/ratelimit/store",
 	"statefile":   "github.com/ratelimitkit/ratelimit/statefile",
 	"postgres":    "github.com/ratelimitkit/ratelimit/store/postgres",
 	"dynamo":      "github.com/ratelimitkit/ratelimit/store/dynamo",
@@ -76,7 +77,7 @@ var preamble = map[string]string{
 	"w":         "var w http.ResponseWriter // in an HTTP handler",
 	"r":         "var r *http.Request // in an HTTP handler",
 	"cfg":       "var cfg aws.Config // from config.LoadDefaultConfig",
-	"store":     "var store ratelimit.Store // the store the application built",
+	"store":     "var store = memory.MustNew() // the store the application built",
 	"obs":       "var obs ratelimit.Observer // an observer, such as otellimit's",
 	"lim":       "var lim *ratelimit.Limiter",
 	"mux":       "var mux *http.ServeMux // the application's routes",
@@ -96,10 +97,10 @@ var transcript interface {
 }`,
 	"appendMessages": "func appendMessages(ctx context.Context, session string, fence int64, msgs []string) error { return nil }",
 	"myStore": `// myStore stands for a store of your own.
-type myStore struct{ ratelimit.Store }
+type myStore struct{ store.Store }
 
 func (*myStore) listExpiries(context.Context) ([]conformance.Expiry, error) { return nil, nil }`,
-	"newMyStore":    "func newMyStore(*testing.T) ratelimit.Store { return nil }",
+	"newMyStore":    "func newMyStore(*testing.T) store.Store { return nil }",
 	"newEmptyStore": "func newEmptyStore(*testing.T) *myStore { return nil }",
 }
 
@@ -283,6 +284,9 @@ func complete(src string) string {
 		declared, used := names(f)
 		var add []string
 		for name, decl := range preamble {
+			if name == "store" && usesStorePackage(f) {
+				continue // the package, not a store the application built
+			}
 			if used[name] && !declared[name] {
 				add = append(add, decl)
 			}
@@ -328,6 +332,29 @@ func complete(src string) string {
 		i = len(src)
 	}
 	return src[:i] + "; import (" + strings.Join(specs, "; ") + ")" + src[i:]
+}
+
+// storeNames are package store's exported names.
+var storeNames = map[string]bool{
+	"Key": true, "MaxKeyLen": true, "Store": true, "UpdateFunc": true, "Decider": true,
+	"ErrUnsupported": true, "ServerClocker": true, "Entry": true, "Exporter": true,
+	"Importer": true, "ParseKey": true,
+}
+
+// usesStorePackage reports whether f names one of package store's names
+// (store.Key, say): its store is then the package, which the preamble's
+// variable of that name would shadow.
+func usesStorePackage(f *ast.File) bool {
+	found := false
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if x, ok := sel.X.(*ast.Ident); ok && x.Name == "store" && storeNames[sel.Sel.Name] {
+				found = true
+			}
+		}
+		return !found
+	})
+	return found
 }
 
 // names returns the names f declares at the top level and every identifier

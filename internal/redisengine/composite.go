@@ -7,9 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // allScript is the composite Lua form (forms.CompositeLua): one script
@@ -66,11 +66,11 @@ func (e *Engine) compositeArgs(c algorithms.Composite) *compositeArgs {
 // on keys that share a run are decided in one run of the coalesced form,
 // as a single algorithm's are (see batcher). For a composite with a part
 // that has no composite Lua form it returns an error wrapping
-// ratelimit.ErrUnsupported without sending anything.
-func (e *Engine) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
+// store.ErrUnsupported without sending anything.
+func (e *Engine) decideAll(ctx context.Context, key store.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
 	a := e.compositeArgs(c)
 	if a == nil {
-		return algorithms.Decision{}, fmt.Errorf("%s: composite %v has a part without a composite Lua form: %w", e.name, c, ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("%s: composite %v has a part without a composite Lua form: %w", e.name, c, store.ErrUnsupported)
 	}
 	what := fmt.Sprintf("decide %s for %q", c.Name(), key.String())
 	p := &pending{}

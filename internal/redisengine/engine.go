@@ -18,6 +18,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // ErrConflict is returned by Update when its compare-and-set keeps losing
@@ -50,7 +51,7 @@ redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
 return 1
 `, 0)
 
-// Engine is a ratelimit.Store and ratelimit.Decider on a Redis-protocol
+// Engine is a store.Store and store.Decider on a Redis-protocol
 // server reached through a Backend. Create it with New; the zero value is
 // not usable. It is safe for concurrent use.
 type Engine struct {
@@ -180,17 +181,17 @@ func flag(b bool) any {
 	return argFalse
 }
 
-// Decide implements ratelimit.Decider with one EVALSHA of alg's Lua form,
+// Decide implements store.Decider with one EVALSHA of alg's Lua form,
 // atomic on the server, with no retries; a composite (algorithms.All) runs
 // the composite Lua form the same way (see decideAll). For an algorithm
 // without one (any that is not a built-in, see forms.BuiltinOf, and a
 // composite with such a part or a sliding log) it returns an error
-// wrapping ratelimit.ErrUnsupported without sending anything.
-func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+// wrapping store.ErrUnsupported without sending anything.
+func (e *Engine) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	s, sf := Form(alg)
 	c, composite := alg.(algorithms.Composite)
 	if s == nil && !composite {
-		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.name, alg.Name(), ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.name, alg.Name(), store.ErrUnsupported)
 	}
 	if req.Cost < 1 || req.Cost > alg.MaxCost() {
 		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.name, req.Cost, alg.MaxCost(), alg.Name(), ratelimit.ErrInvalidCost)
@@ -382,7 +383,7 @@ func (e *Engine) lock(ctx context.Context, k string) (chan struct{}, error) {
 	}
 }
 
-// Update implements ratelimit.Store with an optimistic compare-and-set: read
+// Update implements store.Store with an optimistic compare-and-set: read
 // the value, call fn, and write its result only if the value is still the
 // one read, retrying up to MaxAttempts times before an error wrapping
 // ErrConflict. Concurrent updates of one key within one process wait for
@@ -394,7 +395,7 @@ func (e *Engine) lock(ctx context.Context, k string) (chan struct{}, error) {
 // 1..algorithms.MaxExact was not written by Update (TTLs are capped at
 // MaxExact/2, times are at most MaxExact/2), so such a value is
 // ErrCorruptState, never missing state.
-func (e *Engine) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (e *Engine) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	k := StateKey(e.prefix, key) + UpdateSuffix
 	what := fmt.Sprintf("update %q", key.String())
 	if err := ctx.Err(); err != nil {
@@ -488,8 +489,8 @@ func serverTime(sec, usec any) (int64, error) {
 	return a*1_000_000 + b, nil
 }
 
-// Delete implements ratelimit.Store: it deletes every key of the decision.
-func (e *Engine) Delete(ctx context.Context, key ratelimit.Key) error {
+// Delete implements store.Store: it deletes every key of the decision.
+func (e *Engine) Delete(ctx context.Context, key store.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: delete %q: %w", e.name, key.String(), err)
 	}
@@ -522,11 +523,11 @@ return {}
 // after the header (-1, total) when the "y:" member holds the total.
 // It is not a method so that the stores, which embed the Engine, do not
 // offer it; their tests reach it.
-func StateReader(e *Engine) func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
-	return func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) { return state(ctx, e, key) }
+func StateReader(e *Engine) func(ctx context.Context, key store.Key) ([]byte, int64, error) {
+	return func(ctx context.Context, key store.Key) ([]byte, int64, error) { return state(ctx, e, key) }
 }
 
-func state(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, error) {
+func state(ctx context.Context, e *Engine, key store.Key) ([]byte, int64, error) {
 	k := StateKey(e.prefix, key)
 	r, err := e.run(ctx, stateScript, []string{k, k + UpdateSuffix}, nil)
 	if err != nil {
@@ -536,7 +537,7 @@ func state(ctx context.Context, e *Engine, key ratelimit.Key) ([]byte, int64, er
 }
 
 // decodeState decodes stateScript's reply r for key.
-func decodeState(e *Engine, key ratelimit.Key, r any) ([]byte, int64, error) {
+func decodeState(e *Engine, key store.Key, r any) ([]byte, int64, error) {
 	arr, _ := r.([]any)
 	if len(arr) == 0 {
 		return nil, 0, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Scanner is implemented by Backends that can enumerate keys: SCAN on a
@@ -20,7 +21,7 @@ import (
 // names matching the glob pattern match; fn may be called from several
 // goroutines at once, one per master, and may run commands on the Backend.
 // A Backend whose client cannot reach every master returns an error
-// wrapping ratelimit.ErrUnsupported.
+// wrapping store.ErrUnsupported.
 type Scanner interface {
 	Scan(ctx context.Context, match string, fn func(keys []string) error) error
 }
@@ -45,7 +46,7 @@ func globEscape(s string) string {
 
 // parseStateKey is the inverse of StateKey for a key name under prefix,
 // with or without UpdateSuffix.
-func parseStateKey(prefix, name string) (key ratelimit.Key, update, ok bool) {
+func parseStateKey(prefix, name string) (key store.Key, update, ok bool) {
 	rest, ok := strings.CutPrefix(name, prefix+":{")
 	if !ok {
 		return key, false, false
@@ -57,7 +58,7 @@ func parseStateKey(prefix, name string) (key ratelimit.Key, update, ok bool) {
 	} else {
 		return key, false, false
 	}
-	key, ok = ratelimit.ParseKey(rest)
+	key, ok = store.ParseKey(rest)
 	if !ok {
 		return key, false, false
 	}
@@ -132,17 +133,17 @@ var exportScript = NewScript("export", `if ARGV[1] == '2' and redis.call('EXISTS
 // argUpdate is exportScript's ARGV[1] for an Update key's name.
 var argUpdate any = "2"
 
-// Export implements ratelimit.Exporter with SCAN over every master, reading
+// Export implements store.Exporter with SCAN over every master, reading
 // each batch of keys SCAN returns with one pipeline of scripts, each
 // reading a key's state as StateReader does (which prefers the Lua forms'
 // key to the Update key when a decision has both, so such a key is yielded
 // once): two round trips per ScanBatch keys. Keys whose state has expired
 // by now (the server's clock when the engine reads it, taken once at the
 // start) are skipped. Each round trip is bounded by ExportTimeout.
-func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	sc, ok := e.backend.(Scanner)
 	if !ok {
-		return fmt.Errorf("%s: the client cannot scan keys: %w", e.name, ratelimit.ErrUnsupported)
+		return fmt.Errorf("%s: the client cannot scan keys: %w", e.name, store.ErrUnsupported)
 	}
 	if e.serverClock {
 		var t int64
@@ -187,8 +188,8 @@ func (e *Engine) Export(ctx context.Context, namespace string, now int64, yield 
 // readStates reads the live states of the keys names (as SCAN returned
 // them) under namespace, with one pipeline of exportScript, or one call
 // per key on a backend that is not a Pipeliner.
-func (e *Engine) readStates(ctx context.Context, namespace string, now int64, names []string) ([]ratelimit.Entry, error) {
-	keys := make([]ratelimit.Key, 0, len(names))
+func (e *Engine) readStates(ctx context.Context, namespace string, now int64, names []string) ([]store.Entry, error) {
+	keys := make([]store.Key, 0, len(names))
 	calls := make([]*Call, 0, len(names))
 	for _, name := range names {
 		key, update, ok := parseStateKey(e.prefix, name)
@@ -232,7 +233,7 @@ func (e *Engine) readStates(ctx context.Context, namespace string, now int64, na
 	if err != nil {
 		return nil, fmt.Errorf("%s: export %d keys: %w", e.name, len(calls), err)
 	}
-	out := make([]ratelimit.Entry, 0, len(calls))
+	out := make([]store.Entry, 0, len(calls))
 	for i, c := range calls {
 		if c.Err != nil {
 			return nil, wrap(ctx, e.name, fmt.Sprintf("export %q", keys[i].String()), c.Err)
@@ -244,7 +245,7 @@ func (e *Engine) readStates(ctx context.Context, namespace string, now int64, na
 		if st == nil || expires <= now {
 			continue
 		}
-		out = append(out, ratelimit.Entry{Key: keys[i], State: st, Expires: expires})
+		out = append(out, store.Entry{Key: keys[i], State: st, Expires: expires})
 	}
 	return out, nil
 }
@@ -307,13 +308,13 @@ return 1
 // slidingLog is the built-in whose Lua form keeps a sorted set.
 var slidingLog = forms.BuiltinOf(algorithms.SlidingLog(1, time.Second))
 
-// Import implements ratelimit.Importer. The state of an algorithm with a
+// Import implements store.Importer. The state of an algorithm with a
 // Lua form is written in that form's encoding (the inverse of StateReader:
 // the expiry and the Go form's fields as doubles; the sliding log's entries
 // as sorted-set members); any other state goes where Update keeps it. The
 // key's expiry is set as a decision sets it: the TTL left, rounded up to
 // milliseconds, plus the slack.
-func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en ratelimit.Entry, now int64) (bool, error) {
+func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en store.Entry, now int64) (bool, error) {
 	what := fmt.Sprintf("import %q", en.Key.String())
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("%s: %s: %w", e.name, what, err)

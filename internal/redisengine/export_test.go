@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // FuzzParseStateKey checks that parseStateKey inverts StateKey, with and
@@ -18,7 +18,7 @@ func FuzzParseStateKey(f *testing.F) {
 		if id == "" {
 			return
 		}
-		k := ratelimit.Key{Namespace: "api.v1:gcra", ID: id}
+		k := store.Key{Namespace: "api.v1:gcra", ID: id}
 		for _, suffix := range []string{"", UpdateSuffix} {
 			got, update, ok := parseStateKey("rl", StateKey("rl", k)+suffix)
 			if !ok || got != k || update != (suffix != "") {

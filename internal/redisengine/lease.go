@@ -5,8 +5,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // leaseScript is the lease's transition (leasewire.Step) as a script.
@@ -38,7 +38,7 @@ func (e *Engine) leaseArg(now int64, req leasewire.Request) string {
 // the server clock on, the script reads the server's TIME. Concurrent calls
 // share round trips as decisions do (see batcher) when the backend
 // pipelines. The stores get it by embedding the engine.
-func (e *Engine) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (e *Engine) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if err := req.Check(now); err != nil {
 		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}

@@ -1,5 +1,5 @@
 // Package redisengine is the store engine the Redis and Valkey stores
-// share: an Engine implements ratelimit.Store and ratelimit.Decider over a
+// share: an Engine implements store.Store and store.Decider over a
 // Backend, the few commands a store's client must run. It holds everything
 // else once: the options, key encoding, running the algorithms' Lua forms
 // (algorithms/forms/lua) and decoding their replies, TTLs and slack, and the
@@ -19,6 +19,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Backend is the little a store needs from its client. Script arguments
@@ -132,7 +133,7 @@ func AppendStrings(dst []string, args []any) []string {
 //
 // The braces are the Redis Cluster hash tag: only the part between them
 // picks the slot, so every key of one decision lies in one slot. The
-// namespace holds no braces (ratelimit.Key guarantees it) and the id is
+// namespace holds no braces (store.Key guarantees it) and the id is
 // escaped so that it holds none either: '%', '{' and '}' become %25, %7B and
 // %7D. The escape is injective, so distinct Keys give distinct names.
 
@@ -140,7 +141,7 @@ func AppendStrings(dst []string, args []any) []string {
 const UpdateSuffix = ":u"
 
 // StateKey returns the name of key's state under prefix.
-func StateKey(prefix string, key ratelimit.Key) string {
+func StateKey(prefix string, key store.Key) string {
 	id := key.ID
 	n := 0
 	for i := 0; i < len(id); i++ {

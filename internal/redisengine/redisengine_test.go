@@ -4,13 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // unescape inverts the escape of StateKey's id.
 func unescape(s string) string { return unescapeID(s) }
 
-func checkKey(t *testing.T, prefix string, k ratelimit.Key) {
+func checkKey(t *testing.T, prefix string, k store.Key) {
 	t.Helper()
 	name := StateKey(prefix, k)
 	tag := HashTag(name)
@@ -34,9 +34,9 @@ func checkKey(t *testing.T, prefix string, k ratelimit.Key) {
 
 func TestStateKey(t *testing.T) {
 	for _, id := range []string{"u", "{user}", "a}b{c", "}{", "{}", "%7B", "%", "with space", "\x00\xff", "ünï-🔑", strings.Repeat("}", 512)} {
-		checkKey(t, "rl", ratelimit.Key{Namespace: "api:gcra", ID: id})
+		checkKey(t, "rl", store.Key{Namespace: "api:gcra", ID: id})
 	}
-	if a, b := StateKey("rl", ratelimit.Key{Namespace: "n:a", ID: "{"}), StateKey("rl", ratelimit.Key{Namespace: "n:a", ID: "%7B"}); a == b {
+	if a, b := StateKey("rl", store.Key{Namespace: "n:a", ID: "{"}), StateKey("rl", store.Key{Namespace: "n:a", ID: "%7B"}); a == b {
 		t.Errorf("ids %q and %q share the key %q", "{", "%7B", a)
 	}
 }
@@ -48,7 +48,7 @@ func FuzzStateKey(f *testing.F) {
 		if CheckPrefix("test", prefix) != nil || strings.ContainsAny(ns, "{}") || ns == "" || id == "" {
 			return
 		}
-		checkKey(t, prefix, ratelimit.Key{Namespace: ns, ID: id})
+		checkKey(t, prefix, store.Key{Namespace: ns, ID: id})
 	})
 }
 

@@ -15,11 +15,12 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The lease's transitions, written once as a pure function of the stored
 // record and the store's time. The Locker runs them through
-// ratelimit.Store.Update; a store with a server-side form (see Runner) runs
+// store.Store.Update; a store with a server-side form (see Runner) runs
 // the same transitions next to its data, held equal to Step by a
 // differential test.
 //
@@ -269,7 +270,7 @@ func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Resul
 // locker's clock, which a store configured to use its own clock replaces),
 // and return Step's Result; the conformance suite checks both paths.
 type Runner interface {
-	RunLease(ctx context.Context, key ratelimit.Key, now int64, req Request) (Result, error)
+	RunLease(ctx context.Context, key store.Key, now int64, req Request) (Result, error)
 }
 
 // NamespaceSuffix ends the namespace of a locker's keys: the namespace is

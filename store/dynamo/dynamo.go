@@ -1,4 +1,4 @@
-// Package dynamo is a ratelimit.Store on Amazon DynamoDB (or any endpoint
+// Package dynamo is a store.Store on Amazon DynamoDB (or any endpoint
 // that speaks its API, such as DynamoDB Local or dynalite).
 //
 // DynamoDB cannot run code next to its data, so every algorithm runs in Go
@@ -46,6 +46,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Client is the part of a *dynamodb.Client the store uses. Any value with
@@ -206,13 +207,13 @@ func WithCacheSize(n int) Option {
 	}
 }
 
-// Store is a ratelimit.Store on a DynamoDB table. Create it with New; the
+// Store is a store.Store on a DynamoDB table. Create it with New; the
 // zero value is not usable. Most callers only pass it to ratelimit.New and
 // use the Limiter. It is safe for concurrent use, across goroutines,
 // processes and machines sharing the table. It starts a goroutine only
 // while requests for a key are queued, so it needs no closing.
 //
-// Store does not implement ratelimit.Decider: DynamoDB cannot run an
+// Store does not implement store.Decider: DynamoDB cannot run an
 // algorithm next to its data, so every algorithm, built-in or not, runs
 // through Update. It implements leasewire.Runner (RunLease), so that a lease
 // never takes "held" from the cache.
@@ -285,7 +286,7 @@ func (s *Store) Table() string { return s.table }
 // other key part follows ID. It returns an error wrapping
 // ratelimit.ErrInvalidKey when the result would be longer than
 // MaxKeyBytes.
-func (s *Store) EncodeKey(key ratelimit.Key) ([]byte, error) {
+func (s *Store) EncodeKey(key store.Key) ([]byte, error) {
 	n := len(key.Namespace) + 1 + len(key.ID)
 	if s.prefix != "" {
 		n += len(s.prefix) + 2
@@ -331,7 +332,7 @@ type item struct {
 	expires int64 // µs since the epoch
 }
 
-// Update implements ratelimit.Store with conditional writes. Calls for one
+// Update implements store.Store with conditional writes. Calls for one
 // key in this process queue, and the decisions that queued while a write
 // was in flight are computed one after another (each fn sees the state the
 // previous one left) and stored with a single conditional write. When a
@@ -352,13 +353,13 @@ type item struct {
 // fn runs on a goroutine that serves the key. If it panics, Update panics
 // with the same value in the caller's goroutine, and the other calls
 // batched with it are unaffected.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return s.update(ctx, key, now, fn, false)
 }
 
 // update is Update; with confirm set, an outcome that writes nothing is
 // computed from the table's item (a consistent read), not from the cache.
-func (s *Store) update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc, confirm bool) error {
+func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc, confirm bool) error {
 	if fn == nil {
 		return fmt.Errorf("%w: dynamo: nil update function", ratelimit.ErrInvalidParams)
 	}
@@ -400,8 +401,8 @@ func (s *Store) update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored)", truncate(key.String()), ctx.Err())
 }
 
-// Delete implements ratelimit.Store with a DeleteItem, retried like writes.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+// Delete implements store.Store with a DeleteItem, retried like writes.
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	pk, err := s.EncodeKey(key)
 	if err != nil {
 		return err

@@ -14,9 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -125,7 +125,7 @@ func number(it map[string]types.AttributeValue, name string) (int64, bool) {
 
 // readState reads key's item from table with a consistent read: the
 // state Update wrote and its expiry, for Harness.State.
-func readState(ctx context.Context, client *dynamodb.Client, table string, s *dynamo.Store, key ratelimit.Key) ([]byte, int64, error) {
+func readState(ctx context.Context, client *dynamodb.Client, table string, s *dynamo.Store, key store.Key) ([]byte, int64, error) {
 	pk, err := s.EncodeKey(key)
 	if err != nil {
 		return nil, 0, err
@@ -160,11 +160,11 @@ func TestConformance(t *testing.T) {
 				return scanExpiries(ctx, client, table)
 			},
 			RealTimeExpiry: false,
-			State: func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+			State: func(ctx context.Context, key store.Key) ([]byte, int64, error) {
 				return readState(ctx, client, table, s, key)
 			},
 			Freeze: frozen, // real faults on a private dynalite
-			Twin: func(t *testing.T) ratelimit.Store {
+			Twin: func(t *testing.T) store.Store {
 				s2, err := dynamo.New(newClient(testserver.DynamoDBEndpoint(t)), dynamo.WithTable(table))
 				if err != nil {
 					t.Fatalf("dynamo.New: %v", err)

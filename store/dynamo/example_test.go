@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -53,11 +54,11 @@ func ExampleCreateTable() {
 // Keys are stored as raw bytes, so IDs need no escaping. A key prefix sits
 // between NUL bytes, so no prefix and limiter name can run into each other.
 func ExampleStore_EncodeKey() {
-	store, _ := dynamo.New(&dynamodb.Client{}, dynamo.WithKeyPrefix("shop/"))
-	pk, _ := store.EncodeKey(ratelimit.Key{Namespace: "api:gcra", ID: "user {42}"})
+	st, _ := dynamo.New(&dynamodb.Client{}, dynamo.WithKeyPrefix("shop/"))
+	pk, _ := st.EncodeKey(store.Key{Namespace: "api:gcra", ID: "user {42}"})
 	fmt.Printf("%q\n", pk)
 	plain, _ := dynamo.New(&dynamodb.Client{})
-	pk, _ = plain.EncodeKey(ratelimit.Key{Namespace: "api:gcra", ID: "user {42}"})
+	pk, _ = plain.EncodeKey(store.Key{Namespace: "api:gcra", ID: "user {42}"})
 	fmt.Printf("%q\n", pk)
 	// Output:
 	// "\x00shop/\x00api:gcra:user {42}"

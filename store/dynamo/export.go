@@ -11,10 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
-var _ ratelimit.Exporter = (*Store)(nil)
+var _ store.Exporter = (*Store)(nil)
 
 // Scanner is what Export needs of a Client beyond the Client interface:
 // the Scan operation. *dynamodb.Client has it.
@@ -30,7 +30,7 @@ const (
 	exportTimeout = time.Second
 )
 
-// Export implements ratelimit.Exporter with a Scan of the table, filtered
+// Export implements store.Exporter with a Scan of the table, filtered
 // on the server to the store's items under namespace (every item of the
 // store when namespace is "") whose expires_us is after now, one page of
 // 1000 items at a time (strongly consistent reads), retried like
@@ -38,10 +38,10 @@ const (
 // reads the whole table, and is billed so, however few items it returns. A
 // Client that is not a Scanner is unsupported. Importing needs nothing of
 // the store's own: statefile.Import writes through Update.
-func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	sc, ok := s.client.(Scanner)
 	if !ok {
-		return fmt.Errorf("dynamo: export: a %T cannot scan the table: %w", s.client, ratelimit.ErrUnsupported)
+		return fmt.Errorf("dynamo: export: a %T cannot scan the table: %w", s.client, store.ErrUnsupported)
 	}
 	// Every key of the store starts with its encoded prefix (EncodeKey):
 	// nothing without one, NUL prefix NUL with one.
@@ -95,7 +95,7 @@ func (s *Store) Export(ctx context.Context, namespace string, now int64, yield f
 			if it.expires <= now {
 				continue
 			}
-			if err := yield(ratelimit.Entry{Key: key, State: it.state, Expires: it.expires}); err != nil {
+			if err := yield(store.Entry{Key: key, State: it.state, Expires: it.expires}); err != nil {
 				return err
 			}
 		}
@@ -117,10 +117,10 @@ func (s *Store) keyPrefix() []byte {
 
 // decodeKey is the inverse of EncodeKey: the encoded prefix, then the
 // Key's String form.
-func (s *Store) decodeKey(pk []byte) (ratelimit.Key, bool) {
+func (s *Store) decodeKey(pk []byte) (store.Key, bool) {
 	rest, ok := bytes.CutPrefix(pk, s.keyPrefix())
 	if !ok {
-		return ratelimit.Key{}, false
+		return store.Key{}, false
 	}
-	return ratelimit.ParseKey(string(rest))
+	return store.ParseKey(string(rest))
 }

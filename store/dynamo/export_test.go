@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -27,8 +28,8 @@ func TestExportUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Export(context.Background(), "a:gcra", 0, func(ratelimit.Entry) error { return nil })
-	if !errors.Is(err, ratelimit.ErrUnsupported) {
+	err = s.Export(context.Background(), "a:gcra", 0, func(store.Entry) error { return nil })
+	if !errors.Is(err, store.ErrUnsupported) {
 		t.Fatalf("Export with a Client that cannot Scan = %v, want ErrUnsupported", err)
 	}
 }
@@ -70,7 +71,7 @@ func TestExportKeyPrefix(t *testing.T) {
 		now := time.Now().UnixMicro()
 		for _, ns := range []string{"", "api:gcra"} {
 			got := 0
-			err := s.Export(ctx, ns, now, func(e ratelimit.Entry) error {
+			err := s.Export(ctx, ns, now, func(e store.Entry) error {
 				if !strings.HasPrefix(e.Key.ID, prefix+"-user-") {
 					return fmt.Errorf("store with prefix %q exported %q", prefix, e.Key.String())
 				}

@@ -26,6 +26,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -117,7 +118,7 @@ func TestServerStopped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := few.Delete(ctx, ratelimit.Key{Namespace: closed.Namespace(), ID: "k"}); err == nil || !strings.Contains(err.Error(), "gave up after 4 attempts") {
+	if err := few.Delete(ctx, store.Key{Namespace: closed.Namespace(), ID: "k"}); err == nil || !strings.Contains(err.Error(), "gave up after 4 attempts") {
 		t.Errorf("store.Delete with the server down and no deadline = %v, want a gave-up error after 4 attempts", err)
 	}
 

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -14,7 +14,7 @@ import (
 // SIGSTOP, so that the FaultHungStore group holds every Limiter and lease
 // call to its bound on a server that really stopped answering. The process
 // is stopped when t ends.
-func frozen(t *testing.T) (ratelimit.Store, func()) {
+func frozen(t *testing.T) (store.Store, func()) {
 	srv := testserver.StartDynalite(t)
 	client := newClient("http://" + srv.Addr())
 	const table = "ratelimit-frozen"

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -39,7 +40,7 @@ func FuzzEncodeKey(f *testing.F) {
 				}
 				return
 			}
-			pk, err := s.EncodeKey(ratelimit.Key{Namespace: c.ns, ID: c.id})
+			pk, err := s.EncodeKey(store.Key{Namespace: c.ns, ID: c.id})
 			if err != nil {
 				if !errors.Is(err, ratelimit.ErrInvalidKey) {
 					t.Fatalf("EncodeKey error %v does not wrap ErrInvalidKey", err)

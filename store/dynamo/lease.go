@@ -3,8 +3,8 @@ package dynamo
 import (
 	"context"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // RunLease implements leasewire.Runner. The lease's transition (leasewire.Step)
@@ -16,7 +16,7 @@ import (
 // released by one process can be taken by another within one of its
 // polls, at the cost of one read per poll on a held key. Decisions of
 // limiters keep answering denials from the cache.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	var res leasewire.Result
 	err := s.update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
 		next, ttl, r, err := leasewire.Step(cur, now, req)

@@ -15,15 +15,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // op is one Update call waiting for its key's worker.
 type op struct {
 	ctx   context.Context
 	now   int64
-	fn    ratelimit.UpdateFunc
-	key   ratelimit.Key
+	fn    store.UpdateFunc
+	key   store.Key
 	done  chan error // buffered: the worker never blocks on it
 	taken bool       // the worker has taken it (guarded by the shard's mu)
 	// confirm asks that an outcome that writes nothing be computed from

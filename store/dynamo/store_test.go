@@ -17,6 +17,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/dynamo"
 )
 
@@ -259,7 +260,7 @@ func TestExpiredItemIsAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"peek", "allow"} {
-		pk, err := s.EncodeKey(ratelimit.Key{Namespace: lim.Namespace(), ID: id})
+		pk, err := s.EncodeKey(store.Key{Namespace: lim.Namespace(), ID: id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,7 +283,7 @@ func TestExpiredItemIsAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pk, _ := s.EncodeKey(ratelimit.Key{Namespace: lim.Namespace(), ID: "live"})
+	pk, _ := s.EncodeKey(store.Key{Namespace: lim.Namespace(), ID: "live"})
 	putRaw(t, client, table, pk, fresh.Next, 7, now+fresh.TTL)
 	d, err = lim.Allow(ctx, "live")
 	if err != nil || d.Allowed {
@@ -300,7 +301,7 @@ func TestKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long := ratelimit.Key{Namespace: "n:a", ID: strings.Repeat("x", dynamo.MaxKeyBytes)}
+	long := store.Key{Namespace: "n:a", ID: strings.Repeat("x", dynamo.MaxKeyBytes)}
 	err = s.Update(context.Background(), long, 1, func(cur []byte, now int64) ([]byte, int64, error) { return []byte("x"), 1, nil })
 	if !errors.Is(err, ratelimit.ErrInvalidKey) || !strings.HasPrefix(err.Error(), "ratelimit: invalid key: dynamo:") {
 		t.Errorf("Update with a %d-byte key = %v, want ErrInvalidKey from dynamo", len(long.ID), err)
@@ -311,7 +312,7 @@ func TestKeys(t *testing.T) {
 	if c.total() != 0 {
 		t.Errorf("oversized keys made %d requests, want 0", c.total())
 	}
-	pk, err := s.EncodeKey(ratelimit.Key{Namespace: "n:a", ID: "\x00\xff:{}"})
+	pk, err := s.EncodeKey(store.Key{Namespace: "n:a", ID: "\x00\xff:{}"})
 	if want := "\x00app1/\x00n:a:\x00\xff:{}"; err != nil || string(pk) != want {
 		t.Errorf("EncodeKey = %q, %v; want %q", pk, err, want)
 	}
@@ -357,7 +358,7 @@ func TestCreateTableIdempotent(t *testing.T) {
 // without storing anything.
 func TestQueuedWaitRespectsContext(t *testing.T) {
 	s, c, _, _, _, _ := setup(t, algorithms.GCRA(1, time.Second, 1))
-	key := ratelimit.Key{Namespace: "q:gcra", ID: "held"}
+	key := store.Key{Namespace: "q:gcra", ID: "held"}
 	release := make(chan struct{})
 	entered := make(chan struct{})
 	done := make(chan error, 1)
@@ -407,7 +408,7 @@ func TestQueuedWaitRespectsContext(t *testing.T) {
 // and stores nothing, also when batched with calls that do store.
 func TestFnErrorStoresNothing(t *testing.T) {
 	s, c, _, _, _, _ := setup(t, algorithms.GCRA(1, time.Second, 1))
-	key := ratelimit.Key{Namespace: "e:gcra", ID: "k"}
+	key := store.Key{Namespace: "e:gcra", ID: "k"}
 	boom := errors.New("boom")
 	err := s.Update(context.Background(), key, 1, func(cur []byte, now int64) ([]byte, int64, error) { return []byte("x"), 5, boom })
 	if err != boom {
@@ -441,7 +442,7 @@ var _ = aws.String
 // not in the store's worker, and leaves the calls batched with it alone.
 func TestFnPanic(t *testing.T) {
 	s, _, _, _, _, _ := setup(t, algorithms.GCRA(1, time.Second, 1))
-	key := ratelimit.Key{Namespace: "p:gcra", ID: "k"}
+	key := store.Key{Namespace: "p:gcra", ID: "k"}
 	func() {
 		defer func() {
 			if r := recover(); r != "boom" {

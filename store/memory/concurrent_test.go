@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -51,8 +51,8 @@ func TestExactUnderChurn(t *testing.T) {
 		algorithms.GCRA(limit, time.Second, limit).(forms.ToDecider),
 	}
 	ctx := context.Background()
-	key := func(k int) ratelimit.Key {
-		return ratelimit.Key{Namespace: "exact:" + algs[k%len(algs)].Name(), ID: fmt.Sprintf("k%d", k)}
+	key := func(k int) store.Key {
+		return store.Key{Namespace: "exact:" + algs[k%len(algs)].Name(), ID: fmt.Sprintf("k%d", k)}
 	}
 	const gap = int64(10 * time.Second / time.Microsecond) // between epochs
 	var now atomic.Int64                                   // the current epoch's time
@@ -75,7 +75,7 @@ func TestExactUnderChurn(t *testing.T) {
 			}
 			// Waves of 2,000 keys: inserted, then deleted, so that
 			// the indexes grow and shrink.
-			k := ratelimit.Key{Namespace: "churn", ID: fmt.Sprintf("c%d", i%2000)}
+			k := store.Key{Namespace: "churn", ID: fmt.Sprintf("c%d", i%2000)}
 			if (i/2000)%2 == 0 {
 				if _, _, _, _, _, _, err := memory.DecideTo(s, ctx, k, gcra, algorithms.Request{Now: now.Load(), Cost: 1}); err != nil {
 					churnErr.Store(err)
@@ -162,7 +162,7 @@ func TestDeleteRacingDecisions(t *testing.T) {
 	alg := algorithms.FixedWindow(limit, time.Hour).(forms.ToDecider)
 	ctx := context.Background()
 	at := epoch.UnixMicro()
-	key := func(k int) ratelimit.Key { return ratelimit.Key{Namespace: "del", ID: fmt.Sprintf("k%d", k)} }
+	key := func(k int) store.Key { return store.Key{Namespace: "del", ID: fmt.Sprintf("k%d", k)} }
 	var admitted, deletes [keys]atomic.Int64
 	var wg sync.WaitGroup
 	for w := range workers + 1 {

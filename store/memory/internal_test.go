@@ -9,7 +9,7 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 func TestShardSize(t *testing.T) {
@@ -25,7 +25,7 @@ func TestHashCollisions(t *testing.T) {
 	s := MustNew()
 	sh := &s.shards[0]
 	const h = 42
-	keys := []ratelimit.Key{{Namespace: "a:x", ID: "1"}, {Namespace: "a:x", ID: "2"}, {Namespace: "b:x", ID: "1"}, {Namespace: "a:x", ID: "3"}}
+	keys := []store.Key{{Namespace: "a:x", ID: "1"}, {Namespace: "a:x", ID: "2"}, {Namespace: "b:x", ID: "1"}, {Namespace: "a:x", ID: "3"}}
 	for i, k := range keys {
 		e := &entry{key: k, expires: int64(10 * (i + 1))} // 10, 20, 30, 40
 		e.state = append(e.inline[:0], byte(i))
@@ -53,7 +53,7 @@ func TestHashCollisions(t *testing.T) {
 			t.Errorf("Len = %d, want %d", got, len(wantIDs))
 		}
 		seen := 0
-		s.Expiries(func(ratelimit.Key, int64) { seen++ })
+		s.Expiries(func(store.Key, int64) { seen++ })
 		if seen != len(wantIDs) {
 			t.Errorf("Expiries lists %d keys, want %d", seen, len(wantIDs))
 		}
@@ -86,7 +86,7 @@ func TestEntryLayout(t *testing.T) {
 	}
 	for _, id := range []string{"k", "0123456789abcdef", "0123456789abcdefg"} {
 		buf := []byte(id)
-		key := ratelimit.Key{Namespace: "n:gcra", ID: string(buf)}
+		key := store.Key{Namespace: "n:gcra", ID: string(buf)}
 		e := newEntry(key)
 		inside := unsafe.StringData(e.key.ID) == &e.id[0]
 		if want := len(id) <= inlineID; inside != want {
@@ -104,7 +104,7 @@ func TestEntryLayout(t *testing.T) {
 func TestRemovedEntryMarked(t *testing.T) {
 	s := MustNew(WithMaxKeys(shardCount)) // one key per shard
 	sh := &s.shards[0]
-	k := ratelimit.Key{Namespace: "a:x", ID: "1"}
+	k := store.Key{Namespace: "a:x", ID: "1"}
 	const h = 7
 	add := func(expires int64) *entry {
 		e := newEntry(k)
@@ -175,9 +175,9 @@ func TestIndexAgainstMap(t *testing.T) {
 		h uint64
 		e *entry
 	}
-	want := map[ratelimit.Key]held{}
+	want := map[store.Key]held{}
 	for step := range 200_000 {
-		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(rng.IntN(300))}
+		k := store.Key{Namespace: "n:x", ID: strconv.Itoa(rng.IntN(300))}
 		h := uint64(rng.IntN(40)) * 0x9e3779b97f4a7c15 // collisions on purpose
 		if w, ok := want[k]; ok {
 			h = w.h
@@ -255,13 +255,13 @@ func TestHashShort(t *testing.T) {
 			for i := range id {
 				id[i] = byte(rng.IntN(256))
 			}
-			k := ratelimit.Key{Namespace: "n:x", ID: string(id)}
+			k := store.Key{Namespace: "n:x", ID: string(id)}
 			h := s.hash(k)
 			shards[h>>(64-shardBits)] = true
 			for i := range id {
 				other := append([]byte(nil), id...)
 				other[i] ^= 1 << rng.IntN(8)
-				if s.hash(ratelimit.Key{Namespace: "n:x", ID: string(other)}) == h {
+				if s.hash(store.Key{Namespace: "n:x", ID: string(other)}) == h {
 					t.Fatalf("IDs %q and %q (differing at byte %d) hash alike", id, other, i)
 				}
 			}
@@ -279,7 +279,7 @@ func TestIndexShrinks(t *testing.T) {
 	s := MustNew()
 	sh := &s.shards[0]
 	for i := range 10_000 {
-		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		k := store.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
 		expires := int64(10)
 		if i < 10 {
 			expires = 1000 // these stay
@@ -295,7 +295,7 @@ func TestIndexShrinks(t *testing.T) {
 		t.Errorf("index of %d slots for 10 keys, after %d for 10,000", got, grown)
 	}
 	for i := range 10 {
-		k := ratelimit.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
+		k := store.Key{Namespace: "n:x", ID: strconv.Itoa(i)}
 		if sh.get(s.hash(k), k) == nil {
 			t.Errorf("key %d lost by the rebuild", i)
 		}
@@ -324,7 +324,7 @@ func TestFindDuringChurn(t *testing.T) {
 	var stable []held
 	sh.mu.Lock()
 	for i := range 40 {
-		e := newEntry(ratelimit.Key{Namespace: "s", ID: strconv.Itoa(i)})
+		e := newEntry(store.Key{Namespace: "s", ID: strconv.Itoa(i)})
 		e.setState([]byte{byte(i)}, false)
 		e.expires = math.MaxInt64
 		sh.add(hashOf(i), e)
@@ -344,7 +344,7 @@ func TestFindDuringChurn(t *testing.T) {
 			var added []held
 			for i := range 1 + rng.IntN(1500) {
 				sh.mu.Lock()
-				e := newEntry(ratelimit.Key{Namespace: "c", ID: strconv.Itoa(i)})
+				e := newEntry(store.Key{Namespace: "c", ID: strconv.Itoa(i)})
 				e.setState([]byte{1}, false)
 				h := hashOf(rng.IntN(1 << 20))
 				sh.add(h, e)
@@ -364,7 +364,7 @@ func TestFindDuringChurn(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			absent := ratelimit.Key{Namespace: "s", ID: "absent"}
+			absent := store.Key{Namespace: "s", ID: "absent"}
 			for n := 0; !done.Load(); n++ {
 				w := stable[(n+r)%len(stable)]
 				if got := sh.find(w.h, w.e.key); got != w.e {

@@ -35,6 +35,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // DefaultMaxKeys is the key cap of a store created without WithMaxKeys.
@@ -88,7 +89,7 @@ func WithMaxKeys(n int) Option {
 	}
 }
 
-// Store is an in-process ratelimit.Store and ratelimit.Decider. Create it
+// Store is an in-process store.Store and store.Decider. Create it
 // with New; the zero value is not usable. It is safe for concurrent use and
 // starts no goroutines, so it needs no closing. A Limiter calls its Decide;
 // Sweep, Len and Expiries are for housekeeping and tests.
@@ -263,7 +264,7 @@ const minSlots = 16
 // the same value only when its length changes, shares the mutex's line.
 type entry struct {
 	mu  sync.Mutex
-	key ratelimit.Key
+	key store.Key
 	id  [inlineID]byte
 	// state is the key's state: never nil while the entry is in its
 	// shard's index, and nil once it is removed (see removed).
@@ -286,8 +287,8 @@ func (e *entry) kill() {
 }
 
 // newEntry returns an entry for key holding its own copy of key.ID.
-func newEntry(key ratelimit.Key) *entry {
-	e := &entry{key: ratelimit.Key{Namespace: key.Namespace}}
+func newEntry(key store.Key) *entry {
+	e := &entry{key: store.Key{Namespace: key.Namespace}}
 	if n := len(key.ID); n <= inlineID {
 		copy(e.id[:], key.ID)
 		e.key.ID = unsafe.String(&e.id[0], n)
@@ -330,7 +331,7 @@ func MustNew(opts ...Option) *Store {
 // limiters with the same user key (a handful at most) share a hash, while
 // every call saves hashing the namespace, which is the same for all of a
 // limiter's keys.
-func (s *Store) hash(k ratelimit.Key) uint64 {
+func (s *Store) hash(k store.Key) uint64 {
 	var h uint64
 	if n := len(k.ID); n <= 16 {
 		h = s.hashShort(k.ID)
@@ -371,16 +372,16 @@ func mix(a, b uint64) uint64 {
 }
 
 // lock returns key's hash and its shard, locked.
-func (s *Store) lock(k ratelimit.Key) (uint64, *shard) {
+func (s *Store) lock(k store.Key) (uint64, *shard) {
 	h := s.hash(k)
 	sh := &s.shards[h>>(64-shardBits)]
 	sh.mu.Lock()
 	return h, sh
 }
 
-// Decide implements ratelimit.Decider for every algorithm: it runs the Go
+// Decide implements store.Decider for every algorithm: it runs the Go
 // form under the key's lock.
-func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	if td, ok := alg.(forms.ToDecider); ok {
 		var d algorithms.Decision
 		var err error
@@ -446,7 +447,7 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // sets, is always nil for a ToDecider.
 //
 // On a key the store holds, it takes no lock but the key's own.
-func (s *Store) decideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
+func (s *Store) decideTo(ctx context.Context, key store.Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
@@ -465,7 +466,7 @@ func (s *Store) decideTo(ctx context.Context, key ratelimit.Key, alg forms.ToDec
 
 // decideLocked is decideTo under the shard's mutex, for a key that find
 // did not see: a new key, or one just removed or moved by a rehash.
-func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *Store) decideLocked(h uint64, sh *shard, key store.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.advance(req.Now)
@@ -489,7 +490,7 @@ func (s *Store) decideLocked(h uint64, sh *shard, key ratelimit.Key, alg forms.T
 // found not removed, and unlocks it. The state is decided where it is
 // stored, not copied first: a ToDecider writes into it only when it
 // returns a next state.
-func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
+func (s *Store) decideEntry(sh *shard, e *entry, key store.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
 	var cur []byte
 	if e.expires > req.Now {
 		cur = e.state
@@ -524,12 +525,12 @@ func (s *Store) decideEntry(sh *shard, e *entry, key ratelimit.Key, alg forms.To
 
 // ttlError is the error for a state written with a TTL that is not
 // positive.
-func ttlError(key ratelimit.Key, ttl int64) error {
+func ttlError(key store.Key, ttl int64) error {
 	return fmt.Errorf("memory: state for %q written with ttl %d µs", key.ID, ttl)
 }
 
-// Update implements ratelimit.Store.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+// Update implements store.Store.
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -548,8 +549,8 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 	return s.put(sh, h, key, e, next, now, ttl, false)
 }
 
-// Delete implements ratelimit.Store.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -584,7 +585,7 @@ func (sh *shard) copyState(e *entry, now int64) []byte {
 // It stores a copy, unless owned says next is the store's to keep (what an
 // forms.InPlaceDecider returns). The caller holds sh.mu, and e.mu when
 // e is not nil; a new entry is complete before it is published.
-func (s *Store) put(sh *shard, h uint64, key ratelimit.Key, e *entry, next []byte, now, ttl int64, owned bool) error {
+func (s *Store) put(sh *shard, h uint64, key store.Key, e *entry, next []byte, now, ttl int64, owned bool) error {
 	if ttl <= 0 {
 		return ttlError(key, ttl)
 	}
@@ -638,7 +639,7 @@ func clone(b []byte) []byte {
 // entry being added or moved, and may return one being removed (which the
 // caller sees marked, under the entry's mutex); with the mutex its answer
 // is exact.
-func (sh *shard) find(h uint64, key ratelimit.Key) *entry {
+func (sh *shard) find(h uint64, key store.Key) *entry {
 	t := sh.index.t.Load()
 	if t == nil {
 		return nil
@@ -661,7 +662,7 @@ func (sh *shard) find(h uint64, key ratelimit.Key) *entry {
 }
 
 // get returns key's entry, or nil. The caller holds sh.mu.
-func (sh *shard) get(h uint64, key ratelimit.Key) *entry {
+func (sh *shard) get(h uint64, key store.Key) *entry {
 	return sh.find(h, key)
 }
 
@@ -948,7 +949,7 @@ func (s *Store) Len() int {
 // Expiries calls fn for every key the store holds with its expiry in
 // microseconds since the epoch. The conformance suite uses it to check that
 // every key carries an expiry. fn must not call the store.
-func (s *Store) Expiries(fn func(key ratelimit.Key, expires int64)) {
+func (s *Store) Expiries(fn func(key store.Key, expires int64)) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -16,7 +16,7 @@ func harness(t *testing.T) conformance.Harness {
 		Store: s,
 		Expiries: func(ctx context.Context) ([]conformance.Expiry, error) {
 			var list []conformance.Expiry
-			s.Expiries(func(k ratelimit.Key, expires int64) {
+			s.Expiries(func(k store.Key, expires int64) {
 				list = append(list, conformance.Expiry{Key: k.String(), At: time.UnixMicro(expires)})
 			})
 			return list, nil
@@ -24,7 +24,7 @@ func harness(t *testing.T) conformance.Harness {
 		DecidesAllBuiltins: true, // its Decider runs every Go form
 		// One process holds one memory store: a second instance over the
 		// same backend is the same store.
-		Twin: func(t *testing.T) ratelimit.Store { return s },
+		Twin: func(t *testing.T) store.Store { return s },
 	}
 }
 

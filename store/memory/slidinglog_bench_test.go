@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -15,7 +15,7 @@ import (
 // advancing step µs per call, after 2,000 calls that fill the log.
 func logDecider(tb testing.TB, alg algorithms.Algorithm, step int64) func() algorithms.Decision {
 	s := memory.MustNew()
-	key := ratelimit.Key{Namespace: "bench", ID: "hot"}
+	key := store.Key{Namespace: "bench", ID: "hot"}
 	ctx := context.Background()
 	now := int64(1_900_000_000_000_000)
 	decide := func() algorithms.Decision {

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -229,7 +230,7 @@ func TestSweep(t *testing.T) {
 		t.Errorf("second Sweep = %d, want 0", got)
 	}
 	now := later.Now().UnixMicro()
-	s.Expiries(func(k ratelimit.Key, expires int64) {
+	s.Expiries(func(k store.Key, expires int64) {
 		if expires <= now {
 			t.Errorf("key %v expired at %d, not after now %d, survived Sweep", k, expires, now)
 		}
@@ -247,7 +248,7 @@ func TestSweep(t *testing.T) {
 // the store hands algorithms a copy.
 func TestFailedDecisionLeavesState(t *testing.T) {
 	ctx := context.Background()
-	key := ratelimit.Key{Namespace: "t:own", ID: "k"}
+	key := store.Key{Namespace: "t:own", ID: "k"}
 	now := epoch.UnixMicro()
 	for _, size := range []int{8, 24, 25, 4000} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
@@ -300,7 +301,7 @@ func (a scribbler) Decide(state []byte, req algorithms.Request) (algorithms.Step
 func TestStateSizes(t *testing.T) {
 	ctx := context.Background()
 	s := memory.MustNew()
-	key := ratelimit.Key{Namespace: "t:own", ID: "sizes"}
+	key := store.Key{Namespace: "t:own", ID: "sizes"}
 	now := epoch.UnixMicro()
 	for _, size := range []int{0, 1, 24, 25, 160, 16000, 16, 3000, 200, 0, 24} {
 		want := bytes.Repeat([]byte{byte(size)}, size)
@@ -326,7 +327,7 @@ func TestStateSizes(t *testing.T) {
 func TestZeroTTLIsAnError(t *testing.T) {
 	ctx := context.Background()
 	s := memory.MustNew()
-	key := ratelimit.Key{Namespace: "t:own", ID: "ttl"}
+	key := store.Key{Namespace: "t:own", ID: "ttl"}
 	now := epoch.UnixMicro()
 	if err := s.Update(ctx, key, now, func([]byte, int64) ([]byte, int64, error) { return []byte{1}, 0, nil }); err == nil {
 		t.Error("Update storing state with ttl 0 = nil error, want an error")
@@ -396,7 +397,7 @@ func TestConcurrentUse(t *testing.T) {
 						t.Errorf("Len = %d, want at most %d", n, maxKeys)
 					}
 				case 3:
-					small.Expiries(func(ratelimit.Key, int64) {})
+					small.Expiries(func(store.Key, int64) {})
 				}
 				if d, err := hot.Allow(ctx, "hot"); err != nil {
 					t.Errorf("Allow(hot): %v", err)

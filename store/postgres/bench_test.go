@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // BenchmarkDecide measures one caller's decisions (Store.Decide, server
@@ -18,7 +18,7 @@ import (
 func BenchmarkDecide(b *testing.B) {
 	p := newTestPool(b, 1)
 	ctx := context.Background()
-	key := ratelimit.Key{Namespace: "bench", ID: "hot"}
+	key := store.Key{Namespace: "bench", ID: "hot"}
 	b.Run("upsert", func(b *testing.B) {
 		t := pgx.Identifier{newTable(b, p, "rl_bench")}.Sanitize()
 		if _, err := p.Exec(ctx, "CREATE TABLE "+t+" (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {

@@ -11,9 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -94,7 +94,7 @@ func harness(t *testing.T, p *testPool, s *postgres.Store) conformance.Harness {
 		Store:    s,
 		Expiries: expiries(p, s),
 		State:    state(p, s),
-		ServerClock: func(t *testing.T) ratelimit.Store {
+		ServerClock: func(t *testing.T) store.Store {
 			// The same table (its generated name needs no quoting).
 			sc, err := postgres.New(p, postgres.WithTable(strings.Trim(s.Table(), `"`)))
 			if err != nil {
@@ -108,8 +108,8 @@ func harness(t *testing.T, p *testPool, s *postgres.Store) conformance.Harness {
 
 // state reads a key's row of s's table as the Go form encodes its state:
 // the bigint[] a SQL form wrote, or the bytes Update wrote.
-func state(p *testPool, s *postgres.Store) func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
-	return func(ctx context.Context, key ratelimit.Key) ([]byte, int64, error) {
+func state(p *testPool, s *postgres.Store) func(ctx context.Context, key store.Key) ([]byte, int64, error) {
+	return func(ctx context.Context, key store.Key) ([]byte, int64, error) {
 		var (
 			vals    []int64
 			raw     []byte
@@ -131,8 +131,8 @@ func state(p *testPool, s *postgres.Store) func(ctx context.Context, key ratelim
 }
 
 // twin returns a factory of stores on s's table through a new pool.
-func twin(s *postgres.Store, opts ...postgres.Option) func(t *testing.T) ratelimit.Store {
-	return func(t *testing.T) ratelimit.Store {
+func twin(s *postgres.Store, opts ...postgres.Option) func(t *testing.T) store.Store {
+	return func(t *testing.T) store.Store {
 		t2, err := postgres.New(newTestPool(t, 8), append([]postgres.Option{postgres.WithTable(strings.Trim(s.Table(), `"`))}, opts...)...)
 		if err != nil {
 			t.Fatalf("postgres.New: %v", err)

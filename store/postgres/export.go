@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
-var _ ratelimit.Exporter = (*Store)(nil)
+var _ store.Exporter = (*Store)(nil)
 
 // Queryer is what Export needs of a DB beyond the DB interface: a query
 // that returns rows. *pgxpool.Pool, *pgx.Conn and pgx.Tx have it.
@@ -22,7 +22,7 @@ type Queryer interface {
 // ExportBatch is how many rows one query of Export reads.
 const ExportBatch = 1000
 
-// Export implements ratelimit.Exporter: it reads the rows under namespace
+// Export implements store.Exporter: it reads the rows under namespace
 // (every row when namespace is "") whose expires_at is after now (the
 // server's clock unless the store was built WithRequestClock), in key
 // order, ExportBatch rows per query, holding no connection while yield
@@ -30,10 +30,10 @@ const ExportBatch = 1000
 // the Go form's encoding. Importing needs nothing of the store's own:
 // statefile.Import writes through Update, whose state the SQL forms read.
 // A DB that is not a Queryer is unsupported.
-func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	q, ok := s.db.(Queryer)
 	if !ok {
-		return fmt.Errorf("postgres: export: a %T cannot run queries that return rows: %w", s.db, ratelimit.ErrUnsupported)
+		return fmt.Errorf("postgres: export: a %T cannot run queries that return rows: %w", s.db, store.ErrUnsupported)
 	}
 	var clock any = now
 	if !s.requestClock {
@@ -74,7 +74,7 @@ const exportTimeout = time.Second
 
 // exportBatch runs one query of Export, bounded by exportTimeout, and
 // returns its entries and the last key it read (nil when it read none).
-func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, to []byte, clock any) ([]ratelimit.Entry, []byte, error) {
+func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, to []byte, clock any) ([]store.Entry, []byte, error) {
 	qctx, cancel := context.WithTimeout(ctx, exportTimeout)
 	defer cancel()
 	fail := func(err error) error {
@@ -83,7 +83,7 @@ func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, t
 		}
 		return s.fail(ctx, "export", zeroKey, err)
 	}
-	var batch []ratelimit.Entry
+	var batch []store.Entry
 	var last []byte
 	rows, err := q.Query(qctx, sql, after, to, clock, ExportBatch)
 	if err != nil {
@@ -100,14 +100,14 @@ func (s *Store) exportBatch(ctx context.Context, q Queryer, sql string, after, t
 			return nil, nil, fail(err)
 		}
 		last = k
-		key, ok := ratelimit.ParseKey(string(k))
+		key, ok := store.ParseKey(string(k))
 		if !ok {
 			continue // not a row a Limiter writes
 		}
 		if state == nil {
 			state = encodeVals(vals)
 		}
-		batch = append(batch, ratelimit.Entry{Key: key, State: state, Expires: expires})
+		batch = append(batch, store.Entry{Key: key, State: state, Expires: expires})
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -18,8 +18,8 @@ func TestExportUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Export(context.Background(), "a:gcra", 0, func(ratelimit.Entry) error { return nil })
-	if !errors.Is(err, ratelimit.ErrUnsupported) {
+	err = s.Export(context.Background(), "a:gcra", 0, func(store.Entry) error { return nil })
+	if !errors.Is(err, store.ErrUnsupported) {
 		t.Fatalf("Export with a DB that cannot Query = %v, want ErrUnsupported", err)
 	}
 }

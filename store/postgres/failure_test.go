@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -41,7 +42,7 @@ type failureFixture struct {
 	closed, open *ratelimit.Limiter
 }
 
-func newFailureFixture(t *testing.T, p *testPool, store func(*postgres.Store) ratelimit.Store) failureFixture {
+func newFailureFixture(t *testing.T, p *testPool, store func(*postgres.Store) store.Store) failureFixture {
 	t.Helper()
 	s := newStore(t, p, postgres.WithServerClock(false))
 	alg := algorithms.FixedWindow(5, time.Hour)
@@ -53,12 +54,12 @@ func newFailureFixture(t *testing.T, p *testPool, store func(*postgres.Store) ra
 	}
 }
 
-func asStore(s *postgres.Store) ratelimit.Store  { return s }
-func asUpdate(s *postgres.Store) ratelimit.Store { return updateOnly{s} }
+func asStore(s *postgres.Store) store.Store  { return s }
+func asUpdate(s *postgres.Store) store.Store { return updateOnly{s} }
 
 var bothPaths = []struct {
 	name  string
-	store func(*postgres.Store) ratelimit.Store
+	store func(*postgres.Store) store.Store
 }{{"server", asStore}, {"update", asUpdate}}
 
 // rowLock holds the row lock of key in s's table on a connection of its

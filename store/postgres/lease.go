@@ -7,9 +7,9 @@ import (
 	"strings"
 	"text/template"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The lease's transition (leasewire.Step) as the table's lease function
@@ -49,7 +49,7 @@ func (s *Store) leaseFunctionSQL() string {
 //
 // On a table migrated by a release without the lease function, it runs
 // Step through Update instead.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if err := req.Check(now); err != nil {
 		return leasewire.Result{}, fmt.Errorf("postgres: lease %q: %w", key, err)
 	}
@@ -81,7 +81,7 @@ func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req 
 }
 
 // leaseByUpdate applies req with Step through Update.
-func (s *Store) leaseByUpdate(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s *Store) leaseByUpdate(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	var res leasewire.Result
 	err := s.Update(ctx, key, now, func(cur []byte, now int64) ([]byte, int64, error) {
 		next, ttl, r, err := leasewire.Step(cur, now, req)

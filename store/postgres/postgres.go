@@ -55,6 +55,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // DB is what the store needs from PostgreSQL: the methods that
@@ -148,7 +149,7 @@ type rowStatement struct {
 	scalar bool
 }
 
-// Store is a ratelimit.Store and ratelimit.Decider on PostgreSQL. Create it
+// Store is a store.Store and store.Decider on PostgreSQL. Create it
 // with New and call Migrate (or apply SchemaSQL) before use; the zero value
 // is not usable. Decide, the method a Limiter uses for the built-in
 // algorithms, is one statement per decision. A Store is safe for concurrent
@@ -228,7 +229,7 @@ func (s *Store) DB() DB { return s.db }
 func (s *Store) Table() string { return s.ident(s.table) }
 
 // ServerClock reports whether the store reads the server's clock (see
-// WithServerClock). It implements ratelimit.ServerClocker.
+// WithServerClock). It implements store.ServerClocker.
 func (s *Store) ServerClock() bool { return !s.requestClock }
 
 // ident quotes name as an identifier.
@@ -277,22 +278,22 @@ func undefinedFunction(err error) bool {
 const lockNotAvailable = "55P03"
 
 // zeroKey stands for "no key" in error messages.
-var zeroKey ratelimit.Key
+var zeroKey store.Key
 
 // keyBytes is the row key of k: Namespace ":" ID, distinct for distinct
-// Keys (see ratelimit.Key.String), as bytea since an ID may hold any bytes.
-func keyBytes(k ratelimit.Key) []byte {
+// Keys (see store.Key.String), as bytea since an ID may hold any bytes.
+func keyBytes(k store.Key) []byte {
 	return appendKey(make([]byte, 0, len(k.Namespace)+1+len(k.ID)), k)
 }
 
 // appendKey appends the row key of k to b.
-func appendKey(b []byte, k ratelimit.Key) []byte {
+func appendKey(b []byte, k store.Key) []byte {
 	b = append(b, k.Namespace...)
 	b = append(b, ':')
 	return append(b, k.ID...)
 }
 
-// Decide implements ratelimit.Decider for the built-in algorithms: one
+// Decide implements store.Decider for the built-in algorithms: one
 // statement. For a request that may consume on a key that has a row, it is
 // an UPDATE that locks the row, treats it as absent when it has expired,
 // runs the algorithm's SQL form on its state and writes the next state
@@ -307,8 +308,8 @@ func appendKey(b []byte, k ratelimit.Key) []byte {
 // a deadline further away than that bounds the wait at that.
 //
 // For an algorithm without a SQL form it returns an error wrapping
-// ratelimit.ErrUnsupported without contacting the server.
-func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+// store.ErrUnsupported without contacting the server.
+func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	// The form is bound to the algorithm's type (BuiltinOf), never to its
 	// name, so a user's algorithm is never run as a built-in.
 	if c, ok := alg.(algorithms.Composite); ok {
@@ -316,11 +317,11 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 	}
 	sf, ok := alg.(forms.ServerForm)
 	if !ok {
-		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no server form: %w", alg.Name(), store.ErrUnsupported)
 	}
 	query, ok := s.decideSQL[forms.BuiltinOf(alg)]
 	if !ok {
-		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("postgres: algorithm %q has no SQL form: %w", alg.Name(), store.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
@@ -383,11 +384,11 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // calls each part's SQL form as a peek and, when every part admits, for
 // real) and writes every part's next state only when all admit. For a
 // composite with a part that has no composite SQL form it returns an error
-// wrapping ratelimit.ErrUnsupported without contacting the server.
-func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
+// wrapping store.ErrUnsupported without contacting the server.
+func (s *Store) decideAll(ctx context.Context, key store.Key, c algorithms.Composite, req algorithms.Request) (algorithms.Decision, error) {
 	names, args, ok := forms.CompositeForm(c)
 	if !ok {
-		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a composite SQL form: %w", c, ratelimit.ErrUnsupported)
+		return algorithms.Decision{}, fmt.Errorf("postgres: composite %v has a part without a composite SQL form: %w", c, store.ErrUnsupported)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("postgres: decide %q: %w", key, err)
@@ -421,13 +422,13 @@ func (s *Store) decideAll(ctx context.Context, key ratelimit.Key, c algorithms.C
 	return algorithms.Combine(parts), nil
 }
 
-// Update implements ratelimit.Store with one transaction: it locks the key's
+// Update implements store.Store with one transaction: it locks the key's
 // row (SELECT ... FOR NO KEY UPDATE), reads the server's clock when the
 // store uses it, calls fn, and writes the result. When the key has no row,
 // a concurrent request may create it first; Update then rolls back and
 // calls fn again with that request's state, so neither fails nor
 // over-admits.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	k := keyBytes(key)
 	for attempt := 1; ; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -448,7 +449,7 @@ func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn rat
 // second retry needs the row deleted again in between.
 const maxInsertRaces = 10
 
-func (s *Store) updateOnce(ctx context.Context, key ratelimit.Key, k []byte, now int64, fn ratelimit.UpdateFunc) (done bool, err error) {
+func (s *Store) updateOnce(ctx context.Context, key store.Key, k []byte, now int64, fn store.UpdateFunc) (done bool, err error) {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return false, s.fail(ctx, "update", key, err)
@@ -522,8 +523,8 @@ func encodeVals(vals []int64) []byte {
 	return b
 }
 
-// Delete implements ratelimit.Store: it deletes key's row, if any.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+// Delete implements store.Store: it deletes key's row, if any.
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("postgres: delete %q: %w", key, err)
 	}
@@ -560,7 +561,7 @@ func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 // fail wraps a pgx error with the operation and key, and with ctx's error
 // when the context ended, so that errors.Is finds context.Canceled or
 // context.DeadlineExceeded and errors.As finds *pgconn.PgError.
-func (s *Store) fail(ctx context.Context, op string, key ratelimit.Key, err error) error {
+func (s *Store) fail(ctx context.Context, op string, key store.Key, err error) error {
 	what := "postgres: " + op
 	if key != zeroKey {
 		what += fmt.Sprintf(" %q", key)

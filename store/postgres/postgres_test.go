@@ -18,13 +18,14 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
 // updateOnly hides the store's Decider, so a limiter uses Update.
-type updateOnly struct{ ratelimit.Store }
+type updateOnly struct{ store.Store }
 
-func newLimiter(t testing.TB, s ratelimit.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *ratelimit.Limiter {
+func newLimiter(t testing.TB, s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) *ratelimit.Limiter {
 	t.Helper()
 	lim, err := ratelimit.New(s, alg, opts...)
 	if err != nil {
@@ -65,9 +66,9 @@ func TestServerClock(t *testing.T) {
 			}
 			// Hide the store's ServerClocker to pass the fake clock anyway,
 			// and check that the store does ignore it.
-			var store ratelimit.Store = struct {
-				ratelimit.Store
-				ratelimit.Decider
+			var store store.Store = struct {
+				store.Store
+				store.Decider
 			}{s, s}
 			if path == "update" {
 				store = updateOnly{s}
@@ -103,7 +104,7 @@ func TestRequestClock(t *testing.T) {
 	for _, path := range []string{"server", "update"} {
 		t.Run(path, func(t *testing.T) {
 			s := newStore(t, p, postgres.WithServerClock(false))
-			var store ratelimit.Store = s
+			var store store.Store = s
 			if path == "update" {
 				store = updateOnly{s}
 			}
@@ -180,11 +181,11 @@ func TestUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := ratelimit.Key{Namespace: "n:own", ID: "k"}
+	key := store.Key{Namespace: "n:own", ID: "k"}
 	gcra := algorithms.GCRA(1, time.Second, 1).(forms.ServerForm)
 	for _, alg := range []algorithms.Algorithm{ownAlg{gcra}, ownServerForm{gcra}} {
 		_, err := s.Decide(context.Background(), key, alg, algorithms.Request{Now: 1, Cost: 1})
-		if !errors.Is(err, ratelimit.ErrUnsupported) || !strings.HasPrefix(err.Error(), "postgres: ") {
+		if !errors.Is(err, store.ErrUnsupported) || !strings.HasPrefix(err.Error(), "postgres: ") {
 			t.Errorf("Decide(%s) = %v, want a postgres: error wrapping ErrUnsupported", alg.Name(), err)
 		}
 	}
@@ -229,7 +230,7 @@ func TestTableNames(t *testing.T) {
 			if err := s.Migrate(context.Background()); err != nil {
 				t.Fatalf("Migrate with table %q: %v", name, err)
 			}
-			for _, store := range []ratelimit.Store{s, updateOnly{s}} {
+			for _, store := range []store.Store{s, updateOnly{s}} {
 				lim := newLimiter(t, store, algorithms.FixedWindow(1, time.Hour), ratelimit.WithClock(clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))))
 				allow(t, lim, "k", 1)
 				if d := allow(t, lim, "k", 1); d.Allowed {
@@ -381,7 +382,7 @@ func TestBackendErrors(t *testing.T) {
 	}
 	// Not migrated: the table and function do not exist.
 	lim := newLimiter(t, s, algorithms.GCRA(1, time.Second, 1))
-	for _, store := range []ratelimit.Store{s, updateOnly{s}} {
+	for _, store := range []store.Store{s, updateOnly{s}} {
 		lim = newLimiter(t, store, algorithms.GCRA(1, time.Second, 1))
 		d, err := lim.Allow(context.Background(), "k")
 		var pe *pgconn.PgError
@@ -461,7 +462,7 @@ func TestFarDeadline(t *testing.T) {
 	s := newStore(t, p, postgres.WithServerClock(false))
 	fake := clock.NewFake(time.Date(2040, 1, 1, 0, 0, 0, 0, time.UTC))
 	for _, far := range []time.Duration{25 * 24 * time.Hour, 10 * 365 * 24 * time.Hour, 1<<63 - 1} {
-		for i, store := range []ratelimit.Store{s, updateOnly{s}} {
+		for i, store := range []store.Store{s, updateOnly{s}} {
 			lim := newLimiter(t, store, algorithms.FixedWindow(1, time.Hour), ratelimit.WithClock(fake), ratelimit.WithName(fmt.Sprintf("far%d", i)))
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(far))
 			key := fmt.Sprint("k", far)
@@ -511,7 +512,7 @@ func TestCorruptOutOfRange(t *testing.T) {
 			// The update path first: the server path's error ends the
 			// transaction.
 			for _, i := range []int{1, 0} {
-				store := []ratelimit.Store{ts, updateOnly{ts}}[i]
+				store := []store.Store{ts, updateOnly{ts}}[i]
 				lim := newLimiter(t, store, alg, ratelimit.WithClock(fake), ratelimit.WithName(fmt.Sprintf("range%d", i)), ratelimit.WithFailurePolicy(ratelimit.FailOpen))
 				if _, err := tx.Exec(ctx, "INSERT INTO "+s.Table()+" (key, vals, expires_at) VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE SET vals = excluded.vals, state = NULL, expires_at = excluded.expires_at",
 					[]byte(lim.Namespace()+":k"), vals, int64(1)<<60); err != nil {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
 
@@ -53,14 +53,14 @@ func TestRowFormFallback(t *testing.T) {
 	now := time.Now().UnixMicro()
 	decide := func(key string, want algorithms.Decision) {
 		t.Helper()
-		got, err := s.Decide(ctx, ratelimit.Key{Namespace: "fb", ID: key}, alg, algorithms.Request{Now: now, Cost: 1})
+		got, err := s.Decide(ctx, store.Key{Namespace: "fb", ID: key}, alg, algorithms.Request{Now: now, Cost: 1})
 		if err != nil || got.Allowed != want.Allowed || got.Remaining != want.Remaining {
 			t.Fatalf("Decide(%s) = %+v, %v; want allowed %v, remaining %d", key, got, err, want.Allowed, want.Remaining)
 		}
 	}
 
 	// State written by Update: the decide function reads it.
-	k := ratelimit.Key{Namespace: "fb", ID: "updated"}
+	k := store.Key{Namespace: "fb", ID: "updated"}
 	if err := s.Update(ctx, k, now, func(_ []byte, now int64) ([]byte, int64, error) {
 		st, err := alg.Decide(nil, algorithms.Request{Now: now, Cost: 3})
 		return st.Next, st.TTL, err

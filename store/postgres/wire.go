@@ -10,7 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // The client's side of a decision, written for few allocations: the row key,
@@ -28,7 +28,7 @@ import (
 // decoded the result (pgx holds on to neither the arguments nor the
 // result's bytes after Scan returns).
 type decideCall struct {
-	key  ratelimit.Key
+	key  store.Key
 	buf  [64]byte
 	raw  pgtype.UndecodedBytes
 	argv [16]any // the statement's arguments, when they fit
@@ -37,7 +37,7 @@ type decideCall struct {
 var callPool = sync.Pool{New: func() any { return new(decideCall) }}
 
 // newDecideCall returns a decideCall for key, from callPool.
-func newDecideCall(key ratelimit.Key) *decideCall {
+func newDecideCall(key store.Key) *decideCall {
 	c := callPool.Get().(*decideCall)
 	c.key = key
 	return c
@@ -46,7 +46,7 @@ func newDecideCall(key ratelimit.Key) *decideCall {
 // release puts c back into callPool, keeping no reference to the key or
 // the result.
 func (c *decideCall) release() {
-	c.key, c.raw = ratelimit.Key{}, nil
+	c.key, c.raw = store.Key{}, nil
 	clear(c.argv[:])
 	callPool.Put(c)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -313,7 +314,7 @@ func TestBatchIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	bad := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "bad"})
+	bad := redisengine.StateKey(prefix, store.Key{Namespace: lim.Namespace(), ID: "bad"})
 	if err := c.Set(ctx, bad, "garbage", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}

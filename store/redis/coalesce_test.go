@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -36,9 +36,9 @@ func TestCoalescedEqualSequential(t *testing.T) {
 						g.release <- struct{}{}
 					}
 				},
-				Queued:  func(s ratelimit.Store) int { return redis.Queued(s.(*redis.Store)) },
+				Queued:  func(s store.Store) int { return redis.Queued(s.(*redis.Store)) },
 				Scripts: func() int64 { return g.single.Load() + g.piped.Load() },
-				State: func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
+				State: func(s store.Store) func(context.Context, store.Key) ([]byte, int64, error) {
 					return redis.State(s.(*redis.Store))
 				},
 				Slot: func(string) int { return 0 },

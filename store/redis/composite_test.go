@@ -14,6 +14,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -70,7 +71,7 @@ func TestCompositeLongSlidingLog(t *testing.T) {
 	s := mustNew(t, c, redis.WithPrefix(fmt.Sprint("long-log-", time.Now().UnixNano())), redis.WithServerClock(false))
 	ctx := context.Background()
 	alg := algorithms.All(algorithms.SlidingLog(5000, time.Hour), algorithms.FixedWindow(100_000, time.Hour))
-	key := ratelimit.Key{Namespace: "long", ID: "k"}
+	key := store.Key{Namespace: "long", ID: "k"}
 	base := time.Now().UnixMicro()
 	var state []byte
 	var expires int64
@@ -82,7 +83,7 @@ func TestCompositeLongSlidingLog(t *testing.T) {
 		}
 		state, expires = st.Next, now+st.TTL
 	}
-	if ok, err := s.Import(ctx, alg, ratelimit.Entry{Key: key, State: state, Expires: expires}, base+4500); !ok || err != nil {
+	if ok, err := s.Import(ctx, alg, store.Entry{Key: key, State: state, Expires: expires}, base+4500); !ok || err != nil {
 		t.Fatalf("Import = %v, %v", ok, err)
 	}
 	for i, cost := range []int64{1, 600, 2} {
@@ -120,7 +121,7 @@ func TestCompositeLegacySlidingLog(t *testing.T) {
 	s := mustNew(t, c, redis.WithPrefix(fmt.Sprint("legacy-log-", time.Now().UnixNano())), redis.WithServerClock(false))
 	ctx := context.Background()
 	alg := algorithms.All(algorithms.SlidingLog(5, time.Second), algorithms.FixedWindow(100, time.Hour))
-	key := ratelimit.Key{Namespace: "legacy", ID: "k"}
+	key := store.Key{Namespace: "legacy", ID: "k"}
 	base := time.Now().UnixMicro()
 	var log []byte
 	for _, e := range [][2]int64{{base - 900_000, 2}, {base - 500_000, 1}, {base - 100, 1}} {
@@ -134,7 +135,7 @@ func TestCompositeLegacySlidingLog(t *testing.T) {
 	state = append(state, log...)
 	state = binary.LittleEndian.AppendUint64(state, 0)
 	state = binary.LittleEndian.AppendUint64(state, 0)
-	if ok, err := s.Import(ctx, alg, ratelimit.Entry{Key: key, State: state, Expires: exp}, base); !ok || err != nil {
+	if ok, err := s.Import(ctx, alg, store.Entry{Key: key, State: state, Expires: exp}, base); !ok || err != nil {
 		t.Fatalf("Import = %v, %v", ok, err)
 	}
 	for i, step := range []struct{ at, cost int64 }{{0, 1}, {1, 1}, {200_000, 1}, {600_000, 2}} {

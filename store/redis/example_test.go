@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -49,7 +50,7 @@ func ExampleNew() {
 // namespace and the user's key are the hash tag, with braces in the key
 // escaped.
 func ExampleStateKey() {
-	key := ratelimit.Key{Namespace: "api:gcra", ID: "user {42}"}
+	key := store.Key{Namespace: "api:gcra", ID: "user {42}"}
 	fmt.Println(redis.StateKey("rl", key))
 	// Output: rl:{api:gcra:user %7B42%7D}
 }

@@ -7,13 +7,13 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 var (
-	_ ratelimit.Exporter = (*Store)(nil)
-	_ ratelimit.Importer = (*Store)(nil)
+	_ store.Exporter = (*Store)(nil)
+	_ store.Importer = (*Store)(nil)
 )
 
 // Scan implements the engine's Scanner: SCAN on the server, or on every
@@ -55,6 +55,6 @@ func (b backend) Scan(ctx context.Context, match string, fn func(keys []string) 
 	case *goredis.Ring:
 		return c.ForEachShard(ctx, scan)
 	default:
-		return fmt.Errorf("redis: cannot scan every node through a %T: %w", b.c, ratelimit.ErrUnsupported)
+		return fmt.Errorf("redis: cannot scan every node through a %T: %w", b.c, store.ErrUnsupported)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -31,8 +32,8 @@ func TestExportUnsupported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = s.Export(context.Background(), "a:gcra", 0, func(ratelimit.Entry) error { return nil })
-	if !errors.Is(err, ratelimit.ErrUnsupported) {
+	err = s.Export(context.Background(), "a:gcra", 0, func(store.Entry) error { return nil })
+	if !errors.Is(err, store.ErrUnsupported) {
 		t.Fatalf("Export through a %T = %v, want ErrUnsupported", ownClient{}, err)
 	}
 }
@@ -65,7 +66,7 @@ func TestExportBoundedOnFrozenServer(t *testing.T) {
 	}
 	// Once with the server's clock (one more round trip before the scan),
 	// once without.
-	for _, st := range []ratelimit.Store{s, mustNew(t, c, redis.WithPrefix("frozen"), redis.WithServerClock(false))} {
+	for _, st := range []store.Store{s, mustNew(t, c, redis.WithPrefix("frozen"), redis.WithServerClock(false))} {
 		srv.Freeze()
 		start := time.Now()
 		n, err := statefile.Count(ctx, st, "", time.Now())
@@ -134,7 +135,7 @@ func TestCountRoundTrips(t *testing.T) {
 		}
 		// The other half through Update, which keeps state apart from
 		// the Lua forms': Count reads both.
-		key := ratelimit.Key{Namespace: "api:gcra", ID: fmt.Sprint("user-", i)}
+		key := store.Key{Namespace: "api:gcra", ID: fmt.Sprint("user-", i)}
 		if err := s.Update(ctx, key, time.Now().UnixMicro(), func([]byte, int64) ([]byte, int64, error) {
 			return make([]byte, 24), int64(time.Hour / time.Microsecond), nil
 		}); err != nil {

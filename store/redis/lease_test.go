@@ -17,11 +17,12 @@ import (
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/lease"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
 // updateOnly hides the store's leasewire.Runner, so the locker uses Update.
-type updateOnly struct{ ratelimit.Store }
+type updateOnly struct{ store.Store }
 
 // private starts a private Redis and returns it with a store on it, which
 // reads the server's clock (the default).
@@ -45,7 +46,7 @@ func TestLeaseFenceAfterRestart(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 	}{{"server", s}, {"update", updateOnly{s}}} {
 		t.Run(p.name, func(t *testing.T) {
 			locker, err := lease.New(p.store, 10*time.Second)
@@ -137,7 +138,7 @@ func TestLeaseFenceLimit(t *testing.T) {
 	}
 	for _, p := range []struct {
 		name  string
-		store ratelimit.Store
+		store store.Store
 	}{{"server", s}, {"update", updateOnly{s}}} {
 		for _, tc := range []struct {
 			name  string
@@ -149,7 +150,7 @@ func TestLeaseFenceLimit(t *testing.T) {
 					t.Fatal(err)
 				}
 				id := "fence-limit-" + p.name + "-" + tc.name
-				name := redis.StateKey(redis.DefaultPrefix, ratelimit.Key{Namespace: locker.Namespace(), ID: id}) + ":u"
+				name := redis.StateKey(redis.DefaultPrefix, store.Key{Namespace: locker.Namespace(), ID: id}) + ":u"
 				// A released record kept for an hour: the Update format's
 				// expiry, then version 1, the released flag, the fence, the
 				// lease's expiry and the owner.

@@ -1,10 +1,10 @@
-// Package redis is a ratelimit.Store on Redis, through
+// Package redis is a store.Store on Redis, through
 // github.com/redis/go-redis/v9. It accepts any redis.UniversalClient: a
 // plain client, a cluster client, a ring or a failover client.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
 // Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
-// store implements ratelimit.Decider. Scripts are run by their SHA1; when
+// store implements store.Decider. Scripts are run by their SHA1; when
 // the server has lost them (a restart, SCRIPT FLUSH, a failover), the store
 // sends the script itself once, which reloads it, so no setup step is
 // needed. A user's own algorithm runs through Update, an optimistic
@@ -34,6 +34,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -47,8 +48,8 @@ var ErrConflict = redisengine.ErrConflict
 // Store keeps rate-limit state in Redis. Create it with New; the zero value
 // is not usable. A Limiter calls Decide for the built-in algorithms (one
 // EVALSHA each) and Update for a user's own; Delete forgets a key. The
-// store also implements ratelimit.Exporter and ratelimit.Importer (Export,
-// Import: counting and moving state), ratelimit.ServerClocker
+// store also implements store.Exporter and store.Importer (Export,
+// Import: counting and moving state), store.ServerClocker
 // (ServerClock) and leasewire.Runner (RunLease). It is safe for concurrent
 // use, and holds no resources of its own: closing the client is the
 // caller's business.
@@ -58,10 +59,10 @@ type Store struct {
 }
 
 var (
-	_ ratelimit.Store         = (*Store)(nil)
-	_ ratelimit.Decider       = (*Store)(nil)
-	_ ratelimit.ServerClocker = (*Store)(nil)
-	_ leasewire.Runner        = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Decider       = (*Store)(nil)
+	_ store.ServerClocker = (*Store)(nil)
+	_ leasewire.Runner    = (*Store)(nil)
 )
 
 // Option configures a Store: WithPrefix or WithServerClock. The same
@@ -105,12 +106,12 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 // store does not do, such as closing it.
 func (s *Store) Client() goredis.UniversalClient { return s.client }
 
-// Decide implements ratelimit.Decider: one EVALSHA of alg's Lua form
+// Decide implements store.Decider: one EVALSHA of alg's Lua form
 // (algorithms/forms/lua), atomic on the server, with no retries, on the key
 // StateKey names. A composite (algorithms.All) is one script run too. For
 // an algorithm without a Lua form (a user's own; a composite with such a
 // part, or with a sliding log) it returns an error wrapping
-// ratelimit.ErrUnsupported without sending anything, and the limiter uses
+// store.ErrUnsupported without sending anything, and the limiter uses
 // Update. A cost outside 1..alg.MaxCost() is ratelimit.ErrInvalidCost; a
 // script the server has lost is sent again once, which reloads it.
 //
@@ -119,11 +120,11 @@ func (s *Store) Client() goredis.UniversalClient { return s.client }
 // in one pipeline, and that batch's decisions of one algorithm on keys one
 // script run may touch are one run (docs/stores/redis.md, "Concurrent
 // decisions share round trips").
-func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	return s.engine.Decide(ctx, key, alg, req)
 }
 
-// Update implements ratelimit.Store for algorithms without a Lua form: it
+// Update implements store.Store for algorithms without a Lua form: it
 // reads the key (StateKey with ":u" appended), calls fn, and writes fn's
 // result only if the value is still the one read, retrying up to 32 times
 // before an error wrapping ErrConflict. Concurrent updates of one key
@@ -131,47 +132,47 @@ func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Al
 // value carries the state's own expiry, so state past its TTL reads as
 // missing even before the server expires the key; a value the store did
 // not write is ratelimit.ErrCorruptState.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return s.engine.Update(ctx, key, now, fn)
 }
 
-// Delete implements ratelimit.Store: it deletes both keys a decision may
+// Delete implements store.Store: it deletes both keys a decision may
 // have written (Decide's and Update's) in one DEL. Deleting a key that
 // holds nothing is not an error.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	return s.engine.Delete(ctx, key)
 }
 
-// Export implements ratelimit.Exporter: SCAN over the server, every master
+// Export implements store.Exporter: SCAN over the server, every master
 // of a cluster client or every shard of a ring, reading each batch of keys
 // with one pipeline, and yielding the keys under namespace whose state is
 // live at now. A key both paths wrote is yielded once. Each round trip is
 // bounded to a second. Through a client of another kind, which may not
-// reach every node, it returns an error wrapping ratelimit.ErrUnsupported.
-func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+// reach every node, it returns an error wrapping store.ErrUnsupported.
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	return s.engine.Export(ctx, namespace, now, yield)
 }
 
-// Import implements ratelimit.Importer: the state of an algorithm with a
+// Import implements store.Importer: the state of an algorithm with a
 // Lua form is written where Decide reads it, in the Lua form's encoding;
 // any other state (alg nil or a user's own) goes where Update keeps it.
 // A key that already holds live state keeps it, and the key's expiry is
 // set as a decision sets it. It reports whether it wrote.
-func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimit.Entry, now int64) (bool, error) {
+func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e store.Entry, now int64) (bool, error) {
 	return s.engine.Import(ctx, alg, e, now)
 }
 
 // RunLease implements leasewire.Runner: a lease's acquire, extend or release is
 // one EVALSHA of leasewire.Lua on the key Update writes, so a lease record
 // written by either path is read by the other.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return s.engine.RunLease(ctx, key, now, req)
 }
 
 // Prefix returns the prefix of the store's keys (see WithPrefix).
 func (s *Store) Prefix() string { return s.engine.Prefix() }
 
-// ServerClock implements ratelimit.ServerClocker: it reports whether the
+// ServerClock implements store.ServerClocker: it reports whether the
 // store decides by the server's TIME (see WithServerClock).
 func (s *Store) ServerClock() bool { return s.engine.ServerClock() }
 
@@ -204,7 +205,7 @@ func ignoresDeadlines(c goredis.UniversalClient) bool {
 // detached runs call on a goroutine of its own and returns its outcome,
 // or ctx's error as soon as ctx ends: so that a client which ignores
 // deadlines never holds a caller past its context (the limiter's store
-// budget, ratelimit.DefaultStoreTimeout, by default). The abandoned call
+// budget, one second by default). The abandoned call
 // runs on until the client's own timeouts end it; call must therefore own
 // everything it reads and writes. Without detach, or for a context that
 // cannot end, it is call(ctx).
@@ -338,4 +339,4 @@ func (b backend) NoScript(err error) bool {
 // as %7B, %7D and %25. State written by Update (a user's own algorithm)
 // lives under the same name with ":u" appended. Use it to find a key with
 // the command-line client; the store names its keys with it.
-func StateKey(prefix string, key ratelimit.Key) string { return redisengine.StateKey(prefix, key) }
+func StateKey(prefix string, key store.Key) string { return redisengine.StateKey(prefix, key) }

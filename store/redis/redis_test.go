@@ -10,9 +10,9 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
@@ -110,9 +110,9 @@ func harnessOn(c goredis.UniversalClient, newClient func(testing.TB) goredis.Uni
 			Expiries:           expiries(c, prefix),
 			RealTimeExpiry:     true,
 			State:              redis.State(s),
-			ServerClock:        func(t *testing.T) ratelimit.Store { return newStore(t, c, true) },
+			ServerClock:        func(t *testing.T) store.Store { return newStore(t, c, true) },
 			DecidesAllBuiltins: true,
-			Twin:               func(t *testing.T) ratelimit.Store { return newStore(t, newClient(t), false) },
+			Twin:               func(t *testing.T) store.Store { return newStore(t, newClient(t), false) },
 		}
 	}
 }

@@ -7,17 +7,17 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
 
 func target(c goredis.UniversalClient) storetest.Target {
 	return storetest.Target{
-		NewStore: func(t *testing.T, prefix string, serverClock bool) ratelimit.Store {
+		NewStore: func(t *testing.T, prefix string, serverClock bool) store.Store {
 			s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(serverClock))
 			if err != nil {
 				t.Fatalf("redis.New: %v", err)
@@ -65,7 +65,7 @@ func TestCorrupt(t *testing.T) {
 }
 
 func TestFailure(t *testing.T) {
-	storetest.Failure(t, "redis", func(t *testing.T, addr string) (ratelimit.Store, func()) {
+	storetest.Failure(t, "redis", func(t *testing.T, addr string) (store.Store, func()) {
 		c := goredis.NewClient(&goredis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		s, err := redis.New(c)
 		if err != nil {
@@ -81,7 +81,7 @@ func TestOneSlot(t *testing.T) {
 	c := cluster(t)
 	ctx := context.Background()
 	for _, id := range []string{"plain", "{user}", "a}b{c", "}{", "{}", "%7B", "\x00\xff", "ünï-🔑", " "} {
-		k := redisengine.StateKey("rl", ratelimit.Key{Namespace: "api:gcra", ID: id})
+		k := redisengine.StateKey("rl", store.Key{Namespace: "api:gcra", ID: id})
 		a, err := c.ClusterKeySlot(ctx, k).Result()
 		if err != nil {
 			t.Fatal(err)
@@ -105,7 +105,7 @@ func TestLimiterClockSlack(t *testing.T) {
 // server with SIGSTOP, so that the FaultHungStore group holds every Limiter
 // and lease call to its bound on a server that really stopped answering.
 // The server is thawed and stopped when t ends.
-func frozen(t *testing.T) (ratelimit.Store, func()) {
+func frozen(t *testing.T) (store.Store, func()) {
 	r := testserver.StartRedis(t)
 	c := goredis.NewClient(&goredis.Options{Addr: r.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })

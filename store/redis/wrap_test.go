@@ -9,6 +9,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/statefile"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -16,8 +17,8 @@ import (
 // deciderOnly wraps a store forwarding Decider but not Importer: the
 // wrapper docs/writing-a-store.md warned about before it listed Importer.
 type deciderOnly struct {
-	ratelimit.Store
-	ratelimit.Decider
+	store.Store
+	store.Decider
 }
 
 // forwarding wraps a store as docs/writing-a-store.md's countingStore
@@ -26,19 +27,19 @@ type forwarding struct {
 	inner *redis.Store
 }
 
-func (f forwarding) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (f forwarding) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return f.inner.Update(ctx, key, now, fn)
 }
 
-func (f forwarding) Delete(ctx context.Context, key ratelimit.Key) error {
+func (f forwarding) Delete(ctx context.Context, key store.Key) error {
 	return f.inner.Delete(ctx, key)
 }
 
-func (f forwarding) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (f forwarding) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	return f.inner.Decide(ctx, key, alg, req)
 }
 
-func (f forwarding) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimit.Entry, now int64) (bool, error) {
+func (f forwarding) Import(ctx context.Context, alg algorithms.Algorithm, e store.Entry, now int64) (bool, error) {
 	return f.inner.Import(ctx, alg, e, now)
 }
 
@@ -65,8 +66,8 @@ func TestWrapperImport(t *testing.T) {
 			t.Fatalf("source: Allow = %+v, %v; want admitted", d, err)
 		}
 	}
-	var entries []ratelimit.Entry
-	if err := statefile.Export(ctx, src, srcLim.Namespace(), fake.Now(), func(e ratelimit.Entry) error {
+	var entries []store.Entry
+	if err := statefile.Export(ctx, src, srcLim.Namespace(), fake.Now(), func(e store.Entry) error {
 		entries = append(entries, e)
 		return nil
 	}); err != nil || len(entries) != 1 {
@@ -75,11 +76,11 @@ func TestWrapperImport(t *testing.T) {
 	c := standalone(t)
 	for _, w := range []struct {
 		name      string
-		wrap      func(*redis.Store) ratelimit.Store
+		wrap      func(*redis.Store) store.Store
 		wantAllow bool
 	}{
-		{"forwards Import", func(s *redis.Store) ratelimit.Store { return forwarding{s} }, false},
-		{"forwards Decide only", func(s *redis.Store) ratelimit.Store { return deciderOnly{s, s} }, true},
+		{"forwards Import", func(s *redis.Store) store.Store { return forwarding{s} }, false},
+		{"forwards Decide only", func(s *redis.Store) store.Store { return deciderOnly{s, s} }, true},
 	} {
 		t.Run(w.name, func(t *testing.T) {
 			dst := w.wrap(mustNew(t, c, redis.WithPrefix(uniquePrefix()), redis.WithServerClock(false)))

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
@@ -30,7 +30,7 @@ func TestCoalescedEqualSequential(t *testing.T) {
 				srv.Thaw()
 			}
 		},
-		Queued: func(s ratelimit.Store) int { return valkey.Queued(s.(*valkey.Store)) },
+		Queued: func(s store.Store) int { return valkey.Queued(s.(*valkey.Store)) },
 		Scripts: func() int64 {
 			info, err := c.Do(context.Background(), c.B().Info().Section("commandstats").Build()).ToString()
 			if err != nil {
@@ -48,7 +48,7 @@ func TestCoalescedEqualSequential(t *testing.T) {
 			}
 			return 0
 		},
-		State: func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error) {
+		State: func(s store.Store) func(context.Context, store.Key) ([]byte, int64, error) {
 			return valkey.State(s.(*valkey.Store))
 		},
 		Slot: func(string) int { return 0 },

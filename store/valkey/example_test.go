@@ -9,6 +9,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
@@ -17,7 +18,7 @@ import (
 // slot: the limiter's namespace and the user's key are the hash tag, with
 // braces in the key escaped.
 func ExampleStateKey() {
-	key := ratelimit.Key{Namespace: "login:sliding_log", ID: "{admin}"}
+	key := store.Key{Namespace: "login:sliding_log", ID: "{admin}"}
 	fmt.Println(valkey.StateKey("rl", key))
 	// Output: rl:{login:sliding_log:%7Badmin%7D}
 }

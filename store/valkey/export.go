@@ -7,13 +7,13 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 var (
-	_ ratelimit.Exporter = (*Store)(nil)
-	_ ratelimit.Importer = (*Store)(nil)
+	_ store.Exporter = (*Store)(nil)
+	_ store.Importer = (*Store)(nil)
 )
 
 // Scan implements the engine's Scanner: SCAN on every node the client

@@ -7,16 +7,16 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
 func target(c vk.Client) storetest.Target {
 	return storetest.Target{
-		NewStore: func(t *testing.T, prefix string, serverClock bool) ratelimit.Store {
+		NewStore: func(t *testing.T, prefix string, serverClock bool) store.Store {
 			s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(serverClock))
 			if err != nil {
 				t.Fatalf("valkey.New: %v", err)
@@ -67,7 +67,7 @@ func TestCorrupt(t *testing.T) {
 }
 
 func TestFailure(t *testing.T) {
-	storetest.Failure(t, "valkey", func(t *testing.T, addr string) (ratelimit.Store, func()) {
+	storetest.Failure(t, "valkey", func(t *testing.T, addr string) (store.Store, func()) {
 		c, err := vk.NewClient(vk.ClientOption{InitAddress: []string{addr}, DisableCache: true})
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestLimiterClockSlack(t *testing.T) {
 // that freezes it with SIGSTOP, so that the FaultHungStore group holds
 // every Limiter and lease call to its bound on a server that really stopped
 // answering. The server is thawed and stopped when t ends.
-func frozen(t *testing.T) (ratelimit.Store, func()) {
+func frozen(t *testing.T) (store.Store, func()) {
 	r := testserver.StartRedis(t)
 	s, err := valkey.New(newClient(t, r.Addr()), valkey.WithPrefix(uniquePrefix()), valkey.WithServerClock(false))
 	if err != nil {

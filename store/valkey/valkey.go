@@ -1,10 +1,10 @@
-// Package valkey is a ratelimit.Store on Valkey (or Redis), through
+// Package valkey is a store.Store on Valkey (or Redis), through
 // github.com/valkey-io/valkey-go. It accepts a valkey.Client, standalone or
 // cluster.
 //
 // For the built-in algorithms a decision is one EVALSHA of the algorithm's
 // Lua form (algorithms/forms/lua), atomic on the server, with no retries: the
-// store implements ratelimit.Decider. Decisions made at the same time share
+// store implements store.Decider. Decisions made at the same time share
 // round trips: what queues while a batch is in flight goes as the next
 // batch, in one DoMulti, and the decisions in it of one algorithm run as one
 // script (any keys on a standalone server, any keys of one master on a
@@ -31,6 +31,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // DefaultPrefix starts every key unless WithPrefix says otherwise.
@@ -55,10 +56,10 @@ type Store struct {
 }
 
 var (
-	_ ratelimit.Store         = (*Store)(nil)
-	_ ratelimit.Decider       = (*Store)(nil)
-	_ ratelimit.ServerClocker = (*Store)(nil)
-	_ leasewire.Runner        = (*Store)(nil)
+	_ store.Store         = (*Store)(nil)
+	_ store.Decider       = (*Store)(nil)
+	_ store.ServerClocker = (*Store)(nil)
+	_ leasewire.Runner    = (*Store)(nil)
 )
 
 // Option configures a Store: WithPrefix or WithServerClock. It is
@@ -91,43 +92,43 @@ func New(client vk.Client, opts ...Option) (*Store, error) {
 // store does not do, such as closing it.
 func (s *Store) Client() vk.Client { return s.client }
 
-// Decide implements ratelimit.Decider as redis.Store.Decide does; a batch
+// Decide implements store.Decider as redis.Store.Decide does; a batch
 // goes to the server in one DoMulti.
-func (s *Store) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
+func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error) {
 	return s.engine.Decide(ctx, key, alg, req)
 }
 
-// Update implements ratelimit.Store as redis.Store.Update does: a bounded
+// Update implements store.Store as redis.Store.Update does: a bounded
 // optimistic compare-and-set, for algorithms without a Lua form.
-func (s *Store) Update(ctx context.Context, key ratelimit.Key, now int64, fn ratelimit.UpdateFunc) error {
+func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc) error {
 	return s.engine.Update(ctx, key, now, fn)
 }
 
-// Delete implements ratelimit.Store as redis.Store.Delete does.
-func (s *Store) Delete(ctx context.Context, key ratelimit.Key) error {
+// Delete implements store.Store as redis.Store.Delete does.
+func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	return s.engine.Delete(ctx, key)
 }
 
-// Export implements ratelimit.Exporter as redis.Store.Export does, with
+// Export implements store.Exporter as redis.Store.Export does, with
 // SCAN on every primary the client knows.
-func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(ratelimit.Entry) error) error {
+func (s *Store) Export(ctx context.Context, namespace string, now int64, yield func(store.Entry) error) error {
 	return s.engine.Export(ctx, namespace, now, yield)
 }
 
-// Import implements ratelimit.Importer as redis.Store.Import does.
-func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e ratelimit.Entry, now int64) (bool, error) {
+// Import implements store.Importer as redis.Store.Import does.
+func (s *Store) Import(ctx context.Context, alg algorithms.Algorithm, e store.Entry, now int64) (bool, error) {
 	return s.engine.Import(ctx, alg, e, now)
 }
 
 // RunLease implements leasewire.Runner as redis.Store.RunLease does.
-func (s *Store) RunLease(ctx context.Context, key ratelimit.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
+func (s *Store) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	return s.engine.RunLease(ctx, key, now, req)
 }
 
 // Prefix returns the prefix of the store's keys (see WithPrefix).
 func (s *Store) Prefix() string { return s.engine.Prefix() }
 
-// ServerClock implements ratelimit.ServerClocker: it reports whether the
+// ServerClock implements store.ServerClocker: it reports whether the
 // store decides by the server's TIME (see WithServerClock).
 func (s *Store) ServerClock() bool { return s.engine.ServerClock() }
 
@@ -278,4 +279,4 @@ func (b backend) NoScript(err error) bool {
 // as %7B, %7D and %25. State written by Update (a user's own algorithm)
 // lives under the same name with ":u" appended. Use it to find a key with
 // the command-line client; the store names its keys with it.
-func StateKey(prefix string, key ratelimit.Key) string { return redisengine.StateKey(prefix, key) }
+func StateKey(prefix string, key store.Key) string { return redisengine.StateKey(prefix, key) }

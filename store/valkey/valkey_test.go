@@ -9,9 +9,9 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
@@ -90,9 +90,9 @@ func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client) func(t *testin
 			Expiries:           expiries(c, prefix),
 			RealTimeExpiry:     true,
 			State:              valkey.State(s),
-			ServerClock:        func(t *testing.T) ratelimit.Store { return newStore(t, c, true) },
+			ServerClock:        func(t *testing.T) store.Store { return newStore(t, c, true) },
 			DecidesAllBuiltins: true,
-			Twin:               func(t *testing.T) ratelimit.Store { return newStore(t, newClient(t), false) },
+			Twin:               func(t *testing.T) store.Store { return newStore(t, newClient(t), false) },
 		}
 	}
 }

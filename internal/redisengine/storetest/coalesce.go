@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Queue is what Coalesced needs of a store package beyond a Target.
@@ -20,11 +21,11 @@ type Queue struct {
 	Hold func(t *testing.T) (release func())
 	// Queued returns how many decisions wait behind the batch in flight on
 	// s, or -1 when none is in flight (redisengine.Queued).
-	Queued func(s ratelimit.Store) int
+	Queued func(s store.Store) int
 	// Scripts returns how many scripts the store's client has sent so far.
 	Scripts func() int64
 	// State reads a key's state (redisengine.StateReader).
-	State func(s ratelimit.Store) func(context.Context, ratelimit.Key) ([]byte, int64, error)
+	State func(s store.Store) func(context.Context, store.Key) ([]byte, int64, error)
 	// Slot is the store's rule for which keys may share a script run
 	// (redisengine.Pipeliner's Slot): 0 for every key on a standalone
 	// server, and on a cluster whose store has a redisengine.Router, 0
@@ -42,8 +43,8 @@ type Queue struct {
 // onNode returns the key of namespace ns whose ID is id, or, with q.Node,
 // the first of id, id-0, id-1, ... whose state key under prefix lies on
 // the master of near's: so that its decisions queue behind near's.
-func (q Queue) onNode(prefix, ns, id string, near ratelimit.Key) ratelimit.Key {
-	k := ratelimit.Key{Namespace: ns, ID: id}
+func (q Queue) onNode(prefix, ns, id string, near store.Key) store.Key {
+	k := store.Key{Namespace: ns, ID: id}
 	if q.Node == nil {
 		return k
 	}
@@ -68,8 +69,8 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 	ctx := context.Background()
 	pa, pb := fmt.Sprintf("rltest-co-%d-a", time.Now().UnixNano()), fmt.Sprintf("rltest-co-%d-b", time.Now().UnixNano())
 	sa, sb := tg.NewStore(t, pa, false), tg.NewStore(t, pb, false)
-	da, db := sa.(ratelimit.Decider), sb.(ratelimit.Decider)
-	first := ratelimit.Key{Namespace: "co", ID: "first"}
+	da, db := sa.(store.Decider), sb.(store.Decider)
+	first := store.Key{Namespace: "co", ID: "first"}
 	hot := q.onNode(pa, "co", "hot", first)
 	bad := q.onNode(pa, "co", "bad", first)
 	for _, p := range []string{pa, pb} {
@@ -165,22 +166,22 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 	ctx := context.Background()
 	pa, pb := fmt.Sprintf("rltest-ck-%d-a", time.Now().UnixNano()), fmt.Sprintf("rltest-ck-%d-b", time.Now().UnixNano())
 	sa, sb := tg.NewStore(t, pa, false), tg.NewStore(t, pb, false)
-	da, db := sa.(ratelimit.Decider), sb.(ratelimit.Decider)
+	da, db := sa.(store.Decider), sb.(store.Decider)
 	gA, gB := algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(7, time.Second, 3)
 	tb, fw := algorithms.TokenBucket(5, time.Second, 5), algorithms.FixedWindow(5, time.Second)
 
 	// Keys in two hash slots, several in each (so that on a cluster too
 	// keys share runs), and one in a slot of its own; with q.Node, all on
 	// the master of first's.
-	key := func(id string) ratelimit.Key { return ratelimit.Key{Namespace: "ck", ID: id} }
+	key := func(id string) store.Key { return store.Key{Namespace: "ck", ID: id} }
 	first := key("first")
 	slotIDs := func(anchor string, n int) []string {
 		anchor = q.onNode(pa, "ck", anchor, first).ID
-		want := redisengine.ClusterSlot(redisengine.StateKey(pa, ratelimit.Key{Namespace: "ck", ID: anchor}))
+		want := redisengine.ClusterSlot(redisengine.StateKey(pa, store.Key{Namespace: "ck", ID: anchor}))
 		ids := []string{anchor}
 		for i := 0; len(ids) < n; i++ {
 			id := fmt.Sprintf("%s-%d", anchor, i)
-			if redisengine.ClusterSlot(redisengine.StateKey(pa, ratelimit.Key{Namespace: "ck", ID: id})) == want {
+			if redisengine.ClusterSlot(redisengine.StateKey(pa, store.Key{Namespace: "ck", ID: id})) == want {
 				ids = append(ids, id)
 			}
 		}
@@ -189,7 +190,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 	as, bs := slotIDs("a", 6), slotIDs("b", 3)
 	lone := q.onNode(pa, "ck", "lone", first)
 	type use struct {
-		key ratelimit.Key
+		key store.Key
 		alg algorithms.Algorithm
 	}
 	bad, mixed := key(as[4]), key(as[5])
@@ -233,9 +234,9 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		slot int
 		key  string // set when the slot is negative: a run per key
 	}
-	algOf := map[ratelimit.Key]algorithms.Algorithm{}
-	count := map[ratelimit.Key]int{}
-	mixedKeys := map[ratelimit.Key]bool{}
+	algOf := map[store.Key]algorithms.Algorithm{}
+	count := map[store.Key]int{}
+	mixedKeys := map[store.Key]bool{}
 	for _, cl := range calls {
 		if cl.cancel {
 			continue
@@ -301,7 +302,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 // batch in flight, and its outcome.
 type queued struct {
 	alg      algorithms.Algorithm
-	key      ratelimit.Key
+	key      store.Key
 	req      algorithms.Request
 	cancel   bool // its context ends while it waits
 	d        algorithms.Decision
@@ -314,10 +315,10 @@ type queued struct {
 // the context of each one marked cancel while it waits, which must then
 // return context.Canceled), then lets first through and waits until every
 // call has returned.
-func queueBehind(t *testing.T, q Queue, s ratelimit.Store, first ratelimit.Key, alg algorithms.Algorithm, now int64, calls []*queued) {
+func queueBehind(t *testing.T, q Queue, s store.Store, first store.Key, alg algorithms.Algorithm, now int64, calls []*queued) {
 	t.Helper()
 	ctx := context.Background()
-	d := s.(ratelimit.Decider)
+	d := s.(store.Decider)
 	release := q.Hold(t)
 	firstDone := make(chan error, 1)
 	go func() {

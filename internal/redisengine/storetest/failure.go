@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Failure checks a store against a private server that stops, freezes and
@@ -24,7 +25,7 @@ import (
 //
 // newStore returns a store (server clock on) on a new client of addr, and a
 // function that closes the client.
-func Failure(t *testing.T, name string, newStore func(t *testing.T, addr string) (ratelimit.Store, func())) {
+func Failure(t *testing.T, name string, newStore func(t *testing.T, addr string) (store.Store, func())) {
 	before := runtime.NumGoroutine()
 	srv := testserver.StartRedis(t)
 	s, closeClient := newStore(t, srv.Addr())

@@ -21,12 +21,13 @@ import (
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/conformance"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // Target is a store package under test, on one server (or cluster).
 type Target struct {
 	// NewStore returns a store with the given prefix and clock choice.
-	NewStore func(t *testing.T, prefix string, serverClock bool) ratelimit.Store
+	NewStore func(t *testing.T, prefix string, serverClock bool) store.Store
 	// Expiries lists the keys under prefix with their expiry.
 	Expiries func(prefix string) func(ctx context.Context) ([]conformance.Expiry, error)
 	// FlushScripts runs SCRIPT FLUSH on every node.
@@ -47,7 +48,7 @@ func Corrupt(t *testing.T, tg Target, prefix string) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			key := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"})
+			key := redisengine.StateKey(prefix, store.Key{Namespace: lim.Namespace(), ID: "k"})
 			if _, ok := a.(forms.ServerForm); !ok {
 				// Through Update only the expiry header is the store's to
 				// read; the rest is the user's algorithm's business.
@@ -66,7 +67,7 @@ func Corrupt(t *testing.T, tg Target, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := redisengine.StateKey(prefix, ratelimit.Key{Namespace: lim.Namespace(), ID: "k"}) + redisengine.UpdateSuffix
+	key := redisengine.StateKey(prefix, store.Key{Namespace: lim.Namespace(), ID: "k"}) + redisengine.UpdateSuffix
 	for _, val := range []string{
 		"\xff\xff\xff\xff\xff\xff\xff\xff",         // -1
 		"\xff\xff\xff\xff\xff\xff\xff\xffxyz",      // -1, then state
@@ -215,9 +216,9 @@ func ServerClock(t *testing.T, tg Target, prefix string) {
 	// Hide the store's ServerClocker to pass the fake clock anyway, and
 	// check that the store does ignore it.
 	hidden := struct {
-		ratelimit.Store
-		ratelimit.Decider
-	}{s, s.(ratelimit.Decider)}
+		store.Store
+		store.Decider
+	}{s, s.(store.Decider)}
 	for _, a := range Algorithms() {
 		t.Run(a.Name(), func(t *testing.T) {
 			lim, err := ratelimit.New(hidden, a, ratelimit.WithClock(fake))
@@ -308,12 +309,12 @@ func ScriptFlush(t *testing.T, tg Target, prefix string) {
 // ErrUnsupported from Decide.
 func Unsupported(t *testing.T, tg Target, prefix string) {
 	s := tg.NewStore(t, prefix, true)
-	dec, ok := s.(ratelimit.Decider)
+	dec, ok := s.(store.Decider)
 	if !ok {
-		t.Fatal("store does not implement ratelimit.Decider")
+		t.Fatal("store does not implement store.Decider")
 	}
-	_, err := dec.Decide(context.Background(), ratelimit.Key{Namespace: "x:own_counter", ID: "k"}, counter{limit: 1}, algorithms.Request{Now: 1, Cost: 1})
-	if !errors.Is(err, ratelimit.ErrUnsupported) {
+	_, err := dec.Decide(context.Background(), store.Key{Namespace: "x:own_counter", ID: "k"}, counter{limit: 1}, algorithms.Request{Now: 1, Cost: 1})
+	if !errors.Is(err, store.ErrUnsupported) {
 		t.Errorf("Decide with an algorithm without a Lua form = %v, want ErrUnsupported", err)
 	}
 }

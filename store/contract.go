@@ -1,12 +1,28 @@
-package ratelimit
+// Package store is the contract between a Limiter (package ratelimit) and
+// the place it keeps state: the store author's API, as database/sql/driver
+// is to database/sql. A user picks a store from its subpackages (memory,
+// redis, valkey, dynamo, postgres) and never needs this package; a store
+// author implements Store, the two-method atomic contract every store
+// keeps, and whichever optional capabilities the backend offers:
+//
+//   - Decider, to run the built-in algorithms next to the data in one round
+//     trip (their server forms are in package algorithms/forms);
+//   - ServerClocker, to decide by the server's clock;
+//   - Exporter and Importer, to move state between stores (package
+//     statefile and the ratelimit move command).
+//
+// The exported conformance suite (package conformance) holds a store to all
+// of it; docs/writing-a-store.md walks through a complete store, and
+// examples/mapstore is one a user can copy.
+package store
 
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
-	"github.com/ratelimitkit/ratelimit/algorithms/forms"
-	"github.com/ratelimitkit/ratelimit/internal/fastpath"
+	"github.com/ratelimitkit/ratelimit/internal/names"
 )
 
 // Key names the state of one user key under one limiter. Stores receive it
@@ -29,7 +45,7 @@ type Key struct {
 func (k Key) String() string { return k.Namespace + ":" + k.ID }
 
 // MaxKeyLen is the longest Key.ID, in bytes, a Limiter accepts.
-const MaxKeyLen = 512
+const MaxKeyLen = names.MaxKeyLen
 
 // Store holds rate-limit state. It is the narrow contract every store
 // implements and the conformance suite enforces; a store contains no
@@ -101,20 +117,6 @@ type Decider interface {
 	Decide(ctx context.Context, key Key, alg algorithms.Algorithm, req algorithms.Request) (algorithms.Decision, error)
 }
 
-// toDecider decides, for an forms.ToDecider, with the decision's fields
-// as results (the memory store's, which it registers with
-// internal/fastpath, so that no exported method exists for it alone): a
-// Limiter prefers it, as the fields travel in registers, where a Decision
-// returned by value is copied through memory, a noticeable part of a
-// decision made in process. Its errors are Decide's.
-type toDecider = func(ctx context.Context, key Key, alg forms.ToDecider, req algorithms.Request) (allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
-
-// toDeciderOf returns store's toDecider, or nil when it has none.
-func toDeciderOf(store Store) toDecider {
-	f, _ := fastpath.DecideTo(store).(toDecider)
-	return f
-}
-
 // ErrUnsupported is returned by Decider.Decide for an algorithm the store
 // cannot run next to its data, and by statefile.Count and Export for a
 // store that cannot enumerate its keys; the wrapping message says which.
@@ -132,4 +134,89 @@ var ErrUnsupported = errors.New("ratelimit: not supported by the store")
 // implement ServerClocker is taken to use the time the limiter passes.
 type ServerClocker interface {
 	ServerClock() bool
+}
+
+// Moving state between stores: the capabilities a store offers to it.
+//
+// A store that can enumerate its keys implements Exporter; one that must
+// write state in a form of its own (the Lua forms' doubles in Redis, say)
+// implements Importer. Both are optional, detected by type assertion, in
+// the manner of database/sql/driver: a store without Exporter cannot be
+// counted or exported (ErrUnsupported), and a store without Importer is
+// imported into through its Update, which every store has. Users call
+// neither: package statefile counts, exports and imports through them,
+// and reads and writes the state file. docs/moving-state.md describes the
+// format and each store's support.
+
+// Entry is one key's state, in the store-independent form every store
+// exports and imports: the Go form's state bytes (what the algorithm's
+// Decide takes) and when that state's TTL passes.
+type Entry struct {
+	// Key names the state: the limiter's namespace and the user's key.
+	Key Key
+	// State is the Go form's encoding of the state.
+	State []byte
+	// Expires is when the state's TTL passes, in microseconds since the
+	// Unix epoch, on the clock that decided; after it the state counts as
+	// missing.
+	Expires int64
+}
+
+// Exporter is implemented by stores that can enumerate the keys they hold.
+//
+// Export calls yield for every key under namespace (every key the store
+// holds when namespace is "") whose state is live at now: its expiry is
+// after now, on the store's clock rule (Store.Update's). It stops at the
+// first error yield returns and returns that error unchanged. Keys written
+// or deleted while Export runs may or may not be seen, and a store whose
+// backend scans without a snapshot (Redis SCAN) may yield a key twice;
+// importing the second copy writes nothing. yield must not call the store
+// from within a lock the store holds; the built-in stores call it holding
+// none.
+//
+// A store that cannot enumerate its keys in some configuration returns an
+// error wrapping ErrUnsupported that says why.
+//
+// Export bounds each of its round trips to the backend (a page, a batch of
+// keys) whatever ctx allows, so that a store that hangs fails a count or
+// an export (package statefile) within about one bound, and a long export
+// of a live store is not cut off: the built-in stores give each round
+// trip a second.
+type Exporter interface {
+	Export(ctx context.Context, namespace string, now int64, yield func(Entry) error) error
+}
+
+// Importer is implemented by stores whose decisions for some algorithms do
+// not read the state Update writes (the Redis and Valkey stores keep the
+// Lua forms' state apart). Stores without it are imported into through
+// Update, which is exactly right for them.
+//
+// Import writes e's state under e.Key, with an expiry at e.Expires, in the
+// form the store's decisions for alg read, unless the key already holds
+// live state at now, which it keeps; it reports whether it wrote. alg is
+// nil when the algorithm is not known (then the state goes where Update
+// keeps it). An entry already expired at now is not written. Like Update,
+// it is atomic per key and uses the store's own clock where configured.
+type Importer interface {
+	Import(ctx context.Context, alg algorithms.Algorithm, e Entry, now int64) (bool, error)
+}
+
+// ParseKey is the inverse of Key.String: since a namespace holds exactly
+// one ':', the second ':' ends it, and the ID, which may hold any bytes,
+// follows. It reports false when s holds fewer than two ':' or the
+// namespace is not one a Limiter makes (see Key).
+func ParseKey(s string) (Key, bool) {
+	i := strings.IndexByte(s, ':')
+	if i < 0 {
+		return Key{}, false
+	}
+	j := strings.IndexByte(s[i+1:], ':')
+	if j < 0 {
+		return Key{}, false
+	}
+	k := Key{Namespace: s[:i+1+j], ID: s[i+2+j:]}
+	if names.CheckNamespace(k.Namespace) != nil {
+		return Key{}, false
+	}
+	return k, true
 }
