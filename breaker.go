@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratelimitkit/ratelimit/store"
 	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // ErrCircuitOpen is returned (wrapped) with decisions made without calling

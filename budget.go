@@ -3,11 +3,11 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"github.com/ratelimitkit/ratelimit/store"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // defaultStoreTimeout is the time budget of each store call of a limiter

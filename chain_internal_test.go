@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"github.com/ratelimitkit/ratelimit/store"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/fastpath"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // links returns the types of l's chain, from the caller to the store;

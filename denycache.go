@@ -2,12 +2,12 @@ package ratelimit
 
 import (
 	"context"
-	"github.com/ratelimitkit/ratelimit/store"
 	"hash/maphash"
 	"sync"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // WithDenyCache keeps, for up to maxKeys keys, the store's latest denial in

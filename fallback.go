@@ -3,10 +3,10 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"github.com/ratelimitkit/ratelimit/store"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // WithFallback makes the limiter decide locally while its store fails,

@@ -21,13 +21,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/ratelimitkit/ratelimit/store"
 	"hash/fnv"
 	"reflect"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/clock"
+	"github.com/ratelimitkit/ratelimit/store"
 
 	"github.com/ratelimitkit/ratelimit/internal/names"
 )

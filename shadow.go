@@ -2,9 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	"github.com/ratelimitkit/ratelimit/store"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/store"
 )
 
 // WithShadow puts the limiter in shadow mode, for rolling out a new limit

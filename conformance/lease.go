@@ -320,7 +320,7 @@ func testLeaseOwner(t *testing.T, newHarness func(*testing.T) Harness) {
 		f := newLeaseFixture(t, s)
 		ctx := context.Background()
 		a := f.acquire(f.lk, "owner")
-		if a.Owner() == (leasewire.Token{}) {
+		if a.Owner() == (leasewire.Token{}).String() {
 			t.Errorf("lease.Owner() is the zero token")
 		}
 		f.clock.Advance(leaseTTL / 2)

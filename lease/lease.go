@@ -461,8 +461,9 @@ func (le *Lease) Key() string { return le.key.ID }
 // accepted (docs/leases.md, examples/chatsession).
 func (le *Lease) Fence() int64 { return le.fence }
 
-// Owner returns the lease's owner token.
-func (le *Lease) Owner() leasewire.Token { return le.owner }
+// Owner returns the lease's owner token, 128 random bits in hex: it tells
+// apart two holders of one key over time, in logs and in the store.
+func (le *Lease) Owner() string { return le.owner.String() }
 
 // Expires returns when the lease runs out unless extended, on the store's
 // clock, as of the last acquire or extend that succeeded.
