@@ -45,7 +45,7 @@ type Key struct {
 func (k Key) String() string { return k.Namespace + ":" + k.ID }
 
 // MaxKeyLen is the longest Key.ID, in bytes, a Limiter accepts.
-const MaxKeyLen = names.MaxKeyLen
+const MaxKeyLen = 512
 
 // Store holds rate-limit state. It is the narrow contract every store
 // implements and the conformance suite enforces; a store contains no
