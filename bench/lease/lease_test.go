@@ -52,7 +52,7 @@ func env(tb testing.TB, name string) string {
 }
 
 func redisClient(tb testing.TB) *goredis.Client {
-	c := goredis.NewClient(&goredis.Options{Addr: env(tb, "RATELIMIT_REDIS_ADDR"), PoolSize: 64})
+	c := goredis.NewClient(&goredis.Options{Addr: env(tb, "RATELIMIT_REDIS_ADDR"), PoolSize: 64, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -45,7 +45,7 @@ func (e *Engine) RunLease(ctx context.Context, key store.Key, now int64, req lea
 	if err := ctx.Err(); err != nil {
 		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
 	}
-	c := &pending{}
+	c := pendingPool.Get().(*pending)
 	c.key[0] = StateKey(e.prefix, key) + UpdateSuffix
 	c.args[0] = e.leaseArg(now, req)
 	c.Script, c.Keys, c.Args = leaseScript, c.key[:], c.args[:1]
@@ -53,8 +53,10 @@ func (e *Engine) RunLease(ctx context.Context, key store.Key, now int64, req lea
 	var err error
 	if e.batch == nil {
 		r, err = e.run(ctx, leaseScript, c.Keys, c.Args)
+		c.release()
 	} else if err = e.batch.do(ctx, c); err == nil {
 		r, err = c.Reply, c.Err
+		c.release() // no batch holds it once do returned nil
 	}
 	if err != nil {
 		return leasewire.Result{}, wrap(ctx, e.name, fmt.Sprintf("lease %q", key.String()), err)
