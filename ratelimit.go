@@ -227,6 +227,8 @@ type Limiter struct {
 	makers *[numLinks]linkMaker
 	// perTier makes what the links keep for each tier (Tier.local).
 	perTier []func(algorithms.Algorithm) (any, error)
+	// closers are what the links do when the limiter is closed (Close).
+	closers []func(context.Context) error
 	// own is the tier of the limiter's own numbers, which Allow, AllowN,
 	// Peek and Wait decide with (tier.go).
 	own Tier
@@ -352,6 +354,22 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 		return l.head.forget(ctx, k)
 	}
 	return l.storeLink.forget(ctx, k)
+}
+
+// Close gives back what the limiter holds of its store's budget, and
+// makes it hold nothing more: the unspent shares of WithLocalQuota, after
+// which every decision asks the store. It returns the first error the
+// store returned; the limiter still decides after Close. A limiter without
+// WithLocalQuota holds nothing, and Close does nothing. Call it when the
+// process shuts down.
+func (l *Limiter) Close(ctx context.Context) error {
+	var first error
+	for _, c := range l.closers {
+		if err := c(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Wait blocks until key may make one request, consumes it, and returns the
