@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -400,5 +401,47 @@ func TestLocalQuotaOptions(t *testing.T) {
 	lim.Allow(ctx, "k")
 	if n := calls.calls.Load() - before; n != 2 {
 		t.Errorf("after Close, two decisions made %d store calls, want 2", n)
+	}
+}
+
+// BenchmarkLocalQuotaRedis decides on one hot key of the shared Redis from
+// 32 goroutines, with and without local quota, and reports decisions per
+// second and store calls per decision.
+//
+//	go test -run '^$' -bench BenchmarkLocalQuotaRedis -benchtime 3s .
+func BenchmarkLocalQuotaRedis(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		opts []ratelimit.Option
+	}{
+		{"plain", nil},
+		{"localquota", []ratelimit.Option{ratelimit.WithLocalQuota(1000, 100*time.Millisecond)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			rc := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(b), ContextTimeoutEnabled: true, PoolSize: 64})
+			defer rc.Close()
+			s, err := rlredis.New(rc, rlredis.WithPrefix(uniqueName("quotabench")))
+			if err != nil {
+				b.Fatal(err)
+			}
+			calls := &countingStore{Store: s}
+			lim, err := ratelimit.New(calls, algorithms.GCRA(1e9, time.Second, 1e9), c.opts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.SetParallelism(32 / max(1, runtime.GOMAXPROCS(0)))
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if d, err := lim.Allow(ctx, "hot"); err != nil || !d.Allowed {
+						b.Errorf("Allow = %v, %v", d.Allowed, err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "decisions/s")
+			b.ReportMetric(float64(calls.calls.Load())/float64(b.N), "calls/decision")
+		})
 	}
 }
