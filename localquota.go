@@ -111,9 +111,12 @@ type quotaShard struct {
 type quotaNumbers struct {
 	most int64 // the largest share
 	// fixed lists the parts of a composite that are fixed windows, whose
-	// shares end with their window; whole is set for a single fixed window.
-	fixed []int
-	whole bool
+	// shares live within their window, of the period at the same index of
+	// periods (µs); whole is set for a single fixed window, of period
+	// periods[0].
+	fixed   []int
+	periods []int64
+	whole   bool
 	// perUnit is, for a leaky bucket, the µs one unit takes to leave the
 	// queue (period / limit, rounded up); 0 otherwise.
 	perUnit int64
@@ -141,6 +144,7 @@ func (q *quota) numbers(alg algorithms.Algorithm) (any, error) {
 			} else {
 				n.fixed = append(n.fixed, i)
 			}
+			n.periods = append(n.periods, int64(pol.Period/time.Microsecond))
 		case algorithms.LeakyBucket(1, time.Second, 1).Name():
 			if len(parts) > 1 {
 				return nil, fmt.Errorf("%w: local quota: a composite with a leaky bucket part (its shares' delays are not spread)", ErrInvalidParams)
@@ -160,6 +164,7 @@ type share struct {
 	size    int64 // units taken
 	next    int64 // the size of the next share
 	taken   int64 // µs: when it was taken (before the store counted it)
+	from    int64 // µs: when it may first be spent
 	expires int64 // µs: when it may no longer be spent
 	full    bool  // it lives the whole lifetime (not cut short by a window)
 	// The store's figures when it was taken.
@@ -176,7 +181,7 @@ func (q *quota) shard(key string) *quotaShard {
 }
 
 // live reports whether e may be spent at now.
-func (e *share) live(now int64) bool { return e.units > 0 && e.taken <= now && now < e.expires }
+func (e *share) live(now int64) bool { return e.units > 0 && e.from <= now && now < e.expires }
 
 func (q *quota) decide(ctx context.Context, t *Tier, k Key, req algorithms.Request, d *Decision) error {
 	if req.Peek {
@@ -268,18 +273,20 @@ func (q *quota) take(ctx context.Context, t *Tier, k Key, req algorithms.Request
 func (e *share) took(t *Tier, nums *quotaNumbers, req algorithms.Request, size, lifetime int64, d *Decision) {
 	e.tier = t
 	e.size, e.units, e.taken = size, size-req.Cost, req.Now
-	e.expires, e.full = req.Now+lifetime, true
-	// A fixed window's share ends with the window it was counted in:
+	e.from, e.expires, e.full = req.Now, req.Now+lifetime, true
+	// A fixed window's share lives within the window it was counted in:
 	// ResetAfter, counted from before the store's own clock read, is no
-	// later than the window's end.
+	// later than the window's end; and the window began a period before
+	// (later than now when the store had already begun the next window by
+	// another process's clock).
 	if nums.whole {
-		e.cut(req.Now + int64(d.ResetAfter/time.Microsecond))
+		e.within(req.Now+int64(d.ResetAfter/time.Microsecond), nums.periods[0])
 	}
-	for _, i := range nums.fixed {
+	for j, i := range nums.fixed {
 		if i < len(d.Limits) {
-			e.cut(req.Now + int64(d.Limits[i].ResetAfter/time.Microsecond))
+			e.within(req.Now+int64(d.Limits[i].ResetAfter/time.Microsecond), nums.periods[j])
 		} else {
-			e.cut(req.Now) // no figures: spend nothing locally
+			e.expires = req.Now // no figures: spend nothing locally
 		}
 	}
 	e.limit, e.remaining = int64(d.Limit), int64(d.Remaining)
@@ -288,11 +295,12 @@ func (e *share) took(t *Tier, nums *quotaNumbers, req algorithms.Request, size, 
 	d.Remaining = int(min(e.remaining+e.units, e.limit))
 }
 
-// cut ends e's life at end if that is sooner.
-func (e *share) cut(end int64) {
+// within keeps e's life within the window of period that ends at end.
+func (e *share) within(end, period int64) {
 	if end < e.expires {
 		e.expires, e.full = end, false
 	}
+	e.from = max(e.from, end-period)
 }
 
 // spend admits req from e, with nums, into d.

@@ -82,8 +82,12 @@ func TestLocalQuotaHelper(t *testing.T) {
 		if d.Allowed {
 			// The decision was made between before and after (by the
 			// server's clock, on this machine); a fixed window's
-			// ResetAfter names the window the store counted it in.
-			fmt.Fprintf(w, "A %d %d %d\n", before.UnixMicro(), after.UnixMicro(), (after.UnixMicro()+d.ResetAfter.Microseconds()-1)/quotaPeriod.Microseconds())
+			// ResetAfter names the window the store counted it in: it
+			// ends at the multiple of the period nearest to
+			// before + ResetAfter (the call takes far less than a
+			// period).
+			p := quotaPeriod.Microseconds()
+			fmt.Fprintf(w, "A %d %d %d\n", before.UnixMicro(), after.UnixMicro(), (before.UnixMicro()+d.ResetAfter.Microseconds()+p/2)/p-1)
 		}
 	}
 	fmt.Fprintf(w, "S %d %d\n", decisions, calls.calls.Load())
@@ -239,8 +243,9 @@ func checkQuotaBounds(t *testing.T, name string, adm []admission) {
 		// Under-admission over the whole run: B + r·T is what one
 		// limiter without shares admits to callers that never stop.
 		if len(adm) > 0 {
-			ideal := quotaLimit + rate*float64(adm[len(adm)-1].before-adm[0].after)
-			t.Logf("under-admission over the run: %.0f of an ideal %.0f (B + r·T)", ideal-float64(len(adm)), ideal)
+			// The run's span taken at its longest: an upper estimate.
+			ideal := quotaLimit + rate*float64(adm[len(adm)-1].after-adm[0].before)
+			t.Logf("under-admission over the run: at most %.0f of an ideal %.0f (B + r·T)", ideal-float64(len(adm)), ideal)
 		}
 	}
 }

@@ -196,7 +196,7 @@ section_localquota() {
 	echo "Four processes (\`TestLocalQuotaFourProcesses\`: 1,000 per 500ms, burst 1,000, shares of at most 16 living 50ms, each process asking far more than the limit for 1.5s) and three quiet holders (\`TestLocalQuotaWindows\`), as the tests log them:"
 	echo
 	awk '/^=== RUN +TestLocalQuota(FourProcesses|Windows)\// { sub(/^=== RUN +/, ""); name = $0; next }
-		/^ +localquota_test.go:[0-9]+: / { sub(/^ +localquota_test.go:[0-9]+: /, ""); print "- " name ": " $0 }' "$raw"
+		name != "" && /^ +localquota_test.go:[0-9]+: ./ { sub(/^ +localquota_test.go:[0-9]+: /, ""); print "- " name ": " $0 }' "$raw"
 }
 
 # splice replaces the text between NAME's markers in the page DOC with FILE.
