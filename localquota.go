@@ -244,6 +244,9 @@ func (q *quota) decide(ctx context.Context, t *Tier, k Key, req algorithms.Reque
 	if err == nil && d.Source == SourceStore {
 		if d.Allowed {
 			e.took(t, nums, req, size, q.lifetime, d)
+			if q.closed.Load() {
+				e.units = 0 // closed while the share was taken: keep none
+			}
 		} else {
 			e.next = max(1, e.next/2)
 		}
