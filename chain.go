@@ -32,6 +32,7 @@ const (
 	shadowLink          // shadow.go: admits what the links after it deny
 	policyLink          // ratelimit.go: decides by the failure policy what nothing after it decided
 	denyLink            // denycache.go: denies again what the store denied, until its retry time
+	quotaLink           // localquota.go: admits from a share of the budget the store counted
 	fallbackLink        // fallback.go: decides locally while the store is at fault
 	breakerLink         // breaker.go: stops calling a store that keeps failing
 	budgetLink          // budget.go: bounds each store call in time
@@ -74,9 +75,15 @@ func (l *Limiter) addLink(place int, make linkMaker) error {
 type linkMaker func(c *chainOf, next link) (link, error)
 
 // chainOf is what a linkMaker may know of the limiter it builds for,
-// and where a link registers what it keeps per tier.
+// and where a link registers what it keeps per tier and what it does when
+// the limiter is closed.
 type chainOf struct {
 	l *Limiter
+}
+
+// onClose registers close, which Limiter.Close calls.
+func (c *chainOf) onClose(close func(context.Context) error) {
+	c.l.closers = append(c.l.closers, close)
 }
 
 // name returns the limiter's name, given or derived.

@@ -37,6 +37,7 @@ func BenchmarkChain(b *testing.B) {
 		{"fallback", admitAll, []ratelimit.Option{ratelimit.WithFallback(memory.MustNew(), 2)}},
 		{"breaker", admitAll, []ratelimit.Option{ratelimit.WithCircuitBreaker(3, time.Second)}},
 		{"budget", admitAll, []ratelimit.Option{ratelimit.WithStoreTimeout(time.Second)}},
+		{"localquota", admitAll, []ratelimit.Option{ratelimit.WithLocalQuota(1000, time.Second)}},
 		{"all", admitAll, []ratelimit.Option{ratelimit.WithObserver(nop), ratelimit.WithShadow(),
 			ratelimit.WithDenyCache(1000), ratelimit.WithFallback(memory.MustNew(), 2),
 			ratelimit.WithCircuitBreaker(3, time.Second)}},

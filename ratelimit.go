@@ -43,18 +43,18 @@ var (
 	// ErrInvalidCost reports a cost below 1 or above what the algorithm
 	// could ever admit (its burst, capacity or limit).
 	ErrInvalidCost = errors.New("ratelimit: invalid cost")
-	// ErrWouldExceedDeadline is returned by Wait when the request cannot be
-	// admitted before the context's deadline. It also satisfies
-	// errors.Is(err, context.DeadlineExceeded), so callers that check for
-	// a missed deadline need not know about it.
-	ErrWouldExceedDeadline error = wouldExceedDeadline{}
 	// ErrInvalidTime reports a clock reading before the Unix epoch or too
 	// far after it to be held exactly.
 	ErrInvalidTime = errors.New("ratelimit: invalid time")
 )
 
-// wouldExceedDeadline is ErrWouldExceedDeadline: an error of its own that is
-// also context.DeadlineExceeded.
+// errWouldExceedDeadline is what Wait returns, at once, when the request
+// cannot be admitted before the context's deadline: an error of its own
+// (its message says the deadline would be exceeded, not that it was) that
+// is also context.DeadlineExceeded, as x/time/rate's Wait answers.
+var errWouldExceedDeadline error = wouldExceedDeadline{}
+
+// wouldExceedDeadline is errWouldExceedDeadline's type.
 type wouldExceedDeadline struct{}
 
 func (wouldExceedDeadline) Error() string { return "ratelimit: would exceed context deadline" }
@@ -231,6 +231,8 @@ type Limiter struct {
 	makers *[numLinks]linkMaker
 	// perTier makes what the links keep for each tier (Tier.local).
 	perTier []func(algorithms.Algorithm) (any, error)
+	// closers are what the links do when the limiter is closed (Close).
+	closers []func(context.Context) error
 	// own is the tier of the limiter's own numbers, which Allow, AllowN,
 	// Peek and Wait decide with (tier.go).
 	own Tier
@@ -358,6 +360,22 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 	return l.storeLink.forget(ctx, k)
 }
 
+// Close gives back what the limiter holds of its store's budget, and
+// makes it hold nothing more: the unspent shares of WithLocalQuota, after
+// which every decision asks the store. It returns the first error the
+// store returned; the limiter still decides after Close. A limiter without
+// WithLocalQuota holds nothing, and Close does nothing. Call it when the
+// process shuts down.
+func (l *Limiter) Close(ctx context.Context) error {
+	var first error
+	for _, c := range l.closers {
+		if err := c(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // Wait blocks until key may make one request, consumes it, and returns the
 // decision. See WaitN.
 func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
@@ -370,7 +388,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 //
 // It returns at once with an error when the request can never succeed (a
 // cost above the algorithm's MaxCost), when the store fails, or when the
-// wait would outlast ctx's deadline (ErrWouldExceedDeadline); and with
+// wait would outlast ctx's deadline (an error that errors.Is reports as
+// context.DeadlineExceeded, its message saying "would exceed"); and with
 // ctx's error when ctx ends while waiting.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error) {
 	return l.wait(ctx, &l.own, key, n)
@@ -391,9 +410,9 @@ func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decisio
 			if deadline, ok := ctx.Deadline(); ok && l.clock.Now().Add(wait).After(deadline) {
 				if d.Allowed {
 					// The slot is taken; the caller proceeds late.
-					return d, fmt.Errorf("%w: delay %v", ErrWouldExceedDeadline, wait)
+					return d, fmt.Errorf("%w: delay %v", errWouldExceedDeadline, wait)
 				}
-				return d, fmt.Errorf("%w: retry after %v", ErrWouldExceedDeadline, wait)
+				return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, wait)
 			}
 			select {
 			case <-l.clock.After(wait):

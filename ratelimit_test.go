@@ -202,16 +202,13 @@ func TestWaitGivesUp(t *testing.T) {
 	ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(time.Second))
 	defer cancel()
 	_, err := lim.Wait(ctx, "k")
-	if !errors.Is(err, ratelimit.ErrWouldExceedDeadline) {
-		t.Errorf("lim.Wait(key) needing 30s with a 1s deadline = %v, want ErrWouldExceedDeadline", err)
+	if err == nil || !strings.Contains(err.Error(), "would exceed context deadline") {
+		t.Errorf("lim.Wait(key) needing 30s with a 1s deadline = %v, want an error that says it would exceed the deadline", err)
 	}
 	// As with x/time/rate, a wait that cannot meet the deadline is a
 	// missed deadline.
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("lim.Wait(key) needing 30s with a 1s deadline = %v, want errors.Is(err, context.DeadlineExceeded)", err)
-	}
-	if errors.Is(context.DeadlineExceeded, ratelimit.ErrWouldExceedDeadline) {
-		t.Errorf("errors.Is(context.DeadlineExceeded, ErrWouldExceedDeadline) = true, want false")
 	}
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done := waitFor(ctx2, lim, "k", 1)

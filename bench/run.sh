@@ -55,6 +55,14 @@
 #               RATELIMIT_BENCH_ROUNDS rounds (default 9), on a Redis of its
 #               own. About 2 minutes.
 #
+#   localquota  bench/redis TestLocalQuotaReport: one hot key at 32 callers,
+#               the SDK with WithLocalQuota beside the SDK without it and
+#               redis_rate, in RATELIMIT_BENCH_ROUNDS rounds (default 9),
+#               with store calls per decision; and the root package's
+#               TestLocalQuotaFourProcesses and TestLocalQuotaWindows: four
+#               OS processes on one key held to each algorithm's stated
+#               bound, and the under-admission measured. About a minute.
+#
 # A new section is a function named section_NAME that prints its Markdown
 # for docs/benchmarks.md to stdout (nothing, if it has no table there) and
 # may write $OUT/NAME.scaling.md, plus the markers in the page(s).
@@ -170,6 +178,25 @@ section_composite() {
 	loadnote
 	echo
 	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
+}
+
+section_localquota() {
+	local raw=$OUT/localquota.txt
+	echo "Command: \`bash bench/run.sh localquota\`$([ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"); $(machine)"
+	echo
+	echo "Load before: $(load)."
+	with_own "REDIS_ADDR" bash -c '(cd bench && RATELIMIT_BENCH_LOCALQUOTA=1 go test -count=1 -run "^TestLocalQuotaReport$" -v -timeout 30m ./redis/) &&
+		go test -count=1 -run "^TestLocalQuota(FourProcesses|Windows)$" -v -timeout 10m .' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+	echo
+	sed -n '/^ *localquota_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
+	echo
+	echo "Four processes (\`TestLocalQuotaFourProcesses\`: 1,000 per 500ms, burst 1,000, shares of at most 16 living 50ms, each process asking far more than the limit for 1.5s) and three quiet holders (\`TestLocalQuotaWindows\`), as the tests log them:"
+	echo
+	awk '/^=== RUN +TestLocalQuota(FourProcesses|Windows)\// { sub(/^=== RUN +/, ""); name = $0; next }
+		name != "" && /^ +localquota_test.go:[0-9]+: ./ { sub(/^ +localquota_test.go:[0-9]+: /, ""); print "- " name ": " $0 }' "$raw"
 }
 
 # splice replaces the text between NAME's markers in the page DOC with FILE.
@@ -460,7 +487,7 @@ section_cluster() {
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost cluster composite)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost cluster composite localquota)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done

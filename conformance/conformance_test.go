@@ -311,6 +311,8 @@ var brokenCases = []struct {
 	{"do-no-deadline-check", "FaultDoSlowReply/within-margin", "Do never starts the work with less than a safety margin of its lease left"},
 	{"do-no-deadline-check", "FaultDoPanic", "Do releases the lease when the work panics"},
 	{"breaker-blames-caller", "FaultBreaker/caller-deadlines", "the breaker opens only on store faults, never on a caller's own deadline"},
+	{"quota-keeps-share", "LocalQuota/update/fixed_window/shares-expire", "a local-quota share is not spent once its window is over"},
+	{"quota-keeps-share", "LocalQuota/update/gcra/shares-expire", "a local-quota share is not spent once its lifetime is over"},
 }
 
 // TestBrokenStoreHelper runs the suite on the store named by
@@ -385,6 +387,9 @@ func TestSuiteCatchesBrokenStores(t *testing.T) {
 			groups := ""
 			if strings.HasPrefix(c.mustFail, "Fault") {
 				groups = "^Fault" // the fault groups alone catch these
+			}
+			if strings.HasPrefix(c.mustFail, "LocalQuota") {
+				groups = "^LocalQuota" // and the LocalQuota group these
 			}
 			out, passed := runChildGroups(t, c.defect, groups)
 			if passed {

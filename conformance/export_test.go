@@ -26,3 +26,10 @@ func SetLocker(newLocker func(s store.Store, ttl time.Duration, opts ...lease.Op
 func SetBreakerLimiter(newLimiter func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (Limiter, error)) {
 	subjects.breakerLimiter = newLimiter
 }
+
+// SetQuotaLimiter makes the LocalQuota group test the limiters newLimiter
+// makes: with local quota of shares of at most maxShare units, living
+// lifetime.
+func SetQuotaLimiter(newLimiter func(s store.Store, alg algorithms.Algorithm, maxShare int, lifetime time.Duration, opts ...ratelimit.Option) (Limiter, error)) {
+	subjects.quotaLimiter = newLimiter
+}

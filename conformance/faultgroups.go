@@ -51,6 +51,9 @@ var subjects = struct {
 	breakerLimiter func(s store.Store, alg algorithms.Algorithm, failures int, coolDown time.Duration, opts ...ratelimit.Option) (limiter, error)
 	// locker is lease.New.
 	locker func(s store.Store, ttl time.Duration, opts ...lease.Option) (locker, error)
+	// quotaLimiter is ratelimit.New with WithLocalQuota(maxShare,
+	// lifetime) and opts (the LocalQuota group, localquota.go).
+	quotaLimiter func(s store.Store, alg algorithms.Algorithm, maxShare int, lifetime time.Duration, opts ...ratelimit.Option) (limiter, error)
 }{
 	limiter: func(s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) (limiter, error) {
 		return ratelimit.New(s, alg, opts...)
@@ -60,6 +63,9 @@ var subjects = struct {
 	},
 	locker: func(s store.Store, ttl time.Duration, opts ...lease.Option) (locker, error) {
 		return lease.New(s, ttl, opts...)
+	},
+	quotaLimiter: func(s store.Store, alg algorithms.Algorithm, maxShare int, lifetime time.Duration, opts ...ratelimit.Option) (limiter, error) {
+		return ratelimit.New(s, alg, append([]ratelimit.Option{ratelimit.WithLocalQuota(maxShare, lifetime)}, opts...)...)
 	},
 }
 

@@ -34,6 +34,8 @@ func useBrokenSubject(defect string) bool {
 			lim, err := ratelimit.New(s, alg, opts...)
 			return &blamingBreaker{Limiter: lim, threshold: failures}, err
 		})
+	case "quota-keeps-share":
+		useBrokenQuota()
 	default:
 		return false
 	}

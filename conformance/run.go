@@ -66,6 +66,7 @@ var cases = []testCase{
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
 	{"Export", testExport},
+	{"LocalQuota", testLocalQuota},
 	// The fault groups (faultgroups.go).
 	{"FaultHungStore", testFaultHungStore},
 	{"FaultBreaker", testFaultBreaker},
