@@ -61,6 +61,66 @@ func luaFunction(b *strings.Builder, f *form) {
 	b.WriteString("end\n\n")
 }
 
+// luaFlatFunction writes f's decide as a Lua function of locals, for the
+// coalesced form (many.go), which calls it once per request and so makes
+// no table per call: decide_<name>(now, cost, peek, live, the state's
+// fields, the parameters). It returns the decision's fields (allowed as a
+// boolean), the TTL, whether to store, and then the next state's fields
+// (none when there is nothing to store).
+func luaFlatFunction(b *strings.Builder, f *form) {
+	g := &luaGen{f: f, declared: map[string]bool{}, alias: map[string]string{}, fn: true, flat: true, indent: 1}
+	params := []string{"now", "cost", "peek", "live"}
+	for _, s := range f.state {
+		v := "s_" + s.name
+		g.declared[v] = true
+		params = append(params, v)
+	}
+	for _, a := range f.args {
+		params = append(params, luaName(a))
+	}
+	fmt.Fprintf(b, "-- %s.decide (%s)\n", f.goType, f.file)
+	b.WriteString(wrapLua("local function decide_"+f.name+"(", params, ")", "    "))
+	g.block(f.body, nil)
+	b.WriteString(g.b.String())
+	b.WriteString("end\n\n")
+}
+
+// wrapLua writes head, the items separated by commas, and tail as lines of
+// at most 100 characters, the lines after the first indented by indent.
+func wrapLua(head string, items []string, tail, indent string) string {
+	var b strings.Builder
+	line := head
+	for i, it := range items {
+		if i < len(items)-1 {
+			it += ","
+		} else {
+			it += tail
+		}
+		switch {
+		case i == 0:
+			line += it
+		case len(line)+1+len(it) > 100:
+			b.WriteString(line + "\n")
+			line = indent + it
+		default:
+			line += " " + it
+		}
+	}
+	b.WriteString(line + "\n")
+	return b.String()
+}
+
+// luaFlatValid is luaValid as a function of the state's fields.
+func luaFlatValid(f *form) string {
+	var sv []string
+	for _, s := range f.state {
+		sv = append(sv, "s_"+s.name)
+	}
+	v := luaValid(f)
+	body := v[strings.Index(v, "\n    return "):]
+	return "function(" + strings.Join(sv, ", ") + ")" + body
+}
+
 // luaValid is the Lua function that checks a state's fields, as the
 // single form's prelude does: every field in 0..MAX, then valid().
 func luaValid(f *form) string {

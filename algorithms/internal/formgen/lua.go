@@ -15,6 +15,7 @@ type luaGen struct {
 	declared map[string]bool
 	alias    map[string]string // inlined helpers' parameters that stand for a name or number
 	fn       bool              // writing the form as a function of the composite form (see LuaAll)
+	flat     bool              // a function whose state and parameters are locals (luaFlatFunction)
 }
 
 // Lua operator precedences (higher binds tighter).
@@ -364,8 +365,12 @@ func (g *luaGen) reply(s sReturn) {
 		for _, f := range g.f.decision {
 			vals = append(vals, luaName(d+"_"+f.name))
 		}
+		none, stored := "nil", "{%s}"
+		if g.flat {
+			none, stored = "false", "true, %s"
+		}
 		if c, ok := s.val.(eConst); ok && c.v == 0 {
-			g.line("return %s, 0, nil", strings.Join(vals, ", "))
+			g.line("return %s, 0, %s", strings.Join(vals, ", "), none)
 			return
 		}
 		var pre, fields []string
@@ -375,7 +380,7 @@ func (g *luaGen) reply(s sReturn) {
 			fields = append(fields, "s_"+f.name)
 		}
 		g.line("return %s,", strings.Join(vals, ", "))
-		g.line("  %s, {%s}", ttl, strings.Join(fields, ", "))
+		g.line("  %s, "+stored, ttl, strings.Join(fields, ", "))
 		return
 	}
 	var reply []string

@@ -17,9 +17,8 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- gcra.decide (rate.go)
-local function decide_gcra(now, cost, peek, live, sv_, av_)
-  local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
-  local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+local function decide_gcra(now, cost, peek, live, s_tat, s_frac, s_drip, unit, drip, capacity, fill,
+    burst)
   -- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
   -- rate.go:325: capped := false
@@ -75,7 +74,7 @@ local function decide_gcra(now, cost, peek, live, sv_, av_)
   -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
     -- rate.go:349: return d, 0
-    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
   -- rate.go:351: whole := ahead / a.drip
   local q6 = floor(ahead / drip)
@@ -85,26 +84,25 @@ local function decide_gcra(now, cost, peek, live, sv_, av_)
   s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
   -- rate.go:353: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
-    d_reset_after, {s_tat, s_frac, s_drip}
+    d_reset_after, true, s_tat, s_frac, s_drip
 end
 
-local valid = function(sv_)
-    local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
+local valid = function(s_tat, s_frac, s_drip)
     return s_tat >= 0 and s_tat <= MAX
       and s_frac >= 0 and s_frac <= MAX
       and s_drip >= 0 and s_drip <= MAX
       and (s_drip > 0 and s_frac < s_drip)
   end
 
-local zero = {0, 0, 0}
-
 -- One key's n requests, from the request at index first of reqs, in order,
--- on the state the one before left: their decisions, appended to res, or
--- the error reply of the state it cannot read.
-local function one(key, slack, args, reqs, first, n, clock, now, res)
+-- on the state the one before left, with the key's parameters (p_*): their
+-- decisions, appended to res, or the error reply of the state it cannot read.
+local function one(key, slack, p_unit, p_drip, p_capacity, p_fill, p_burst, reqs, first, n, clock,
+    now, res)
   -- The stored state, checked as gcra.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
-  local s, expires, have = zero, 0, false
+  local s_tat, s_frac, s_drip = 0, 0, 0
+  local expires, have = 0, false
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return raw
@@ -113,37 +111,39 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     if #raw ~= 32 then
       return {err = 'CORRUPT gcra state of ' .. #raw .. ' bytes'}
     end
-    s = {struct.unpack('<dddd', raw)}
-    s[#s] = nil
-    expires = table.remove(s, 1)
-    if not (expires >= 0 and expires <= MAX and valid(s)) then
+    expires, s_tat, s_frac, s_drip = struct.unpack('<dddd', raw)
+    if not (expires >= 0 and expires <= MAX and valid(s_tat, s_frac, s_drip)) then
       return {err = 'CORRUPT gcra state'}
     end
     have = true
   end
-  local out = res
   local ttl = nil
   local j = #res
   for i = first, first + n - 1 do
     local t, cost, peek = struct.unpack('<ddd', reqs, 24 * i + 1)
     if not clock then now = t end
     local live = have and now < expires
-    local state = zero
-    if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
-      decide_gcra(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+    local l_tat, l_frac, l_drip = 0, 0, 0
+    if live then
+      l_tat, l_frac, l_drip = s_tat, s_frac, s_drip
+    end
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
+      n_tat, n_frac, n_drip =
+      decide_gcra(now, cost, peek == 1, live, l_tat, l_frac, l_drip, p_unit, p_drip, p_capacity,
+        p_fill, p_burst)
+    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
-    if next_ then
-      s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
+    if stored then
+      s_tat, s_frac, s_drip = n_tat, n_frac, n_drip
+      expires, have, ttl = now + d_ttl, true, d_ttl
     end
   end
   if ttl then
     local r999 = ttl + 999
     local q = floor(r999 / 1000)
     if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
-    redis.call('SET', key, struct.pack('<dddd', expires, s[1], s[2], s[3]), 'PX', max(q, 1) + slack)
+    redis.call('SET', key, struct.pack('<dddd', expires, s_tat, s_frac, s_drip), 'PX', max(q, 1) + slack)
   end
   return nil
 end
@@ -168,16 +168,18 @@ if clock then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = {}
-local packed, args = nil, nil
+local packed = nil
+local p_unit, p_drip, p_capacity, p_fill, p_burst
 local first = 0
 for k = 1, #KEYS do
   local a = 3 * k
   if ARGV[a + 1] ~= packed then
     packed = ARGV[a + 1]
-    args = {struct.unpack('<ddddd', packed)}
+    p_unit, p_drip, p_capacity, p_fill, p_burst = struct.unpack('<ddddd', packed)
   end
   local n = tonumber(ARGV[a + 2])
-  local err = one(KEYS[k], tonumber(ARGV[a]), args, reqs, first, n, clock, now, res)
+  local err = one(KEYS[k], tonumber(ARGV[a]), p_unit, p_drip, p_capacity, p_fill, p_burst, reqs,
+    first, n, clock, now, res)
   if err then
     res[#res + 1] = err
   end

@@ -17,9 +17,8 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- leakyBucket.decide (rate.go)
-local function decide_leaky_bucket(now, cost, peek, live, sv_, av_)
-  local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
-  local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
+local function decide_leaky_bucket(now, cost, peek, live, s_level, s_last, s_unit, unit, drip,
+    capacity, fill, burst)
   -- rate.go:225: level := int64(0)
   local level = 0
   -- rate.go:226-232: if live {
@@ -94,37 +93,36 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_)
     if q6 * drip < t5 then q6 = q6 + 1 end
     d_retry_after = q6
     -- rate.go:246: return d, 0
-    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
   -- rate.go:248-250: if req.Peek {
   if peek then
     -- rate.go:249: return d, 0
-    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
   -- rate.go:251: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
   -- rate.go:252: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
-    d_reset_after, {s_level, s_last, s_unit}
+    d_reset_after, true, s_level, s_last, s_unit
 end
 
-local valid = function(sv_)
-    local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
+local valid = function(s_level, s_last, s_unit)
     return s_level >= 0 and s_level <= MAX
       and s_last >= 0 and s_last <= MAX
       and s_unit >= 0 and s_unit <= MAX
       and (s_unit > 0)
   end
 
-local zero = {0, 0, 0}
-
 -- One key's n requests, from the request at index first of reqs, in order,
--- on the state the one before left: their decisions, appended to res, or
--- the error reply of the state it cannot read.
-local function one(key, slack, args, reqs, first, n, clock, now, res)
+-- on the state the one before left, with the key's parameters (p_*): their
+-- decisions, appended to res, or the error reply of the state it cannot read.
+local function one(key, slack, p_unit, p_drip, p_capacity, p_fill, p_burst, reqs, first, n, clock,
+    now, res)
   -- The stored state, checked as leaky_bucket.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
-  local s, expires, have = zero, 0, false
+  local s_level, s_last, s_unit = 0, 0, 0
+  local expires, have = 0, false
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return raw
@@ -133,37 +131,39 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     if #raw ~= 32 then
       return {err = 'CORRUPT leaky_bucket state of ' .. #raw .. ' bytes'}
     end
-    s = {struct.unpack('<dddd', raw)}
-    s[#s] = nil
-    expires = table.remove(s, 1)
-    if not (expires >= 0 and expires <= MAX and valid(s)) then
+    expires, s_level, s_last, s_unit = struct.unpack('<dddd', raw)
+    if not (expires >= 0 and expires <= MAX and valid(s_level, s_last, s_unit)) then
       return {err = 'CORRUPT leaky_bucket state'}
     end
     have = true
   end
-  local out = res
   local ttl = nil
   local j = #res
   for i = first, first + n - 1 do
     local t, cost, peek = struct.unpack('<ddd', reqs, 24 * i + 1)
     if not clock then now = t end
     local live = have and now < expires
-    local state = zero
-    if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
-      decide_leaky_bucket(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+    local l_level, l_last, l_unit = 0, 0, 0
+    if live then
+      l_level, l_last, l_unit = s_level, s_last, s_unit
+    end
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
+      n_level, n_last, n_unit =
+      decide_leaky_bucket(now, cost, peek == 1, live, l_level, l_last, l_unit, p_unit, p_drip,
+        p_capacity, p_fill, p_burst)
+    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
-    if next_ then
-      s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
+    if stored then
+      s_level, s_last, s_unit = n_level, n_last, n_unit
+      expires, have, ttl = now + d_ttl, true, d_ttl
     end
   end
   if ttl then
     local r999 = ttl + 999
     local q = floor(r999 / 1000)
     if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
-    redis.call('SET', key, struct.pack('<dddd', expires, s[1], s[2], s[3]), 'PX', max(q, 1) + slack)
+    redis.call('SET', key, struct.pack('<dddd', expires, s_level, s_last, s_unit), 'PX', max(q, 1) + slack)
   end
   return nil
 end
@@ -188,16 +188,18 @@ if clock then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = {}
-local packed, args = nil, nil
+local packed = nil
+local p_unit, p_drip, p_capacity, p_fill, p_burst
 local first = 0
 for k = 1, #KEYS do
   local a = 3 * k
   if ARGV[a + 1] ~= packed then
     packed = ARGV[a + 1]
-    args = {struct.unpack('<ddddd', packed)}
+    p_unit, p_drip, p_capacity, p_fill, p_burst = struct.unpack('<ddddd', packed)
   end
   local n = tonumber(ARGV[a + 2])
-  local err = one(KEYS[k], tonumber(ARGV[a]), args, reqs, first, n, clock, now, res)
+  local err = one(KEYS[k], tonumber(ARGV[a]), p_unit, p_drip, p_capacity, p_fill, p_burst, reqs,
+    first, n, clock, now, res)
   if err then
     res[#res + 1] = err
   end

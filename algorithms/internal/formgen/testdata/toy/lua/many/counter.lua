@@ -17,9 +17,7 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- counter.decide (toy.go)
-local function decide_counter(now, cost, peek, live, sv_, av_)
-  local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
-  local limit, period = av_[1], av_[2]
+local function decide_counter(now, cost, peek, live, s_start, s_used, s_seen, limit, period)
   -- toy.go:58: start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
@@ -94,7 +92,7 @@ local function decide_counter(now, cost, peek, live, sv_, av_)
     if q4 * 7 < wait then q4 = q4 + 1 end
     d_retry_after = q4
     -- toy.go:76: return d, 0
-    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
   -- toy.go:78: d.Remaining = room - req.Cost
   d_remaining = room - cost
@@ -110,26 +108,24 @@ local function decide_counter(now, cost, peek, live, sv_, av_)
   s_start, s_used, s_seen = start, used, seen + 1
   -- toy.go:84: return d, start + a.period - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
-    start + period - now, {s_start, s_used, s_seen}
+    start + period - now, true, s_start, s_used, s_seen
 end
 
-local valid = function(sv_)
-    local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
+local valid = function(s_start, s_used, s_seen)
     return s_start >= 0 and s_start <= MAX
       and s_used >= 0 and s_used <= MAX
       and s_seen >= 0 and s_seen <= MAX
       and (s_used <= s_seen or s_seen == 0)
   end
 
-local zero = {0, 0, 0}
-
 -- One key's n requests, from the request at index first of reqs, in order,
--- on the state the one before left: their decisions, appended to res, or
--- the error reply of the state it cannot read.
-local function one(key, slack, args, reqs, first, n, clock, now, res)
+-- on the state the one before left, with the key's parameters (p_*): their
+-- decisions, appended to res, or the error reply of the state it cannot read.
+local function one(key, slack, p_limit, p_period, reqs, first, n, clock, now, res)
   -- The stored state, checked as counter.lua checks it, live or not. A key
   -- of another type fails its own requests (WRONGTYPE), not the run.
-  local s, expires, have = zero, 0, false
+  local s_start, s_used, s_seen = 0, 0, 0
+  local expires, have = 0, false
   local raw = redis.pcall('GET', key)
   if type(raw) == 'table' then
     return raw
@@ -138,37 +134,38 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     if #raw ~= 32 then
       return {err = 'CORRUPT counter state of ' .. #raw .. ' bytes'}
     end
-    s = {struct.unpack('<dddd', raw)}
-    s[#s] = nil
-    expires = table.remove(s, 1)
-    if not (expires >= 0 and expires <= MAX and valid(s)) then
+    expires, s_start, s_used, s_seen = struct.unpack('<dddd', raw)
+    if not (expires >= 0 and expires <= MAX and valid(s_start, s_used, s_seen)) then
       return {err = 'CORRUPT counter state'}
     end
     have = true
   end
-  local out = res
   local ttl = nil
   local j = #res
   for i = first, first + n - 1 do
     local t, cost, peek = struct.unpack('<ddd', reqs, 24 * i + 1)
     if not clock then now = t end
     local live = have and now < expires
-    local state = zero
-    if live then state = s end
-    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
-      decide_counter(now, cost, peek == 1, live, state, args)
-    out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
+    local l_start, l_used, l_seen = 0, 0, 0
+    if live then
+      l_start, l_used, l_seen = s_start, s_used, s_seen
+    end
+    local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
+      n_start, n_used, n_seen =
+      decide_counter(now, cost, peek == 1, live, l_start, l_used, l_seen, p_limit, p_period)
+    res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
-    if next_ then
-      s, expires, have, ttl = next_, now + d_ttl, true, d_ttl
+    if stored then
+      s_start, s_used, s_seen = n_start, n_used, n_seen
+      expires, have, ttl = now + d_ttl, true, d_ttl
     end
   end
   if ttl then
     local r999 = ttl + 999
     local q = floor(r999 / 1000)
     if q * 1000 > r999 then q = q - 1 elseif (q + 1) * 1000 <= r999 then q = q + 1 end
-    redis.call('SET', key, struct.pack('<dddd', expires, s[1], s[2], s[3]), 'PX', max(q, 1) + slack)
+    redis.call('SET', key, struct.pack('<dddd', expires, s_start, s_used, s_seen), 'PX', max(q, 1) + slack)
   end
   return nil
 end
@@ -193,16 +190,17 @@ if clock then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local res = {}
-local packed, args = nil, nil
+local packed = nil
+local p_limit, p_period
 local first = 0
 for k = 1, #KEYS do
   local a = 3 * k
   if ARGV[a + 1] ~= packed then
     packed = ARGV[a + 1]
-    args = {struct.unpack('<dd', packed)}
+    p_limit, p_period = struct.unpack('<dd', packed)
   end
   local n = tonumber(ARGV[a + 2])
-  local err = one(KEYS[k], tonumber(ARGV[a]), args, reqs, first, n, clock, now, res)
+  local err = one(KEYS[k], tonumber(ARGV[a]), p_limit, p_period, reqs, first, n, clock, now, res)
   if err then
     res[#res + 1] = err
   end
