@@ -476,27 +476,17 @@ func sameNumbers(a, b *pending) bool {
 
 // build sets the run's call of s, the coalesced form, from its keys: on a
 // node (r.node), and of several keys, a call of s's node form (Script.Node)
-// sent to that node, whose ARGV lead with the keys' number and the keys.
+// sent to that node, whose ARGV end with the keys.
 func (r *run) build(s *Script) {
 	n := 0
 	for _, e := range r.keys {
 		n += len(e.members)
 	}
 	onNode := r.node != nil && len(r.keys) > 1
-	lead := 0 // the ARGV before the coalesced form's own
-	if onNode {
-		lead = 1 + len(r.keys)
-	}
 	reqs := slices.Grow(r.reqs[:0], 24*n)
 	keys := slices.Grow(r.Keys[:0], len(r.keys))
-	args := slices.Grow(r.Args[:0], lead+2+3*len(r.keys))[:lead+2]
-	if onNode {
-		args[0] = int64(len(r.keys))
-		for i, e := range r.keys {
-			args[1+i] = e.members[0].Keys[0]
-		}
-	}
-	args[lead] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
+	args := slices.Grow(r.Args[:0], 2+4*len(r.keys))[:2]
+	args[0] = r.keys[0].members[0].Args[3] // the clock flag, the engine's
 	for _, e := range r.keys {
 		for _, c := range e.members {
 			peek := 0.0
@@ -513,10 +503,13 @@ func (r *run) build(s *Script) {
 		}
 		args = append(args, m.Args[4], m.Args[5], int64(len(e.members)))
 	}
-	args[lead+1] = string(reqs)
+	args[1] = string(reqs)
 	r.Script, r.Keys, r.Args, r.reqs, r.Ints, r.Node = s, keys, args, reqs, true, nil
 	if onNode {
-		r.Script, r.Node = s.Node, r.node
+		for _, e := range r.keys {
+			args = append(args, e.members[0].Keys[0])
+		}
+		r.Script, r.Args, r.Node = s.Node, args, r.node
 	}
 }
 
@@ -556,7 +549,7 @@ func (r *run) spread() {
 				c.Reply, c.Err = nil, r.Err
 			case !fits:
 				c.Reply, c.Err = r.Reply, nil
-			case ierr != nil && strings.HasPrefix(ierr.Error(), NotLocal):
+			case ierr != nil && (strings.HasPrefix(ierr.Error(), NotLocal) || r.Node != nil && !stateErr(ierr)):
 				c.Reply, c.Err, c.retry = nil, nil, true
 			case ierr != nil:
 				c.Reply, c.Err = nil, ierr

@@ -63,10 +63,14 @@ type Router interface {
 }
 
 // nodeForm returns the node form of many, an algorithm's coalesced form.
-// ARGV: n, the n keys, then many's ARGV (the clock flag, the packed
-// requests, and slack, parameters and number of requests of each key);
-// KEYS: none. Its reply is many's, with one NotLocal error item for each
-// key the node does not serve, in its place. It returns false, and the
+// ARGV: many's ARGV (the clock flag, the packed requests, and slack,
+// parameters and number of requests of each key), then the n keys; KEYS:
+// none. The form takes the keys off the end of ARGV, so that many runs on
+// ARGV itself, uncopied. Its reply is many's; an error item of a key this
+// node does not serve is the server's error as the key's read or write
+// met it (spread turns every error item of a node run but CORRUPT and
+// WRONGTYPE into NotLocal), and a key the form did not reach, after a
+// write failed part way, gets a NotLocal item. It returns false, and the
 // engine coalesces by slot alone, for a coalesced form that does not start
 // its reply with manyResult (TestNodeForms holds every built-in's to it).
 func nodeForm(name, many string) (string, bool) {
@@ -76,44 +80,38 @@ func nodeForm(name, many string) (string, bool) {
 	body := strings.Replace(strings.TrimRight(many, "\n"), manyResult, "\nlocal res = RES\n", 1)
 	return fmt.Sprintf(`-- %[1]s across the slots of one cluster node: the coalesced form
 -- (algorithms/forms/lua/many/%[1]s.lua, below as the function many, its reply
--- built in RES) on the keys, and one %[2]s error item for each key this
--- node does not serve, untouched (internal/redisengine/node.go).
+-- built in RES) on the keys, which the engine reads each error item of as
+-- the key's, or as one this node does not serve (internal/redisengine/node.go).
 --   KEYS   none
---   ARGV   n, the n keys, then the coalesced form's ARGV for them
+--   ARGV   the coalesced form's ARGV for the n keys, then the n keys
 local function many(KEYS, ARGV, RES)
 %[3]s
 end
 
-local n = tonumber(ARGV[1])
-if not n or n < 1 or #ARGV ~= 4 * n + 3 then
-  return redis.error_reply('ratelimit: node call of ' .. tostring(ARGV[1]) .. ' keys and ' .. #ARGV .. ' arguments')
+local m = #ARGV
+local n = (m - 2) / 4
+if n < 1 or n %% 1 ~= 0 then
+  return redis.error_reply('ratelimit: node call of ' .. m .. ' arguments')
 end
 local keys = {}
-for k = 1, n do keys[k] = ARGV[k + 1] end
+for k = 1, n do
+  keys[k] = ARGV[m - n + k]
+  ARGV[m - n + k] = nil
+end
 local res = {}
-local ok, ret = pcall(many, keys, {unpack(ARGV, n + 2)}, res)
-if ok and ret.err then return ret end
-if not ok then
-  -- A write failed part way: keep the keys decided before the last one
-  -- with decisions in the reply, whose write it was.
-  local i, k = 1, 1
-  while k <= n and i <= #res do
-    local size = 1
-    if type(res[i]) ~= 'table' then size = %[4]d * tonumber(ARGV[n + 3 * k + 3]) end
-    if size > 1 and i + size - 1 >= #res then break end
-    i, k = i + size, k + 1
-  end
-  for j = #res, i, -1 do res[j] = nil end
-  for j = k, n do res[#res + 1] = {err = '%[2]s ' .. keys[j]} end
+local ok, ret = pcall(many, keys, ARGV, res)
+if ok then return ret end
+-- A write failed part way: keep the keys decided before the last one
+-- with decisions in the reply, whose write it was.
+local i, k = 1, 1
+while k <= n and i <= #res do
+  local size = 1
+  if type(res[i]) ~= 'table' then size = %[4]d * tonumber(ARGV[3 * k + 2]) end
+  if size > 1 and i + size - 1 >= #res then break end
+  i, k = i + size, k + 1
 end
--- A key whose first read failed for another reason than its state is
--- the node's to give back, not its error.
-for i = 1, #res do
-  local item = res[i]
-  if type(item) == 'table' and not (item.err:find('^CORRUPT') or item.err:find('^WRONGTYPE') or item.err:find('^%[2]s')) then
-    res[i] = {err = '%[2]s ' .. item.err}
-  end
-end
+for j = #res, i, -1 do res[j] = nil end
+for j = k, n do res[#res + 1] = {err = '%[2]s ' .. keys[j]} end
 return res
 `, name, NotLocal, body, forms.LuaReplyLen), true
 }
@@ -122,3 +120,12 @@ return res
 // the node form replaces so that the reply stays readable when the form
 // fails part way.
 const manyResult = "\nlocal res = {}\n"
+
+// stateErr reports whether err, an error item of a run's reply, is about
+// the key's state (CORRUPT: the form cannot read it; WRONGTYPE: the key
+// holds another type), which the key's decisions get as their error. A
+// node run's other error items are of keys the node does not serve.
+func stateErr(err error) bool {
+	m := err.Error()
+	return strings.HasPrefix(m, "CORRUPT") || strings.HasPrefix(m, "WRONGTYPE")
+}

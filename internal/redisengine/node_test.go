@@ -41,17 +41,16 @@ func TestNodeFormWriteFails(t *testing.T) {
 			reqs = binary.LittleEndian.AppendUint64(reqs, math.Float64bits(f))
 		}
 	}
-	args := []any{int64(len(keys))}
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	args = append(args, "0", string(reqs))
+	args := []any{"0", string(reqs)}
 	for i := range keys {
 		slack := "1000"
 		if i == 1 {
 			slack = "-100000000" // b's write fails
 		}
 		args = append(args, slack, packed, int64(1))
+	}
+	for _, k := range keys {
+		args = append(args, k)
 	}
 	r, err := c.Eval(ctx, s.Many.Node.Src, nil, args...).Result()
 	if err != nil {
