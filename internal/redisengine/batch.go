@@ -139,7 +139,7 @@ type pending struct {
 	ctx  context.Context    // its caller's, while queued
 	req  algorithms.Request // a decision's request, for the coalesced form
 	key  [1]string
-	args [forms.LuaFixedArgs + 1]any
+	args [forms.LuaFixedArgs + 4]any // with a reservation's or refund's three
 	one  [1]*Call      // a batch of one call, without allocating
 	done chan struct{} // one send: the outcome is in
 

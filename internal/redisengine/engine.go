@@ -238,7 +238,14 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	c.args[2] = flag(req.Peek)
 	c.args[3] = flag(e.serverClock)
 	c.args[5], c.args[4] = e.params(alg, params)
-	c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:], true
+	c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:forms.LuaFixedArgs+1], true
+	if req.MaxDelay != 0 || req.Refund {
+		// A reservation or a refund: the calling convention's optional
+		// ARGV[7] to ARGV[9], which the coalesced forms do not take (so
+		// it is decided alone, see coalescable).
+		c.args[6], c.args[7], c.args[8] = req.MaxDelay, flag(req.Refund), req.Act
+		c.Args = c.args[:]
+	}
 	c.req = req
 	if e.batch == nil {
 		r, err := e.run(ctx, s, c.Keys, c.Args)
