@@ -377,7 +377,7 @@ func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allo
 // TAT would stay beyond the cap, and the same request, retried when told,
 // would be denied again.
 func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
-	ahead := int64(0) // units by which the TAT lies ahead of now
+	ahead := int64(0)     // units by which the TAT lies ahead of now
 	top := 3 * a.capacity // the capacity and two more of reservations
 	capped := false
 	if live && s.tat >= req.Now {
