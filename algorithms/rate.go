@@ -182,7 +182,9 @@ func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
 	if req.Refund {
-		give := a.refund(deficit, need, a.capacity, req.Act-req.Now)
+		// The deficit is as of s.last (the latest time the key has
+		// seen), and so is the reservation's distance.
+		give := a.refund(deficit, need, a.capacity, req.Act-s.last)
 		deficit -= give
 		d.Allowed = true
 		d.Remaining = max(a.capacity-deficit, 0) / a.unit
@@ -276,7 +278,7 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
 	if req.Refund {
-		give := a.refund(level, need, need, req.Act-req.Now)
+		give := a.refund(level, need, need, req.Act-s.last)
 		level -= give
 		d.Allowed = true
 		d.Remaining = (a.capacity - level) / a.unit
