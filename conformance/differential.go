@@ -429,7 +429,18 @@ type held struct {
 
 // newHeld returns r, made with alg for cost, as a held reservation.
 func newHeld(r *ratelimit.Reservation, alg algorithms.Algorithm, cost int64) held {
-	return held{r: r, alg: alg, cost: cost, act: r.TimeToAct().UnixMicro()}
+	d := r.Decision()
+	act := r.TimeToAct().UnixMicro()
+	if len(d.Limits) > 0 {
+		// A composite's refund names the earliest of its limits' times
+		// to act (see Reservation.Cancel).
+		delay := d.Delay
+		for _, p := range d.Limits {
+			delay = min(delay, p.Delay)
+		}
+		act -= (d.Delay - delay).Microseconds()
+	}
+	return held{r: r, alg: alg, cost: cost, act: act}
 }
 
 // maxDelay draws a reservation's max delay: small, a fraction of the

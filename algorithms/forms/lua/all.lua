@@ -957,7 +957,7 @@ local max_delay = tonumber(ARGV[7]) or 0
 local refund = ARGV[8] == '1'
 local act = tonumber(ARGV[9]) or 0
 
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])

@@ -340,7 +340,7 @@ end
 `
 
 const luaAllDriver = `
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])

@@ -9,7 +9,7 @@
 --            field otherwise), and its fields (for the sliding log, the Go
 --            form's: the header (-1, total), then (time, cost) pairs)
 --   ARGV     now, cost, peek, server_clock, slack, the parts (ARGV[6]),
---            max_delay, refund, act; the parts: their
+--            [max_delay, refund, act]; the parts: their
 --            algorithm names, separated by spaces, a newline, then
 --            packed(every part's parameters, in order)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
@@ -297,11 +297,11 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
-local max_delay = tonumber(ARGV[7])
+local max_delay = tonumber(ARGV[7]) or 0
 local refund = ARGV[8] == '1'
-local act = tonumber(ARGV[9])
+local act = tonumber(ARGV[9]) or 0
 
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])
