@@ -64,6 +64,7 @@ var cases = []testCase{
 	{"OwnAlgorithm", testOwnAlgorithm},
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
+	{"Reservation", testReservation},
 	{"Export", testExport},
 	// The fault groups (faultgroups.go).
 	{"FaultHungStore", testFaultHungStore},
