@@ -153,7 +153,7 @@ const (
 		"its TAT from the earlier now)"
 	whySetLimit = "numbers changed: x/time/rate drains the old rate up to SetLimitAt and keeps the " +
 		"token debt; a Tier's numbers apply to the state as stored (GCRA keeps its TAT in time, the " +
-		"token bucket rescales its debt, capped at one burst, and drains at the new rate)"
+		"token bucket rescales its debt and drains at the new rate from its last update)"
 	whySetBurst = "numbers changed: x/time/rate turns back the clock after SetBurstAt(t3) and " +
 		"counts the debt in tokens under the new burst; a Tier's numbers apply to the state as stored"
 )

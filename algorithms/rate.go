@@ -64,15 +64,13 @@ func (r rate) drain(level, elapsed, span int64) int64 {
 }
 
 // rescale converts a level measured in another unit (after the limit or
-// period changed) into this rate's unit, capped at top; a level in another
-// unit is capped at the capacity (numbers changed forget reservations
-// beyond the bucket). The server-side forms compute the same doubles in
-// the same order.
+// period changed) into this rate's unit, capped at top. The server-side
+// forms compute the same doubles in the same order.
 func (r rate) rescale(level, fromUnit, top int64) int64 {
 	if fromUnit == r.unit {
 		return min(level, top)
 	}
-	return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+	return min(divMulFloor(level, fromUnit, r.unit), top)
 }
 
 // refund returns how many units a refund of need units gives back to a

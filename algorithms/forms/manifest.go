@@ -13,16 +13,16 @@ var manifest = struct {
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, composable: true, args: 2, fields: 2,
 			version: "bcf01d1b", sqlFunction: "ratelimit_fixed_window_bcf01d1b", sqlRowFunction: "ratelimit_fixed_window_row_bcf01d1b"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, composable: true, args: 5, fields: 3,
-			version: "2c1d7f69", sqlFunction: "ratelimit_gcra_2c1d7f69", sqlRowFunction: "ratelimit_gcra_row_2c1d7f69"},
+			version: "689a4547", sqlFunction: "ratelimit_gcra_689a4547", sqlRowFunction: "ratelimit_gcra_row_689a4547"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "5935df01", sqlFunction: "ratelimit_leaky_bucket_5935df01", sqlRowFunction: "ratelimit_leaky_bucket_row_5935df01"},
+			version: "e97f320d", sqlFunction: "ratelimit_leaky_bucket_e97f320d", sqlRowFunction: "ratelimit_leaky_bucket_row_e97f320d"},
 		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "38122358", sqlFunction: "ratelimit_sliding_log_38122358"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, composable: true, args: 2, fields: 3,
 			version: "d2923d16", sqlFunction: "ratelimit_sliding_window_d2923d16", sqlRowFunction: "ratelimit_sliding_window_row_d2923d16"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "7ee086d3", sqlFunction: "ratelimit_token_bucket_7ee086d3", sqlRowFunction: "ratelimit_token_bucket_row_7ee086d3"},
+			version: "01d903cb", sqlFunction: "ratelimit_token_bucket_01d903cb", sqlRowFunction: "ratelimit_token_bucket_row_01d903cb"},
 	},
-	compositeSQLFunction: "ratelimit_all_8f169b8b",
+	compositeSQLFunction: "ratelimit_all_bc7712b9",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

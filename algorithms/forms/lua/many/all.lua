@@ -98,129 +98,129 @@ end
 local function decide_gcra(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:382: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:380: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
-  -- rate.go:383: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:381: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:384: capped := false
+  -- rate.go:382: capped := false
   local capped = false
-  -- rate.go:385-395: if live && s.tat >= req.Now {
+  -- rate.go:383-393: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:387: us := max(min(s.tat-req.Now, 3*a.fill), 0)
+    -- rate.go:385: us := max(min(s.tat-req.Now, 3*a.fill), 0)
     local us = max(min(s_tat - now, 3 * fill), 0)
-    -- rate.go:388: frac := s.frac
+    -- rate.go:386: frac := s.frac
     local frac = s_frac
-    -- rate.go:389-391: if s.drip != a.drip {
+    -- rate.go:387-389: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:390: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:388: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:392: raw := us*a.drip + frac
+    -- rate.go:390: raw := us*a.drip + frac
     local raw2 = us * drip + frac
-    -- rate.go:393: ahead = min(raw, top)
+    -- rate.go:391: ahead = min(raw, top)
     ahead = min(raw2, top)
-    -- rate.go:394: capped = s.tat-req.Now > 3*a.fill || raw > top
+    -- rate.go:392: capped = s.tat-req.Now > 3*a.fill || raw > top
     capped = s_tat - now > 3 * fill or raw2 > top
   end
-  -- rate.go:396: need := req.Cost * a.unit
+  -- rate.go:394: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:397: d := Decision{Limit: a.burst}
+  -- rate.go:395: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:398-410: if req.Refund {
+  -- rate.go:396-408: if req.Refund {
   if refund then
-    -- rate.go:399: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
     local give
     do -- refund
       local refund_wait = act - now
-      -- rate.go:87-89: if wait < 0 {
+      -- rate.go:85-87: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:88: return 0
+        -- rate.go:86: return 0
         give = 0
       else
-        -- rate.go:90: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
         local refund_later = ahead - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:91: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), ahead), 0)
       end
     end
-    -- rate.go:400: ahead -= give
+    -- rate.go:398: ahead -= give
     ahead = ahead - give
-    -- rate.go:401: d.Allowed = true
+    -- rate.go:399: d.Allowed = true
     d_allowed = true
-    -- rate.go:402: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    -- rate.go:400: d.Remaining = max(a.capacity-ahead, 0) / a.unit
     local t1 = max(capacity - ahead, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:403: d.ResetAfter = ceilDiv(ahead, a.drip)
+    -- rate.go:401: d.ResetAfter = ceilDiv(ahead, a.drip)
     local q3 = floor(ahead / drip)
     if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
     if q3 * drip < ahead then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:404-406: if give == 0 {
+    -- rate.go:402-404: if give == 0 {
     if give == 0 then
-      -- rate.go:405: return d, 0
+      -- rate.go:403: return d, 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:407: whole := ahead / a.drip
+    -- rate.go:405: whole := ahead / a.drip
     local q4 = floor(ahead / drip)
     if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
     local whole = q4
-    -- rate.go:408: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    -- rate.go:406: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
     s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-    -- rate.go:409: return d, max(d.ResetAfter, 1)
+    -- rate.go:407: return d, max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_tat, s_frac, s_drip}
   end
-  -- rate.go:411: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:412: d.Allowed = ahead+need <= room
+  -- rate.go:410: d.Allowed = ahead+need <= room
   d_allowed = ahead + need <= room
-  -- rate.go:413-418: if d.Allowed {
+  -- rate.go:411-416: if d.Allowed {
   if d_allowed then
-    -- rate.go:414: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    -- rate.go:412: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
     local t5 = max(ahead + need - capacity, 0)
     local q6 = floor(t5 / drip)
     if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
     if q6 * drip < t5 then q6 = q6 + 1 end
     d_delay = q6
-    -- rate.go:415-417: if !req.Peek {
+    -- rate.go:413-415: if !req.Peek {
     if not peek then
-      -- rate.go:416: ahead += need
+      -- rate.go:414: ahead += need
       ahead = ahead + need
     end
   end
-  -- rate.go:419: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  -- rate.go:417: d.Remaining = max(a.capacity-ahead, 0) / a.unit
   local t7 = max(capacity - ahead, 0)
   local q8 = floor(t7 / unit)
   if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
   d_remaining = q8
-  -- rate.go:420: d.ResetAfter = ceilDiv(ahead, a.drip)
+  -- rate.go:418: d.ResetAfter = ceilDiv(ahead, a.drip)
   local q9 = floor(ahead / drip)
   if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
   if q9 * drip < ahead then q9 = q9 + 1 end
   d_reset_after = q9
-  -- rate.go:421-423: if !d.Allowed {
+  -- rate.go:419-421: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:422: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+    -- rate.go:420: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
     local t10 = ahead + need - room
     local q11 = floor(t10 / drip)
     if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
     if q11 * drip < t10 then q11 = q11 + 1 end
     d_retry_after = q11
   end
-  -- rate.go:424-426: if req.Peek || !d.Allowed && !capped {
+  -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
-    -- rate.go:425: return d, 0
+    -- rate.go:423: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:427: whole := ahead / a.drip
+  -- rate.go:425: whole := ahead / a.drip
   local q12 = floor(ahead / drip)
   if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
   local whole2 = q12
-  -- rate.go:428: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  -- rate.go:426: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
-  -- rate.go:429: return d, d.ResetAfter
+  -- rate.go:427: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_tat, s_frac, s_drip}
 end
@@ -229,22 +229,22 @@ end
 local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:270: level := int64(0)
+  -- rate.go:268: level := int64(0)
   local level = 0
-  -- rate.go:271-277: if live {
+  -- rate.go:269-275: if live {
   if live then
-    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
-      -- rate.go:72-74: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:73: return min(level, top)
+        -- rate.go:71: return min(level, top)
         level = min(s_level, capacity)
       else
-        -- rate.go:75: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
+    -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
       -- rate.go:57-59: if elapsed <= 0 {
@@ -259,102 +259,102 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:274: s.last = max(s.last, req.Now)
+    -- rate.go:272: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:276: s.last = req.Now
+    -- rate.go:274: s.last = req.Now
     s_last = now
   end
-  -- rate.go:278: need := req.Cost * a.unit
+  -- rate.go:276: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:279: d := Decision{Limit: a.burst}
+  -- rate.go:277: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:280-291: if req.Refund {
+  -- rate.go:278-289: if req.Refund {
   if refund then
-    -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+    -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:87-89: if wait < 0 {
+      -- rate.go:85-87: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:88: return 0
+        -- rate.go:86: return 0
         give = 0
       else
-        -- rate.go:90: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
         local refund_later = level - need - min(refund_wait, 4 * fill) * drip
-        -- rate.go:91: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), level), 0)
       end
     end
-    -- rate.go:282: level -= give
+    -- rate.go:280: level -= give
     level = level - give
-    -- rate.go:283: d.Allowed = true
+    -- rate.go:281: d.Allowed = true
     d_allowed = true
-    -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
+    -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
     local t1 = capacity - level
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
+    -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
     local q3 = floor(level / drip)
     if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
     if q3 * drip < level then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:286-288: if give == 0 {
+    -- rate.go:284-286: if give == 0 {
     if give == 0 then
-      -- rate.go:287: return d, 0
+      -- rate.go:285: return d, 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:289: s.level, s.unit = level, a.unit
+    -- rate.go:287: s.level, s.unit = level, a.unit
     s_level, s_unit = level, unit
-    -- rate.go:290: return d, max(d.ResetAfter, 1)
+    -- rate.go:288: return d, max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:292: d.Allowed = level+need <= a.capacity
+  -- rate.go:290: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:293-298: if d.Allowed {
+  -- rate.go:291-296: if d.Allowed {
   if d_allowed then
-    -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
+    -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
     local q4 = floor(level / drip)
     if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
     if q4 * drip < level then q4 = q4 + 1 end
     d_delay = q4
-    -- rate.go:295-297: if !req.Peek {
+    -- rate.go:293-295: if !req.Peek {
     if not peek then
-      -- rate.go:296: level += need
+      -- rate.go:294: level += need
       level = level + need
     end
   end
-  -- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
+  -- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
   local t5 = capacity - level
   local q6 = floor(t5 / unit)
   if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
   d_remaining = q6
-  -- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
+  -- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
   local q7 = floor(level / drip)
   if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
   if q7 * drip < level then q7 = q7 + 1 end
   d_reset_after = q7
-  -- rate.go:301-304: if !d.Allowed {
+  -- rate.go:299-302: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+    -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
     local t8 = level + need - capacity
     local q9 = floor(t8 / drip)
     if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
     if q9 * drip < t8 then q9 = q9 + 1 end
     d_retry_after = q9
-    -- rate.go:303: return d, 0
+    -- rate.go:301: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:305-307: if req.Peek {
+  -- rate.go:303-305: if req.Peek {
   if peek then
-    -- rate.go:306: return d, 0
+    -- rate.go:304: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:308: s.level, s.unit = level, a.unit
+  -- rate.go:306: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:309: return d, d.ResetAfter
+  -- rate.go:307: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
@@ -518,24 +518,24 @@ end
 local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:173: deficit := int64(0)
+  -- rate.go:171: deficit := int64(0)
   local deficit = 0
-  -- rate.go:174: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:175-181: if live {
+  -- rate.go:173-179: if live {
   if live then
-    -- rate.go:176: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
-      -- rate.go:72-74: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:73: return min(level, top)
+        -- rate.go:71: return min(level, top)
         deficit = min(s_level, top)
       else
-        -- rate.go:75: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
-        deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
+        deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:177: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+    -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
     do -- drain
       local drain_elapsed, drain_span = now - s_last, 3 * fill
       -- rate.go:57-59: if elapsed <= 0 {
@@ -550,105 +550,105 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:178: s.last = max(s.last, req.Now)
+    -- rate.go:176: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:180: s.last = req.Now
+    -- rate.go:178: s.last = req.Now
     s_last = now
   end
-  -- rate.go:182: need := req.Cost * a.unit
+  -- rate.go:180: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:183: d := Decision{Limit: a.burst}
+  -- rate.go:181: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:184-197: if req.Refund {
+  -- rate.go:182-195: if req.Refund {
   if refund then
-    -- rate.go:187: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:87-89: if wait < 0 {
+      -- rate.go:85-87: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:88: return 0
+        -- rate.go:86: return 0
         give = 0
       else
-        -- rate.go:90: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
         local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:91: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), deficit), 0)
       end
     end
-    -- rate.go:188: deficit -= give
+    -- rate.go:186: deficit -= give
     deficit = deficit - give
-    -- rate.go:189: d.Allowed = true
+    -- rate.go:187: d.Allowed = true
     d_allowed = true
-    -- rate.go:190: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
     local t1 = max(capacity - deficit, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:191: d.ResetAfter = ceilDiv(deficit, a.drip)
+    -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
     local q3 = floor(deficit / drip)
     if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
     if q3 * drip < deficit then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:192-194: if give == 0 {
+    -- rate.go:190-192: if give == 0 {
     if give == 0 then
-      -- rate.go:193: return d, 0
+      -- rate.go:191: return d, 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:195: s.level, s.unit = deficit, a.unit
+    -- rate.go:193: s.level, s.unit = deficit, a.unit
     s_level, s_unit = deficit, unit
-    -- rate.go:196: return d, max(d.ResetAfter, 1)
+    -- rate.go:194: return d, max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:198: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:199: d.Allowed = deficit+need <= room
+  -- rate.go:197: d.Allowed = deficit+need <= room
   d_allowed = deficit + need <= room
-  -- rate.go:200-205: if d.Allowed {
+  -- rate.go:198-203: if d.Allowed {
   if d_allowed then
-    -- rate.go:201: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+    -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
     local t4 = max(deficit + need - capacity, 0)
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_delay = q5
-    -- rate.go:202-204: if !req.Peek {
+    -- rate.go:200-202: if !req.Peek {
     if not peek then
-      -- rate.go:203: deficit += need
+      -- rate.go:201: deficit += need
       deficit = deficit + need
     end
   end
-  -- rate.go:206: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  -- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
   local t6 = max(capacity - deficit, 0)
   local q7 = floor(t6 / unit)
   if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
   d_remaining = q7
-  -- rate.go:207: d.ResetAfter = ceilDiv(deficit, a.drip)
+  -- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q8 = floor(deficit / drip)
   if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
   if q8 * drip < deficit then q8 = q8 + 1 end
   d_reset_after = q8
-  -- rate.go:208-211: if !d.Allowed {
+  -- rate.go:206-209: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:209: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+    -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
     local t9 = deficit + need - room
     local q10 = floor(t9 / drip)
     if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
     if q10 * drip < t9 then q10 = q10 + 1 end
     d_retry_after = q10
-    -- rate.go:210: return d, 0
+    -- rate.go:208: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:212-214: if req.Peek {
+  -- rate.go:210-212: if req.Peek {
   if peek then
-    -- rate.go:213: return d, 0
+    -- rate.go:211: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:215: s.level, s.unit = deficit, a.unit
+  -- rate.go:213: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:216: return d, d.ResetAfter
+  -- rate.go:214: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end

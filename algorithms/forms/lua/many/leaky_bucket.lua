@@ -20,22 +20,22 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:270: level := int64(0)
+  -- rate.go:268: level := int64(0)
   local level = 0
-  -- rate.go:271-277: if live {
+  -- rate.go:269-275: if live {
   if live then
-    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
-      -- rate.go:72-74: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:73: return min(level, top)
+        -- rate.go:71: return min(level, top)
         level = min(s_level, capacity)
       else
-        -- rate.go:75: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
+    -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
       -- rate.go:57-59: if elapsed <= 0 {
@@ -50,102 +50,102 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:274: s.last = max(s.last, req.Now)
+    -- rate.go:272: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:276: s.last = req.Now
+    -- rate.go:274: s.last = req.Now
     s_last = now
   end
-  -- rate.go:278: need := req.Cost * a.unit
+  -- rate.go:276: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:279: d := Decision{Limit: a.burst}
+  -- rate.go:277: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:280-291: if req.Refund {
+  -- rate.go:278-289: if req.Refund {
   if refund then
-    -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+    -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:87-89: if wait < 0 {
+      -- rate.go:85-87: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:88: return 0
+        -- rate.go:86: return 0
         give = 0
       else
-        -- rate.go:90: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
         local refund_later = level - need - min(refund_wait, 4 * fill) * drip
-        -- rate.go:91: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), level), 0)
       end
     end
-    -- rate.go:282: level -= give
+    -- rate.go:280: level -= give
     level = level - give
-    -- rate.go:283: d.Allowed = true
+    -- rate.go:281: d.Allowed = true
     d_allowed = true
-    -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
+    -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
     local t1 = capacity - level
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
+    -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
     local q3 = floor(level / drip)
     if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
     if q3 * drip < level then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:286-288: if give == 0 {
+    -- rate.go:284-286: if give == 0 {
     if give == 0 then
-      -- rate.go:287: return d, 0
+      -- rate.go:285: return d, 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:289: s.level, s.unit = level, a.unit
+    -- rate.go:287: s.level, s.unit = level, a.unit
     s_level, s_unit = level, unit
-    -- rate.go:290: return d, max(d.ResetAfter, 1)
+    -- rate.go:288: return d, max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:292: d.Allowed = level+need <= a.capacity
+  -- rate.go:290: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:293-298: if d.Allowed {
+  -- rate.go:291-296: if d.Allowed {
   if d_allowed then
-    -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
+    -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
     local q4 = floor(level / drip)
     if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
     if q4 * drip < level then q4 = q4 + 1 end
     d_delay = q4
-    -- rate.go:295-297: if !req.Peek {
+    -- rate.go:293-295: if !req.Peek {
     if not peek then
-      -- rate.go:296: level += need
+      -- rate.go:294: level += need
       level = level + need
     end
   end
-  -- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
+  -- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
   local t5 = capacity - level
   local q6 = floor(t5 / unit)
   if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
   d_remaining = q6
-  -- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
+  -- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
   local q7 = floor(level / drip)
   if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
   if q7 * drip < level then q7 = q7 + 1 end
   d_reset_after = q7
-  -- rate.go:301-304: if !d.Allowed {
+  -- rate.go:299-302: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+    -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
     local t8 = level + need - capacity
     local q9 = floor(t8 / drip)
     if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
     if q9 * drip < t8 then q9 = q9 + 1 end
     d_retry_after = q9
-    -- rate.go:303: return d, 0
+    -- rate.go:301: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:305-307: if req.Peek {
+  -- rate.go:303-305: if req.Peek {
   if peek then
-    -- rate.go:306: return d, 0
+    -- rate.go:304: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:308: s.level, s.unit = level, a.unit
+  -- rate.go:306: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:309: return d, d.ResetAfter
+  -- rate.go:307: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end

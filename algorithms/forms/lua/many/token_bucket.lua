@@ -20,24 +20,24 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:173: deficit := int64(0)
+  -- rate.go:171: deficit := int64(0)
   local deficit = 0
-  -- rate.go:174: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:175-181: if live {
+  -- rate.go:173-179: if live {
   if live then
-    -- rate.go:176: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
-      -- rate.go:72-74: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:73: return min(level, top)
+        -- rate.go:71: return min(level, top)
         deficit = min(s_level, top)
       else
-        -- rate.go:75: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
-        deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
+        deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:177: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+    -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
     do -- drain
       local drain_elapsed, drain_span = now - s_last, 3 * fill
       -- rate.go:57-59: if elapsed <= 0 {
@@ -52,105 +52,105 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:178: s.last = max(s.last, req.Now)
+    -- rate.go:176: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:180: s.last = req.Now
+    -- rate.go:178: s.last = req.Now
     s_last = now
   end
-  -- rate.go:182: need := req.Cost * a.unit
+  -- rate.go:180: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:183: d := Decision{Limit: a.burst}
+  -- rate.go:181: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:184-197: if req.Refund {
+  -- rate.go:182-195: if req.Refund {
   if refund then
-    -- rate.go:187: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:87-89: if wait < 0 {
+      -- rate.go:85-87: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:88: return 0
+        -- rate.go:86: return 0
         give = 0
       else
-        -- rate.go:90: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
         local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:91: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), deficit), 0)
       end
     end
-    -- rate.go:188: deficit -= give
+    -- rate.go:186: deficit -= give
     deficit = deficit - give
-    -- rate.go:189: d.Allowed = true
+    -- rate.go:187: d.Allowed = true
     d_allowed = true
-    -- rate.go:190: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
     local t1 = max(capacity - deficit, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:191: d.ResetAfter = ceilDiv(deficit, a.drip)
+    -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
     local q3 = floor(deficit / drip)
     if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
     if q3 * drip < deficit then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:192-194: if give == 0 {
+    -- rate.go:190-192: if give == 0 {
     if give == 0 then
-      -- rate.go:193: return d, 0
+      -- rate.go:191: return d, 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:195: s.level, s.unit = deficit, a.unit
+    -- rate.go:193: s.level, s.unit = deficit, a.unit
     s_level, s_unit = deficit, unit
-    -- rate.go:196: return d, max(d.ResetAfter, 1)
+    -- rate.go:194: return d, max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:198: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:199: d.Allowed = deficit+need <= room
+  -- rate.go:197: d.Allowed = deficit+need <= room
   d_allowed = deficit + need <= room
-  -- rate.go:200-205: if d.Allowed {
+  -- rate.go:198-203: if d.Allowed {
   if d_allowed then
-    -- rate.go:201: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+    -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
     local t4 = max(deficit + need - capacity, 0)
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_delay = q5
-    -- rate.go:202-204: if !req.Peek {
+    -- rate.go:200-202: if !req.Peek {
     if not peek then
-      -- rate.go:203: deficit += need
+      -- rate.go:201: deficit += need
       deficit = deficit + need
     end
   end
-  -- rate.go:206: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  -- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
   local t6 = max(capacity - deficit, 0)
   local q7 = floor(t6 / unit)
   if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
   d_remaining = q7
-  -- rate.go:207: d.ResetAfter = ceilDiv(deficit, a.drip)
+  -- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q8 = floor(deficit / drip)
   if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
   if q8 * drip < deficit then q8 = q8 + 1 end
   d_reset_after = q8
-  -- rate.go:208-211: if !d.Allowed {
+  -- rate.go:206-209: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:209: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+    -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
     local t9 = deficit + need - room
     local q10 = floor(t9 / drip)
     if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
     if q10 * drip < t9 then q10 = q10 + 1 end
     d_retry_after = q10
-    -- rate.go:210: return d, 0
+    -- rate.go:208: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:212-214: if req.Peek {
+  -- rate.go:210-212: if req.Peek {
   if peek then
-    -- rate.go:213: return d, 0
+    -- rate.go:211: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:215: s.level, s.unit = deficit, a.unit
+  -- rate.go:213: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:216: return d, d.ResetAfter
+  -- rate.go:214: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
