@@ -198,9 +198,9 @@ func (e *Engine) Decide(ctx context.Context, key ratelimit.Key, alg algorithms.A
 	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
 		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.name, req.Now, ratelimit.ErrInvalidTime)
 	}
-	if req.MaxDelay < 0 || req.MaxDelay > algorithms.MaxExact/2 || req.Act < 0 || req.Act > algorithms.MaxExact/2 {
-		return algorithms.Decision{}, fmt.Errorf("%s: reservation max delay %d µs or refund time %d µs outside 0..%d: %w",
-			e.name, req.MaxDelay, req.Act, int64(algorithms.MaxExact/2), ratelimit.ErrInvalidTime)
+	if req.MaxDelay < 0 || req.MaxDelay > algorithms.MaxExact/2 || req.Act < 0 || req.Act > algorithms.MaxExact {
+		return algorithms.Decision{}, fmt.Errorf("%s: reservation max delay %d µs or refund time %d µs out of range: %w",
+			e.name, req.MaxDelay, req.Act, ratelimit.ErrInvalidTime)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
