@@ -212,3 +212,28 @@ func (countAll) Decide(state []byte, req algorithms.Request) (algorithms.Step, e
 	d.Remaining = 2 - used - req.Cost
 	return algorithms.Step{Decision: d, Next: make([]byte, used+req.Cost), TTL: 1_000_000}, nil
 }
+
+// BenchmarkReserve measures a reservation and its Cancel on the memory
+// store, beside BenchmarkAllow's decision: the Reservation is the one
+// allocation a reservation adds.
+func BenchmarkReserve(b *testing.B) {
+	ctx := context.Background()
+	m, err := memory.New()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lim, err := ratelimit.New(m, algorithms.GCRA(1_000_000_000, time.Second, 1000))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		r, err := lim.Reserve(ctx, "k", 1, time.Second)
+		if err != nil || !r.OK() {
+			b.Fatal(r, err)
+		}
+		if err := r.Cancel(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
