@@ -135,7 +135,7 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local state = zero
     if live then state = s end
     local DECS, d_ttl, next_ =
-      decide_NAME(now, cost, peek == 1, live, state, args)
+      decide_NAME(now, cost, peek == 1, live, state, args, 0, false, 0)
     OUT =
       REPLY
     j = j + NREPLY

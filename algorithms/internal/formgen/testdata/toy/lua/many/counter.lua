@@ -17,7 +17,7 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- counter.decide (toy.go)
-local function decide_counter(now, cost, peek, live, sv_, av_)
+local function decide_counter(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
   -- toy.go:58: start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
@@ -156,7 +156,7 @@ local function one(key, slack, args, reqs, first, n, clock, now, res)
     local state = zero
     if live then state = s end
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, next_ =
-      decide_counter(now, cost, peek == 1, live, state, args)
+      decide_counter(now, cost, peek == 1, live, state, args, 0, false, 0)
     out[j + 1], out[j + 2], out[j + 3], out[j + 4], out[j + 5], out[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6
