@@ -85,8 +85,16 @@ func newDenyCache(maxKeys int) *denyCache {
 
 // decide denies req from a denial in the cache, or asks the rest of the
 // chain and remembers a denial that comes back without an error: the
-// store's.
+// store's. A reservation (which may be admitted for later where a request
+// now is denied) and a refund are never answered from the cache, and a
+// refund drops the key's denial, since it may have made room.
 func (c *denyCache) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
+	if req.Refund || req.MaxDelay > 0 {
+		if req.Refund {
+			c.drop(k.ID)
+		}
+		return c.next.decide(ctx, t, k, req, d)
+	}
 	if c.lookup(k.ID, t, req, d) {
 		return nil
 	}

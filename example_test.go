@@ -83,3 +83,35 @@ func ExampleLimiter_Wait() {
 	// request 1: allowed=true delay=500ms
 	// request 2: allowed=true delay=1s
 }
+
+// Reserve takes the cost now and says when to act; Cancel gives it back
+// when the caller will not act after all.
+func ExampleLimiter_Reserve() {
+	ctx := context.Background()
+	store, _ := memory.New()
+	clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	// 10 a second, bursts of 2: one unit every 100ms.
+	lim, _ := ratelimit.New(store, algorithms.GCRA(10, time.Second, 2), ratelimit.WithClock(clk))
+
+	lim.AllowN(ctx, "user:42", 2) // the burst is spent
+	r, _ := lim.Reserve(ctx, "user:42", 2, time.Second)
+	fmt.Println("ok:", r.OK(), "act in:", r.Delay())
+	clk.Advance(50 * time.Millisecond)
+	fmt.Println("50ms later, act in:", r.Delay())
+
+	// Not within 100ms: not admitted, nothing taken.
+	late, _ := lim.Reserve(ctx, "user:42", 1, 100*time.Millisecond)
+	fmt.Println("second ok:", late.OK())
+
+	// The caller will not act: give the two units back.
+	if err := r.Cancel(ctx); err != nil {
+		fmt.Println(err)
+	}
+	again, _ := lim.Reserve(ctx, "user:42", 1, 100*time.Millisecond)
+	fmt.Println("after cancel, ok:", again.OK(), "act in:", again.Delay())
+	// Output:
+	// ok: true act in: 200ms
+	// 50ms later, act in: 150ms
+	// second ok: false
+	// after cancel, ok: true act in: 50ms
+}

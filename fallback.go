@@ -85,7 +85,9 @@ func (f *fallback) share(alg algorithms.Algorithm) (any, error) {
 
 func (f *fallback) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
 	err := f.next.decide(ctx, t, k, req, d)
-	if err == nil || !storeFault(ctx, err) {
+	if err == nil || !storeFault(ctx, err) || req.Refund {
+		// A refund gives back to the store's state only: the local
+		// state never took the reservation.
 		return err
 	}
 	share := t.local[f.slot].(*Tier)

@@ -49,8 +49,17 @@ import (
 // ResetAfter counts down from the store's; a composite's has no Limits.
 // Peek asks the store and adds the share's unspent units to Remaining. A
 // leaky bucket's Delay is each unit's place in the share's turn in the
-// queue. Limiter.Close stops taking shares; stores cannot take units back
-// yet, so unspent units expire with their share.
+// queue.
+//
+// Unspent units go back to the store (one refund, algorithms.Request's
+// Refund) when the limiter closes (Limiter.Close, which also stops taking
+// shares) and when no request has spent from a share for half a lifetime
+// (then the key's next share is half the size): a bucket gets back what
+// has not refilled since, never more than its empty state; a window, what
+// was counted in the window that is still current; a sliding log keeps
+// them until they leave its period. A goroutine of the limiter's does the
+// idle give-backs while it holds shares, and ends when it holds none (two
+// lifetimes after the last share was taken) or when it is closed.
 //
 // It composes with the deny cache (a denial is the store's, so the cache
 // keeps it), the fallback and the breaker (a share is taken through them;
@@ -72,7 +81,9 @@ func WithLocalQuota(maxShare int, lifetime time.Duration) Option {
 			return fmt.Errorf("%w: local quota lifetime %v must be a positive whole number of microseconds up to %v", ErrInvalidParams, lifetime, algorithms.MaxPeriod)
 		}
 		return l.addLink(quotaLink, func(c *chainOf, next link) (link, error) {
-			q := &quota{next: next, maxShare: int64(maxShare), lifetime: int64(lifetime / time.Microsecond), seed: maphash.MakeSeed()}
+			q := &quota{next: next, ns: c.l.ns, now: c.l.now, after: c.l.clock.After,
+				maxShare: int64(maxShare), lifetime: int64(lifetime / time.Microsecond), seed: maphash.MakeSeed(),
+				done: make(chan struct{})}
 			for i := range q.shards {
 				q.shards[i].m = make(map[string]*share)
 			}
@@ -92,12 +103,19 @@ const quotaShards = 16
 // quota is WithLocalQuota's link.
 type quota struct {
 	next     link
+	ns       string // the limiter's namespace, for the keys given back
+	now      func() int64
+	after    func(time.Duration) <-chan time.Time // the limiter's clock's
 	maxShare int64
 	lifetime int64 // µs
 	slot     int   // Tier.local index of the tier's quotaNumbers
 	seed     maphash.Seed
 	shards   [quotaShards]quotaShard
 	closed   atomic.Bool // set by Limiter.Close
+	// idling is set while the goroutine that gives back idle shares
+	// (idle) runs: only while some share is held. done ends it (close).
+	idling atomic.Bool
+	done   chan struct{}
 }
 
 type quotaShard struct {
@@ -119,8 +137,14 @@ type quotaNumbers struct {
 	periods []int64
 	whole   bool
 	// perUnit is, for a leaky bucket, the µs one unit takes to leave the
-	// queue (period / limit, rounded up); 0 otherwise.
-	perUnit int64
+	// queue (period / limit, rounded up); 0 otherwise. period and limit
+	// are its numbers (µs, units).
+	perUnit       int64
+	period, limit int64
+	// bucket is set for a single token bucket, leaky bucket or GCRA, which
+	// give back unspent units as of now (giveBack); keepsAll for a single
+	// sliding log, which gives nothing back.
+	bucket, keepsAll bool
 }
 
 // numbers makes the link's numbers for alg, or says why it cannot take
@@ -139,6 +163,10 @@ func (q *quota) numbers(alg algorithms.Algorithm) (any, error) {
 		pol := ps.Policy()
 		n.most = min(n.most, max(1, pol.Burst/4))
 		switch pol.Algorithm {
+		case algorithms.GCRA(1, time.Second, 1).Name(), algorithms.TokenBucket(1, time.Second, 1).Name():
+			n.bucket = len(parts) == 1
+		case algorithms.SlidingLog(1, time.Second).Name():
+			n.keepsAll = len(parts) == 1
 		case algorithms.FixedWindow(1, time.Second).Name():
 			if len(parts) == 1 {
 				n.whole = true
@@ -152,6 +180,8 @@ func (q *quota) numbers(alg algorithms.Algorithm) (any, error) {
 			}
 			period := int64(pol.Period / time.Microsecond)
 			n.perUnit = (period + pol.Limit - 1) / pol.Limit
+			n.period, n.limit = period, pol.Limit
+			n.bucket = true
 		}
 	}
 	return n, nil
@@ -165,6 +195,7 @@ type share struct {
 	size    int64 // units taken
 	next    int64 // the size of the next share
 	taken   int64 // µs: when it was taken (before the store counted it)
+	used    int64 // µs: when a request last spent from it
 	from    int64 // µs: when it may first be spent
 	expires int64 // µs: when it may no longer be spent
 	full    bool  // it lives the whole lifetime (not cut short by a window)
@@ -247,6 +278,8 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 			e.took(t, nums, req, size, q.lifetime, d)
 			if q.closed.Load() {
 				e.units = 0 // closed while the share was taken: keep none
+			} else if e.units > 0 && !q.idling.Swap(true) {
+				go q.idle()
 			}
 		} else {
 			e.next = max(1, e.next/2)
@@ -276,7 +309,7 @@ func (q *quota) take(ctx context.Context, t *Tier, k store.Key, req algorithms.R
 // of which req spends its cost, and makes d req's decision.
 func (e *share) took(t *Tier, nums *quotaNumbers, req algorithms.Request, size, lifetime int64, d *Decision) {
 	e.tier = t
-	e.size, e.units, e.taken = size, size-req.Cost, req.Now
+	e.size, e.units, e.taken, e.used = size, size-req.Cost, req.Now, req.Now
 	e.from, e.expires, e.full = req.Now, req.Now+lifetime, true
 	// A fixed window's share lives within the window it was counted in:
 	// ResetAfter, counted from before the store's own clock read, is no
@@ -311,6 +344,7 @@ func (e *share) within(end, period int64) {
 func (e *share) spend(nums *quotaNumbers, req algorithms.Request, d *Decision) {
 	place := e.size - e.units // the request's first unit's place in the share
 	e.units -= req.Cost
+	e.used = req.Now
 	d.Allowed = true
 	d.Limit = int(e.limit)
 	d.Remaining = int(min(e.remaining+e.units, e.limit))
@@ -356,16 +390,25 @@ func (q *quota) forget(ctx context.Context, k store.Key) error {
 
 // close gives back every unspent share and stops taking new ones.
 func (q *quota) close(ctx context.Context) error {
-	q.closed.Store(true)
+	if !q.closed.Swap(true) {
+		close(q.done)
+	}
+	now := q.now()
 	var first error
 	for i := range q.shards {
 		sh := &q.shards[i]
 		sh.mu.Lock()
 		held := sh.m
 		sh.m = make(map[string]*share)
-		sh.mu.Unlock()
+		var back []unspent
 		for id, e := range held {
-			if err := q.giveBack(ctx, id, e); err != nil && first == nil {
+			if u, ok := e.unspent(id, now); ok {
+				back = append(back, u)
+			}
+		}
+		sh.mu.Unlock()
+		for _, u := range back {
+			if err := q.giveBack(ctx, u, now); err != nil && first == nil {
 				first = err
 			}
 		}
@@ -373,12 +416,117 @@ func (q *quota) close(ctx context.Context) error {
 	return first
 }
 
-// giveBack returns e's unspent units to the store. The stores cannot take
-// units back yet (an algorithms.Request that refunds), so it drops them:
-// they are counted until the share would have expired.
-func (q *quota) giveBack(ctx context.Context, id string, e *share) error {
-	_, _, _ = ctx, id, e
-	return nil
+// unspent is what a share gives back: units taken at taken with tier's
+// numbers, for key id.
+type unspent struct {
+	id                 string
+	tier               *Tier
+	units, size, taken int64
+	turn               int64 // a leaky bucket's: the share's first unit leaves the queue
+}
+
+// unspent takes e's unspent units, if it holds any it could still spend
+// at now, for giving back: e then holds none. Call it with e's shard
+// locked.
+func (e *share) unspent(id string, now int64) (unspent, bool) {
+	if e.fetching != nil || !e.live(now) {
+		return unspent{}, false
+	}
+	u := unspent{id: id, tier: e.tier, units: e.units, size: e.size, taken: e.taken, turn: e.turn}
+	e.units = 0
+	return u, true
+}
+
+// giveBack returns u's units to the store in one refund through the rest
+// of the chain (the fallback and the deny cache never serve one). A
+// token bucket's or GCRA's units go back as of now: what has not refilled
+// since the share was taken, never more than an empty bucket; a leaky
+// bucket's, the queue places of the share's unspent units, from the turn
+// of the first (what has left the queue since is gone); a window's, within
+// the window the share was counted in, while it is the current one (a
+// fixed window's share never outlives it); a sliding log keeps them until
+// they leave its period.
+func (q *quota) giveBack(ctx context.Context, u unspent, now int64) error {
+	nums := u.tier.local[q.slot].(*quotaNumbers)
+	if nums.keepsAll {
+		return nil
+	}
+	act := u.taken
+	switch {
+	case nums.perUnit > 0:
+		spent := u.size - u.units
+		act = u.turn + (spent*nums.period+nums.limit-1)/nums.limit
+	case nums.bucket:
+		act = now
+	}
+	var d Decision
+	req := algorithms.Request{Now: now, Cost: u.units, Refund: true, Act: act}
+	return q.next.decide(ctx, u.tier, store.Key{Namespace: q.ns, ID: u.id}, req, &d)
+}
+
+// idle gives back, every half lifetime, the unspent units of the shares
+// no request has spent from for half a lifetime, and drops the shares
+// past their lifetime; it returns when the link holds no share (it is
+// started again by the next share taken) or the limiter is closed.
+func (q *quota) idle() {
+	half := time.Duration(max(q.lifetime/2, 1)) * time.Microsecond
+	for {
+		select {
+		case <-q.after(half):
+		case <-q.done:
+			q.idling.Store(false)
+			return
+		}
+		now := q.now()
+		held := 0
+		for i := range q.shards {
+			sh := &q.shards[i]
+			var back []unspent
+			sh.mu.Lock()
+			for id, e := range sh.m {
+				if e.fetching == nil && now-e.taken >= 2*q.lifetime {
+					delete(sh.m, id)
+					continue
+				}
+				if now-e.used >= q.lifetime/2 {
+					if u, ok := e.unspent(id, now); ok {
+						back = append(back, u)
+						e.next = max(1, e.next/2) // a quiet key takes smaller shares
+					}
+				}
+			}
+			held += len(sh.m)
+			sh.mu.Unlock()
+			for _, u := range back {
+				ctx, cancel := context.WithTimeout(context.Background(), half)
+				_ = q.giveBack(ctx, u, now) // best effort: unreturned units expire with their share
+				cancel()
+			}
+		}
+		if held == 0 {
+			q.idling.Store(false)
+			// A share taken since the count started its own goroutine,
+			// unless this one was still marked running: then carry on.
+			if q.holds() && !q.idling.Swap(true) {
+				continue
+			}
+			return
+		}
+	}
+}
+
+// holds reports whether any shard holds a share.
+func (q *quota) holds() bool {
+	for i := range q.shards {
+		sh := &q.shards[i]
+		sh.mu.Lock()
+		n := len(sh.m)
+		sh.mu.Unlock()
+		if n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // add inserts e for key, first sweeping from the shard the shares not

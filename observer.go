@@ -14,8 +14,9 @@ import (
 // logs or traces. ObserveDecision runs on the deciding goroutine, after the
 // decision and before it is returned, so it must be quick and must not
 // block; it may be called concurrently. It is not called for calls
-// rejected as bad input (a bad key, cost or clock reading), which decide
-// nothing.
+// rejected as bad input (a bad key, cost or clock reading), nor for a
+// Reservation's Cancel, which decide nothing. A reservation
+// (Limiter.Reserve) is a decision like any other.
 //
 // A limiter without an observer pays nothing for the hook: no clock reads,
 // no allocations (BenchmarkObserver measures both).
@@ -79,6 +80,9 @@ type observed struct {
 }
 
 func (ob *observed) decide(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, d *Decision) error {
+	if req.Refund {
+		return ob.next.decide(ctx, t, k, req, d)
+	}
 	start := time.Now()
 	err := ob.next.decide(ctx, t, k, req, d)
 	latency := time.Since(start)

@@ -142,7 +142,7 @@ func TestTierNumbers(t *testing.T) {
 // acts on a key's state whatever its numbers (Reset) or on the limiter as
 // a whole is the Limiter's alone, so the two types cannot drift apart.
 func TestTierMethods(t *testing.T) {
-	deciding := []string{"Allow", "AllowN", "Peek", "Wait", "WaitN", "Policy", "Algorithm"}
+	deciding := []string{"Allow", "AllowN", "Peek", "Reserve", "Wait", "WaitN", "Policy", "Algorithm"}
 	want := append(deciding, "Limiter")
 	tier, lim := reflect.TypeFor[*ratelimit.Tier](), reflect.TypeFor[*ratelimit.Limiter]()
 	var got []string

@@ -64,6 +64,31 @@ type Request struct {
 	// Step has a nil Next and the Decision's Remaining is what remains
 	// before the request.
 	Peek bool
+	// MaxDelay, in microseconds, makes the request a reservation: it is
+	// admitted when it can be served within MaxDelay from now, consuming
+	// now, and Decision.Delay says how long to wait before acting on it.
+	// Zero asks for what can be served now. The token bucket and GCRA
+	// reserve into the future, at most two refills of the burst beyond a
+	// full bucket (the bound that keeps their arithmetic exact); the
+	// leaky bucket queues within its capacity whatever MaxDelay says; the
+	// window algorithms and the sliding log serve only now (see
+	// docs/reservations.md).
+	MaxDelay int64
+	// Refund asks to give back Cost units taken by an earlier reservation
+	// whose time to act was Act (µs since the Unix epoch), as far as the
+	// algorithm can: the rate algorithms give back what no later
+	// reservation has built on (as golang.org/x/time/rate's
+	// Reservation.Cancel does) and nothing once Act has passed; the window
+	// algorithms give back within the window Act fell in, while it is the
+	// current one; the sliding log gives nothing back and answers a refund
+	// as a peek. A refund is always admitted, never leaves a key with more
+	// room than its empty state, and never gives back more than Cost.
+	// ratelimit.Limiter sends refunds only to the built-in algorithms and
+	// composites of them; an algorithm of a user's own never receives one.
+	Refund bool
+	// Act is, for a refund, the time to act (µs) of the reservation given
+	// back: the time it was made plus its Decision.Delay.
+	Act int64
 }
 
 // Decision is an algorithm's answer in integers. Durations are in
@@ -83,8 +108,9 @@ type Decision struct {
 	// unused condition if nothing else happens.
 	ResetAfter int64
 	// Delay is how long an admitted request should wait before it
-	// proceeds. Only the leaky bucket, which shapes traffic into a steady
-	// rate, sets it; it is zero otherwise.
+	// proceeds. The leaky bucket, which shapes traffic into a steady rate,
+	// sets it, and so do the token bucket and GCRA for a reservation
+	// (Request.MaxDelay) served in the future; it is zero otherwise.
 	Delay int64
 	// Parts holds, for a composite (All), each part's own decision in the
 	// order of its parts: for an admitted request the figures after it

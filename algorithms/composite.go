@@ -136,7 +136,8 @@ func (c *composite) validate() error {
 // nothing is written. Commit: every part decides the request for real, and
 // the next state holds every part's next state. A part whose commit denies
 // what its check admitted (which no built-in does) denies the request, and
-// nothing is written.
+// nothing is written. A refund (Request.Refund) skips the check: every
+// built-in part gives back what it can, and a user's part is asked a peek.
 func (c *composite) Decide(state []byte, req Request) (Step, error) {
 	if c.err != nil {
 		return Step{}, c.err
@@ -151,6 +152,9 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 	check.Peek = true
 	ok := true
 	for i, p := range c.parts {
+		if req.Refund {
+			break // a refund has no check: every part gives back what it can
+		}
 		st, err := p.Decide(parts[i].state, check)
 		if err != nil {
 			return Step{}, fmt.Errorf("All: limit %d (%s): %w", i+1, p.Name(), err)
@@ -158,7 +162,7 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 		decs[i] = st.Decision
 		ok = ok && st.Decision.Allowed
 	}
-	if !ok || req.Peek {
+	if !ok || req.Peek && !req.Refund {
 		return Step{Decision: Combine(decs)}, nil
 	}
 	commit := req
@@ -166,12 +170,17 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 	next := make([]byte, 0, len(state)+24*len(c.parts))
 	top := int64(0)
 	for i, p := range c.parts {
+		if req.Refund && builtinOf(p) == nil {
+			commit.Refund, commit.Peek = false, true // a user's part never sees a refund
+		} else {
+			commit.Refund, commit.Peek = req.Refund, false
+		}
 		st, err := p.Decide(parts[i].state, commit)
 		if err != nil {
 			return Step{}, fmt.Errorf("All: limit %d (%s): %w", i+1, p.Name(), err)
 		}
 		decs[i] = st.Decision
-		ok = ok && st.Decision.Allowed
+		ok = ok && (st.Decision.Allowed || req.Refund)
 		exp, s := int64(0), []byte(nil)
 		switch {
 		case st.Next != nil:

@@ -78,6 +78,23 @@ func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decis
 	}
 	end := s.start + a.period
 	d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
+	if req.Refund {
+		// Only a reservation made in the current window gives back.
+		give := int64(0)
+		if live && req.Act >= s.start && req.Act < end {
+			give = min(req.Cost, s.count)
+		}
+		s.count -= give
+		d.Allowed = true
+		d.Remaining = max(a.limit-s.count, 0)
+		if s.count == 0 {
+			d.ResetAfter = 0
+		}
+		if give == 0 {
+			return d, 0
+		}
+		return d, end - req.Now
+	}
 	if s.count == 0 {
 		d.ResetAfter = 0
 	}

@@ -50,26 +50,50 @@ func (r rate) String() string {
 func (r rate) serverArgs() []int64 { return []int64{r.unit, r.drip, r.capacity, r.fill, r.burst} }
 
 // drain returns level after elapsed microseconds of dripping, never below
-// zero. A negative elapsed (a clock behind the one that stored the state)
-// drains nothing.
-func (r rate) drain(level, elapsed int64) int64 {
+// zero, for a level that drains completely within span microseconds. A
+// negative elapsed (a clock behind the one that stored the state) drains
+// nothing.
+func (r rate) drain(level, elapsed, span int64) int64 {
 	if elapsed <= 0 {
 		return level
 	}
-	if elapsed >= r.fill {
+	if elapsed >= span {
 		return 0
 	}
 	return max(level-elapsed*r.drip, 0)
 }
 
 // rescale converts a level measured in another unit (after the limit or
-// period changed) into this rate's unit, capped at the capacity. The
-// server-side forms compute the same doubles in the same order.
-func (r rate) rescale(level, fromUnit int64) int64 {
+// period changed) into this rate's unit, capped at top. The server-side
+// forms compute the same doubles in the same order.
+func (r rate) rescale(level, fromUnit, top int64) int64 {
 	if fromUnit == r.unit {
-		return min(level, r.capacity)
+		return min(level, top)
 	}
-	return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+	return min(divMulFloor(level, fromUnit, r.unit), top)
+}
+
+// refund returns how many units a refund of need units gives back to a
+// bucket ahead units deep, for a reservation whose time to act is wait
+// microseconds from now (negative once it has passed: nothing), where
+// the reservation's own units end at the depth edge (the burst's capacity
+// for the token bucket and GCRA, the request itself for the leaky
+// bucket's queue). Units reserved after it (ahead beyond edge + wait×drip)
+// stay: later reservations were admitted on top of it, as
+// golang.org/x/time/rate's Reservation.CancelAt keeps them.
+func (r rate) refund(ahead, need, edge, wait int64) int64 {
+	if wait < 0 {
+		return 0
+	}
+	later := ahead - edge - min(wait, 4*r.fill)*r.drip
+	return max(min(need-max(later, 0), ahead), 0)
+}
+
+// reach is how far beyond the burst's capacity a reservation of maxDelay
+// microseconds may take a bucket: maxDelay's worth of drip, at most two
+// whole capacities (so that every value stays below 2^53).
+func (r rate) reach(maxDelay int64) int64 {
+	return min(max(maxDelay, 0), 2*r.fill) * r.drip
 }
 
 // bucketState is the stored state of the token and the leaky bucket, field
@@ -145,23 +169,42 @@ func (a *tokenBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 // forms are generated from (internal/formgen).
 func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
 	deficit := int64(0)
+	top := 3 * a.capacity // the capacity and two more of reservations
 	if live {
-		deficit = a.rescale(s.level, s.unit)
-		deficit = a.drain(deficit, req.Now-s.last)
+		deficit = a.rescale(s.level, s.unit, top)
+		deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
 		s.last = max(s.last, req.Now)
 	} else {
 		s.last = req.Now
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
-	d.Allowed = deficit+need <= a.capacity
-	if d.Allowed && !req.Peek {
-		deficit += need
+	if req.Refund {
+		// The deficit is as of s.last (the latest time the key has
+		// seen), and so is the reservation's distance.
+		give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+		deficit -= give
+		d.Allowed = true
+		d.Remaining = max(a.capacity-deficit, 0) / a.unit
+		d.ResetAfter = ceilDiv(deficit, a.drip)
+		if give == 0 {
+			return d, 0
+		}
+		s.level, s.unit = deficit, a.unit
+		return d, max(d.ResetAfter, 1)
 	}
-	d.Remaining = (a.capacity - deficit) / a.unit
+	room := min(a.capacity+a.reach(req.MaxDelay), top)
+	d.Allowed = deficit+need <= room
+	if d.Allowed {
+		d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+		if !req.Peek {
+			deficit += need
+		}
+	}
+	d.Remaining = max(a.capacity-deficit, 0) / a.unit
 	d.ResetAfter = ceilDiv(deficit, a.drip)
 	if !d.Allowed {
-		d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
+		d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
 		return d, 0
 	}
 	if req.Peek {
@@ -224,14 +267,26 @@ func (a *leakyBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
 	level := int64(0)
 	if live {
-		level = a.rescale(s.level, s.unit)
-		level = a.drain(level, req.Now-s.last)
+		level = a.rescale(s.level, s.unit, a.capacity)
+		level = a.drain(level, req.Now-s.last, a.fill)
 		s.last = max(s.last, req.Now)
 	} else {
 		s.last = req.Now
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
+	if req.Refund {
+		give := a.refund(level, need, need, req.Act-s.last)
+		level -= give
+		d.Allowed = true
+		d.Remaining = (a.capacity - level) / a.unit
+		d.ResetAfter = ceilDiv(level, a.drip)
+		if give == 0 {
+			return d, 0
+		}
+		s.level, s.unit = level, a.unit
+		return d, max(d.ResetAfter, 1)
+	}
 	d.Allowed = level+need <= a.capacity
 	if d.Allowed {
 		d.Delay = ceilDiv(level, a.drip)
@@ -315,35 +370,54 @@ func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allo
 // relative to now, where the TAT's distance ahead of now is at most
 // capacity.
 //
-// A TAT further ahead than the capacity (a clock behind the one that
-// stored it, or numbers changed to a shorter refill than before) is
-// capped; a request denied under the cap stores the capped TAT, so that
-// its RetryAfter holds: otherwise the TAT would stay beyond the cap, and
-// the same request, retried when told, would be denied again.
+// A TAT further ahead than three capacities (the bucket and two more of
+// reservations: a clock behind the one that stored it, or numbers changed
+// to a shorter refill than before) is capped; a request denied under the
+// cap stores the capped TAT, so that its RetryAfter holds: otherwise the
+// TAT would stay beyond the cap, and the same request, retried when told,
+// would be denied again.
 func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
-	ahead := int64(0) // units by which the TAT lies ahead of now
+	ahead := int64(0)     // units by which the TAT lies ahead of now
+	top := 3 * a.capacity // the capacity and two more of reservations
 	capped := false
 	if live && s.tat >= req.Now {
 		// (max: the server forms may compute raw before the test above.)
-		us := max(min(s.tat-req.Now, a.fill), 0)
+		us := max(min(s.tat-req.Now, 3*a.fill), 0)
 		frac := s.frac
 		if s.drip != a.drip {
 			frac = divMulFloor(s.frac, s.drip, a.drip)
 		}
 		raw := us*a.drip + frac
-		ahead = min(raw, a.capacity)
-		capped = s.tat-req.Now > a.fill || raw > a.capacity
+		ahead = min(raw, top)
+		capped = s.tat-req.Now > 3*a.fill || raw > top
 	}
 	need := req.Cost * a.unit
 	d := Decision{Limit: a.burst}
-	d.Allowed = ahead+need <= a.capacity
-	if d.Allowed && !req.Peek {
-		ahead += need
+	if req.Refund {
+		give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+		ahead -= give
+		d.Allowed = true
+		d.Remaining = max(a.capacity-ahead, 0) / a.unit
+		d.ResetAfter = ceilDiv(ahead, a.drip)
+		if give == 0 {
+			return d, 0
+		}
+		whole := ahead / a.drip
+		s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+		return d, max(d.ResetAfter, 1)
+	}
+	room := min(a.capacity+a.reach(req.MaxDelay), top)
+	d.Allowed = ahead+need <= room
+	if d.Allowed {
+		d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+		if !req.Peek {
+			ahead += need
+		}
 	}
 	d.Remaining = max(a.capacity-ahead, 0) / a.unit
 	d.ResetAfter = ceilDiv(ahead, a.drip)
 	if !d.Allowed {
-		d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
+		d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
 	}
 	if req.Peek || !d.Allowed && !capped {
 		return d, 0

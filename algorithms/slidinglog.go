@@ -84,6 +84,10 @@ func logEntry(entries []byte, i int) (at, cost int64, err error) {
 // to grow. A state of length 0 is no state; its capacity is used if it has
 // room. See DecideInPlace.
 func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
+	if req.Refund {
+		// The log gives nothing back: a refund is answered as a peek.
+		req.Peek = true
+	}
 	if len(state)%logEntrySize != 0 {
 		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
 	}

@@ -26,7 +26,8 @@ END
 $$;
 
 CREATE OR REPLACE FUNCTION ratelimit_sliding_log(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     a_limit  bigint := args[1];
@@ -121,7 +122,7 @@ BEGIN
         END IF;
         RETURN r;
     END IF;
-    IF peek THEN
+    IF peek OR refund THEN -- the log gives nothing back: a refund is a peek
         r.remaining := greatest(a_limit - used, 0);
         RETURN r;
     END IF;

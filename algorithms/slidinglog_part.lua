@@ -9,12 +9,15 @@
 -- where the single form's sorted set reads only the entries that leave
 -- the window.
 --
--- decide_sliding_log(now, cost, peek, live, sv_, av_) follows slidingLog.Decide
+-- decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, refund, act)
+-- follows slidingLog.Decide
 -- line by line; valid_sliding_log(sv_) refuses a state Decide could
 -- misread, so that decide meets none of Decide's corrupt-state errors.
 
 -- slidingLog.Decide (slidinglog.go), by hand
-local function decide_sliding_log(now, cost, peek, live, sv_, av_)
+local function decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, refund, act)
+  -- The log gives nothing back: a refund is answered as a peek.
+  if refund then peek = true end
   local limit, period = av_[1], av_[2]
   local nf = 0
   if live then nf = #sv_ end

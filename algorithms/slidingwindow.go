@@ -117,6 +117,25 @@ func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (D
 	elapsed := max(req.Now-s.start, 0)
 	weighted := a.weighted(s.prev, elapsed)
 	d := Decision{Limit: a.limit}
+	if req.Refund {
+		// Only a reservation made in the current window gives back.
+		give := int64(0)
+		if live && req.Act >= s.start && req.Act < s.start+a.period {
+			give = min(req.Cost, s.curr)
+		}
+		s.curr -= give
+		d.Allowed = true
+		d.Remaining = max(a.limit-weighted-s.curr, 0)
+		if s.curr > 0 {
+			d.ResetAfter = s.start + 2*a.period - req.Now
+		} else if s.prev > 0 {
+			d.ResetAfter = s.start + a.period - req.Now
+		}
+		if give == 0 {
+			return d, 0
+		}
+		return d, s.start + 2*a.period - req.Now
+	}
 	d.Allowed = weighted+s.curr+req.Cost <= a.limit
 	if d.Allowed && !req.Peek {
 		s.curr += req.Cost

@@ -20,7 +20,8 @@
 // implement store.Decider, equality of the server-side forms with the Go
 // forms on seeded random sequences: clocks that step backwards, several
 // parameter sets switched mid-sequence under one name, values near the
-// parameter checks' bounds, costs above one and peeks, with every decision,
+// parameter checks' bounds, costs above one, peeks, reservations with max
+// delays up to the longest period and their cancellation, with every decision,
 // and where the harness can read it every stored state and TTL, compared to
 // the Go form's; and, where the store can read its server's clock, the same
 // in real time on that clock. Its Tiers group moves keys between tiers
@@ -30,7 +31,11 @@
 // holds composites (algorithms.All) to the same standards on both paths
 // (boundaries, concurrency exactness with no partial consumption,
 // differential against the Go form, expiry, key isolation, bad
-// compositions). Its Fault groups put the store behind a wrapper that
+// compositions). Its Reservation group checks ratelimit.Limiter.Reserve
+// and Reservation.Cancel per algorithm with exact expectations: delays
+// into the future where the algorithm reserves them, cancellation that
+// gives back once, never above a fresh key, nothing once too late, and
+// what later reservations built on kept. Its Fault groups put the store behind a wrapper that
 // injects faults (a store that hangs, answers slowly or after the caller's
 // deadline, fails, or fails after its write took effect) and, where the
 // harness can freeze the backend (Harness.Freeze), real ones: every Limiter

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -179,6 +180,7 @@ func runSequence(t *testing.T, h Harness, s store.Store, fam family, seed uint64
 	id := fmt.Sprintf("differential-%d", seed)
 	key := store.Key{Namespace: f.lim.Namespace(), ID: id}
 	var m model
+	var holds []held // admitted reservations not yet cancelled
 	for i := 0; i < n; i++ {
 		j := 0
 		if rng.IntN(4) == 0 {
@@ -206,16 +208,48 @@ func runSequence(t *testing.T, h Harness, s store.Store, fam family, seed uint64
 			cost = 1 // what Limiter.Peek asks
 		}
 		req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
+		// One request in five is a reservation, and one in eight gives
+		// back an earlier one (Reservation.Cancel), with the algorithm
+		// that reserved it.
+		var cancel *held
+		switch {
+		case len(holds) > 0 && rng.IntN(8) == 0:
+			k := rng.IntN(len(holds))
+			c := holds[k]
+			cancel = &c
+			holds = slices.Delete(holds, k, k+1)
+			alg = cancel.alg
+			req = algorithms.Request{Now: now, Cost: cancel.cost, Refund: true, Act: cancel.act}
+		case !peek && rng.IntN(5) == 0:
+			req.MaxDelay = min(fam.maxDelay(rng), algorithms.MaxPeriod).Microseconds() // as Limiter.Reserve clamps it
+		}
 		want, err := alg.Decide(m.at(now), req)
 		if err != nil {
 			t.Fatalf("seed %d step %d: Go form %v Decide(%v, %+v): %v", seed, i, alg, fields(m.at(now)), req, err)
 		}
 		written := time.Now()
-		got, call, err := ask(ctx, lim, id, cost, peek)
+		var got ratelimit.Decision
+		var call string
+		switch {
+		case cancel != nil:
+			call = fmt.Sprintf("Reservation{cost %d, act µs %d}.Cancel()", cancel.cost, cancel.act)
+			err = cancel.r.Cancel(ctx) // it reports no decision: the state is compared below
+		case req.MaxDelay > 0:
+			var r *ratelimit.Reservation
+			call = fmt.Sprintf("lim.Reserve(%q, %d, %v)", id, cost, time.Duration(req.MaxDelay)*time.Microsecond)
+			if r, err = lim.Reserve(ctx, id, int(cost), time.Duration(req.MaxDelay)*time.Microsecond); err == nil {
+				got = r.Decision()
+				if r.OK() {
+					holds = append(holds, newHeld(r, alg, cost))
+				}
+			}
+		default:
+			got, call, err = ask(ctx, lim, id, cost, peek)
+		}
 		if err != nil {
 			t.Fatalf("seed %d step %d: %v: %s at %s: %v", seed, i, alg, call, f.at(), err)
 		}
-		if !sameDecision(want.Decision, got) && m.realTTLPassed(h) {
+		if cancel == nil && !sameDecision(want.Decision, got) && m.realTTLPassed(h) {
 			// This machine stalled past the state's TTL in real time, and a
 			// backend that expires keys by real time may have dropped it:
 			// the store must then decide as on no state.
@@ -223,7 +257,7 @@ func runSequence(t *testing.T, h Harness, s store.Store, fam family, seed uint64
 				want, m.state = alt, nil
 			}
 		}
-		if !sameDecision(want.Decision, got) {
+		if cancel == nil && !sameDecision(want.Decision, got) {
 			t.Fatalf("seed %d step %d: %v: %s at %s (µs %d) on state %v = %+v, want the Go form's %+v",
 				seed, i, alg, call, f.at(), now, fields(m.at(now)), got, want.Decision)
 		}
@@ -385,6 +419,44 @@ func runServerClockSequence(t *testing.T, h Harness, s store.Store, fam family, 
 
 // ask makes one request of lim for id, a peek or an AllowN of cost, and
 // returns its decision and how it was called, for messages.
+// held is an admitted reservation the differential may give back.
+type held struct {
+	r    *ratelimit.Reservation
+	alg  algorithms.Algorithm
+	cost int64
+	act  int64 // the time to act its refund names (Request.Act)
+}
+
+// newHeld returns r, made with alg for cost, as a held reservation.
+func newHeld(r *ratelimit.Reservation, alg algorithms.Algorithm, cost int64) held {
+	d := r.Decision()
+	act := r.TimeToAct().UnixMicro()
+	if len(d.Limits) > 0 {
+		// A composite's refund names the earliest of its limits' times
+		// to act (see Reservation.Cancel).
+		delay := d.Delay
+		for _, p := range d.Limits {
+			delay = min(delay, p.Delay)
+		}
+		act -= (d.Delay - delay).Microseconds()
+	}
+	return held{r: r, alg: alg, cost: cost, act: act}
+}
+
+// maxDelay draws a reservation's max delay: small, a fraction of the
+// span, several spans, or the longest period.
+func (fam family) maxDelay(rng *rand.Rand) time.Duration {
+	switch rng.IntN(4) {
+	case 0:
+		return smallSteps[rng.IntN(len(smallSteps))] + time.Microsecond
+	case 1:
+		return fam.span * time.Duration(1+rng.IntN(8)) / 7
+	case 2:
+		return fam.span * time.Duration(2+rng.IntN(4))
+	}
+	return algorithms.MaxPeriod
+}
+
 func ask(ctx context.Context, lim *ratelimit.Limiter, id string, cost int64, peek bool) (ratelimit.Decision, string, error) {
 	if peek {
 		d, err := lim.Peek(ctx, id)

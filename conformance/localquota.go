@@ -38,6 +38,9 @@ func newQuotaLimiter(t *testing.T, s store.Store, alg algorithms.Algorithm, life
 	if err != nil {
 		t.Fatalf("ratelimit.New(%v) with WithLocalQuota(%d, %v): %v", alg, quotaShare, lifetime, err)
 	}
+	if cl, ok := lim.(closer); ok {
+		t.Cleanup(func() { cl.Close(context.Background()) }) // ends its idle give-backs
+	}
 	return lim
 }
 
@@ -59,7 +62,60 @@ func testLocalQuota(t *testing.T, newHarness func(*testing.T) Harness) {
 		alg, lifetime, fixed := quotaCase(a)
 		t.Run("shares-expire", func(t *testing.T) { quotaSharesExpire(t, s, alg, lifetime, fixed) })
 		t.Run("four-holders", func(t *testing.T) { quotaFourHolders(t, s, alg, lifetime, fixed) })
+		t.Run("gives-back", func(t *testing.T) { quotaGivesBack(t, s, alg, lifetime) })
 	})
+}
+
+// closer is a limiter that can close (ratelimit.Limiter.Close).
+type closer interface {
+	Close(ctx context.Context) error
+}
+
+// quotaGivesBack checks that a limiter with local quota gives its unspent
+// units back to the store when it closes: four requests at one instant
+// take shares of 1, 2 and 4 units, which leaves 3 counted and unspent; a
+// limiter without local quota then sees 93 remaining of 100, and 96 once
+// the holder has closed (93 still for the sliding log, which gives nothing
+// back until the units leave its period).
+func quotaGivesBack(t *testing.T, s store.Store, alg algorithms.Algorithm, lifetime time.Duration) {
+	ctx := context.Background()
+	c := clock.NewFake(epoch)
+	a := newQuotaLimiter(t, s, alg, lifetime, ratelimit.WithClock(c))
+	plain, err := subjects.limiter(s, alg, ratelimit.WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "quota-giveback"
+	for i := range 4 {
+		if d, err := a.Allow(ctx, key); err != nil || !d.Allowed {
+			t.Fatalf("Allow #%d on a fresh key = %s, %v; want allowed", i+1, verdict(d.Allowed), err)
+		}
+	}
+	remaining := func() int {
+		t.Helper()
+		d, err := plain.Peek(ctx, key)
+		if err != nil {
+			t.Fatalf("Peek: %v", err)
+		}
+		return d.Remaining
+	}
+	if got := remaining(); got != quotaLimit-7 {
+		t.Fatalf("Peek after four requests through shares of 1, 2 and 4 = %d remaining, want %d", got, quotaLimit-7)
+	}
+	cl, ok := a.(closer)
+	if !ok {
+		t.Fatalf("rule: a limiter with local quota gives back its unspent units when it closes: %T has no Close", a)
+	}
+	if err := cl.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	want := quotaLimit - 4
+	if alg.Name() == algorithms.SlidingLog(1, time.Second).Name() {
+		want = quotaLimit - 7
+	}
+	if got := remaining(); got != want {
+		t.Errorf("rule: a limiter with local quota gives back its unspent units when it closes: %d remaining after Close, want %d", got, want)
+	}
 }
 
 // quotaSharesExpire checks that a share is not spent once its window (a

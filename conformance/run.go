@@ -65,6 +65,7 @@ var cases = []testCase{
 	{"OwnAlgorithm", testOwnAlgorithm},
 	{"Tiers", testTiers},
 	{"Composite", testComposite},
+	{"Reservation", testReservation},
 	{"Export", testExport},
 	{"LocalQuota", testLocalQuota},
 	// The fault groups (faultgroups.go).

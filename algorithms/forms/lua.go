@@ -23,6 +23,12 @@ import (
 //	         of little-endian doubles (Lua's struct.pack "<dd..."; every
 //	         value is an integer below MaxExact), so that the server parses
 //	         one argument instead of five; see PackLuaArgs
+//	ARGV[7]  max_delay (optional, 0 when absent): Request.MaxDelay, µs
+//	ARGV[8]  refund (optional): "1" for Request.Refund, "0" otherwise
+//	ARGV[9]  act (optional, 0 when absent): Request.Act, µs
+//
+// A store sends ARGV[7] to ARGV[9] only for a reservation or a refund, so
+// that an ordinary decision's call stays as short as it was.
 //
 // The reply is an array of LuaReplyLen integers, indexed by the LuaReply
 // constants: the fields of Decision in declaration order, with allowed as 1
@@ -55,7 +61,7 @@ import (
 // and a script treats state past that time as missing, as Decide treats nil
 // state, whether or not the server has expired the key yet: correctness
 // never depends on the key's expiry. A peek writes nothing, and neither does
-// a denied request. State a script cannot read is answered with an error
+// a denied request nor a refund that gives nothing back. State a script cannot read is answered with an error
 // reply whose message starts with "CORRUPT".
 const (
 	LuaReplyAllowed    = iota // 1 when admitted, 0 when denied

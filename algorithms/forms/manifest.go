@@ -11,18 +11,18 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, composable: true, args: 2, fields: 2,
-			version: "078caf9a", sqlFunction: "ratelimit_fixed_window_078caf9a", sqlRowFunction: "ratelimit_fixed_window_row_078caf9a"},
+			version: "bcf01d1b", sqlFunction: "ratelimit_fixed_window_bcf01d1b", sqlRowFunction: "ratelimit_fixed_window_row_bcf01d1b"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, composable: true, args: 5, fields: 3,
-			version: "3348d2cc", sqlFunction: "ratelimit_gcra_3348d2cc", sqlRowFunction: "ratelimit_gcra_row_3348d2cc"},
+			version: "689a4547", sqlFunction: "ratelimit_gcra_689a4547", sqlRowFunction: "ratelimit_gcra_row_689a4547"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "ac19359f", sqlFunction: "ratelimit_leaky_bucket_ac19359f", sqlRowFunction: "ratelimit_leaky_bucket_row_ac19359f"},
-		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "30c96794", sqlFunction: "ratelimit_sliding_log_30c96794"},
+			version: "e97f320d", sqlFunction: "ratelimit_leaky_bucket_e97f320d", sqlRowFunction: "ratelimit_leaky_bucket_row_e97f320d"},
+		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "38122358", sqlFunction: "ratelimit_sliding_log_38122358"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, composable: true, args: 2, fields: 3,
-			version: "f4c952fe", sqlFunction: "ratelimit_sliding_window_f4c952fe", sqlRowFunction: "ratelimit_sliding_window_row_f4c952fe"},
+			version: "d2923d16", sqlFunction: "ratelimit_sliding_window_d2923d16", sqlRowFunction: "ratelimit_sliding_window_row_d2923d16"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "87ad5455", sqlFunction: "ratelimit_token_bucket_87ad5455", sqlRowFunction: "ratelimit_token_bucket_row_87ad5455"},
+			version: "01d903cb", sqlFunction: "ratelimit_token_bucket_01d903cb", sqlRowFunction: "ratelimit_token_bucket_row_01d903cb"},
 	},
-	compositeSQLFunction: "ratelimit_all_f14ace03",
+	compositeSQLFunction: "ratelimit_all_bc7712b9",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

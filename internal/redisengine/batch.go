@@ -145,9 +145,9 @@ type pending struct {
 	ctx  context.Context    // its caller's, while queued
 	req  algorithms.Request // a decision's request, for the coalesced form
 	key  [1]string
-	args [forms.LuaFixedArgs + 1]any
-	one  [1]*Call      // a batch of one call, without allocating
-	done chan struct{} // one send: the outcome is in
+	args [forms.LuaFixedArgs + 4]any // with a reservation's or refund's three
+	one  [1]*Call                    // a batch of one call, without allocating
+	done chan struct{}               // one send: the outcome is in
 
 	// width is how many reply fields the decision takes in a coalesced
 	// run's reply: LuaReplyLen (when 0), or that per part of a composite.

@@ -29,7 +29,7 @@ func TestCoalesceRuns(t *testing.T) {
 		c.key[0] = key
 		c.args[0], c.args[1], c.args[2], c.args[3] = int64(1), int64(1), argFalse, argTrue
 		c.args[5], c.args[4] = e.params(alg, sf.ServerArgs())
-		c.Script, c.Keys, c.Args = s, c.key[:], c.args[:]
+		c.Script, c.Keys, c.Args = s, c.key[:], c.args[:forms.LuaFixedArgs+1]
 		c.req = algorithms.Request{Now: 1, Cost: 1}
 		return c
 	}
@@ -85,7 +85,7 @@ func TestSpreadIntReply(t *testing.T) {
 		c.key[0] = key
 		c.args[0], c.args[1], c.args[2], c.args[3] = int64(1), int64(1), argFalse, argTrue
 		c.args[5], c.args[4] = e.params(gA, sf.ServerArgs())
-		c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:], true
+		c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:forms.LuaFixedArgs+1], true
 		c.req = algorithms.Request{Now: 1, Cost: 1}
 		return c
 	}

@@ -75,8 +75,11 @@ func (e *Engine) decideAll(ctx context.Context, key store.Key, c algorithms.Comp
 	what := fmt.Sprintf("decide %s for %q", c.Name(), key.String())
 	p := &pending{}
 	p.key[0] = StateKey(e.prefix, key)
-	p.args = [...]any{req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack, a.parts}
-	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], p.args[:], true
+	p.args = [...]any{req.Now, req.Cost, flag(req.Peek), flag(e.serverClock), a.slack, a.parts, req.MaxDelay, flag(req.Refund), req.Act}
+	p.Script, p.Keys, p.Args, p.Ints = allScript, p.key[:], p.args[:forms.LuaFixedArgs+1], true
+	if req.MaxDelay != 0 || req.Refund {
+		p.Args = p.args[:] // see Engine.decide
+	}
 	p.req, p.width = req, forms.LuaReplyLen*a.n
 	f := make([]int64, forms.LuaReplyLen*a.n)
 	var err error

@@ -199,6 +199,10 @@ func (e *Engine) Decide(ctx context.Context, key store.Key, alg algorithms.Algor
 	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
 		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.name, req.Now, ratelimit.ErrInvalidTime)
 	}
+	if req.MaxDelay < 0 || req.MaxDelay > algorithms.MaxExact/2 || req.Act < 0 || req.Act > algorithms.MaxExact {
+		return algorithms.Decision{}, fmt.Errorf("%s: reservation max delay %d µs or refund time %d µs out of range: %w",
+			e.name, req.MaxDelay, req.Act, ratelimit.ErrInvalidTime)
+	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
 	}
@@ -239,7 +243,14 @@ func (e *Engine) decide(ctx context.Context, s *Script, key string, req algorith
 	c.args[2] = flag(req.Peek)
 	c.args[3] = flag(e.serverClock)
 	c.args[5], c.args[4] = e.params(alg, params)
-	c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:], true
+	c.Script, c.Keys, c.Args, c.Ints = s, c.key[:], c.args[:forms.LuaFixedArgs+1], true
+	if req.MaxDelay != 0 || req.Refund {
+		// A reservation or a refund: the calling convention's optional
+		// ARGV[7] to ARGV[9], which the coalesced forms do not take (so
+		// it is decided alone, see coalescable).
+		c.args[6], c.args[7], c.args[8] = req.MaxDelay, flag(req.Refund), req.Act
+		c.Args = c.args[:]
+	}
 	c.req = req
 	if e.batch == nil {
 		r, err := e.run(ctx, s, c.Keys, c.Args)

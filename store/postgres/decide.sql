@@ -11,7 +11,9 @@
 -- in the function.
 --
 -- It returns the decision as [allowed (1 or 0), limit, remaining,
--- retry_after, reset_after, delay]. p_now NULL reads the server's clock;
+-- retry_after, reset_after, delay]. p_max_delay, p_refund and p_act are the
+-- request's reservation and refund fields (algorithms.Request). p_now NULL
+-- reads the server's clock;
 -- p_wait_ms bounds the wait for the row lock (NULL: lock_timeout as
 -- configured).
 --
@@ -32,7 +34,8 @@
 -- then inserts nothing, and the loser goes round again, now locking the
 -- winner's row and deciding on its state.
 CREATE OR REPLACE FUNCTION {{.Func}}(
-    p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint{{if .Composite}}, p_parts text[]{{end}})
+    p_key bytea, p_now bigint, p_cost bigint, p_peek boolean, p_args bigint[], p_wait_ms bigint{{if .Composite}}, p_parts text[]{{end}},
+    p_max_delay bigint, p_refund boolean, p_act bigint)
 RETURNS bigint[] LANGUAGE plpgsql VOLATILE AS {{.Tag}}
 {{- if .Row}}
 -- The table's one-statement decision (row.sql) calls
@@ -55,7 +58,7 @@ BEGIN
         PERFORM set_config('lock_timeout', greatest(p_wait_ms, 1) || 'ms', true);
     END IF;
     LOOP
-        IF p_peek THEN
+        IF p_peek AND NOT p_refund THEN
             SELECT r.vals, r.state, r.expires_at INTO v_vals, v_st, v_exp
             FROM {{.Table}} r WHERE r.key = p_key;
         ELSE
@@ -67,8 +70,8 @@ BEGIN
         -- the state it reads.
         v_now := coalesce(p_now, {{.Now}});
         d := {{.Form}}(CASE WHEN v_exp > v_now THEN coalesce(v_vals, ratelimit_int8s(v_st)) END,
-            v_now, p_cost, p_peek, p_args{{if .Composite}}, p_parts{{end}});
-        EXIT WHEN d.next_state IS NULL; -- a peek or a denial: nothing to write
+            v_now, p_cost, p_peek, p_args{{if .Composite}}, p_parts{{end}}, p_max_delay, p_refund, p_act);
+        EXIT WHEN d.next_state IS NULL; -- a peek, a denial, an empty refund: nothing to write
         IF v_row IS NOT NULL THEN
             UPDATE {{.Table}} SET vals = d.next_state, state = NULL, expires_at = v_now + d.ttl
             WHERE ctid = v_row;

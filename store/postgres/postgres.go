@@ -197,7 +197,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	t := s.ident(s.table)
 	s.decideSQL = make(map[*forms.Builtin]string, len(builtins))
 	for _, b := range builtins {
-		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6)"
+		s.decideSQL[b] = "SELECT " + s.decideFunction(b.Name) + "($1, $2, $3, $4, $5, $6, $7, $8, $9)"
 	}
 	s.rowSQL = make(map[*forms.Builtin]*rowStatement, len(builtins))
 	for _, b := range builtins {
@@ -207,7 +207,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		s.rowSQL[b] = rs
 	}
 	_, s.inTx = db.(pgx.Tx)
-	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7)"
+	s.decideAllSQL = "SELECT " + s.decideFunction(compositeName) + "($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 	s.selectSQL = "SELECT state, vals, expires_at FROM " + t + " WHERE key = $1"
 	s.selectLockSQL = s.selectSQL + " FOR NO KEY UPDATE"
 	s.clockSQL = "SELECT " + s.ident("ratelimit_now") + "()"
@@ -339,7 +339,7 @@ func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algori
 	e := s.args.get(sf.ServerArgs())
 	args := e.text
 	err := pgx.ErrNoRows
-	if !req.Peek && (!s.inTx || wait == nil) {
+	if !req.Peek && req.MaxDelay == 0 && !req.Refund && (!s.inTx || wait == nil) {
 		// The common case, a key that has a row: one UPDATE that locks
 		// and rewrites it (see row.sql). A key without a row goes to
 		// the decide function, which inserts it.
@@ -364,7 +364,7 @@ func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algori
 		}
 	}
 	if err != nil {
-		err = s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, args, wait).Scan(&c.raw)
+		err = s.db.QueryRow(ctx, query, c, now, req.Cost, req.Peek, args, wait, req.MaxDelay, req.Refund, req.Act).Scan(&c.raw)
 		if err != nil {
 			return algorithms.Decision{}, s.fail(ctx, "decide", key, err)
 		}
@@ -403,7 +403,8 @@ func (s *Store) decideAll(ctx context.Context, key store.Key, c algorithms.Compo
 	}
 	call := newDecideCall(key)
 	defer call.release()
-	err := s.db.QueryRow(ctx, s.decideAllSQL, call, now, req.Cost, req.Peek, s.args.text(args), wait, names).
+	err := s.db.QueryRow(ctx, s.decideAllSQL, call, now, req.Cost, req.Peek, s.args.text(args), wait, names,
+		req.MaxDelay, req.Refund, req.Act).
 		Scan(&call.raw)
 	if err != nil {
 		return algorithms.Decision{}, s.fail(ctx, "decide", key, err)

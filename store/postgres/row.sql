@@ -64,7 +64,7 @@ WHERE r.key = $1 AND r.vals IS NOT NULL
     FROM (SELECT coalesce($2::bigint, {{.Now}}) AS now OFFSET 0) n,
          LATERAL {{.Function}}(
              CASE WHEN r.expires_at > n.now THEN coalesce(r.vals, {{.Int8s}}(r.state)) END,
-             n.now, $3, false, $4) d)
+             n.now, $3, false, $4, 0, false, 0) d)
 WHERE r.key = $1
 {{- end}}
 {{- if .Wait}}

@@ -70,7 +70,7 @@ func TestRowDecideLockTimeout(t *testing.T) {
 	}
 	var v [6]int64
 	var first pgtype.UndecodedBytes
-	if err := conn.QueryRow(ctx, s.decideSQL[b], key, now, int64(1), false, args, nil).Scan(&first); err != nil {
+	if err := conn.QueryRow(ctx, s.decideSQL[b], key, now, int64(1), false, args, nil, int64(0), false, int64(0)).Scan(&first); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := decide(1000)

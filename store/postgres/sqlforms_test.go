@@ -45,8 +45,8 @@ func sqlDecide(ctx context.Context, p *testPool, alg algorithms.Algorithm, state
 	var next []int64
 	var ttl *int64
 	d := &st.Decision
-	err := p.QueryRow(ctx, "SELECT * FROM "+forms.SQLFunction(alg.Name())+"($1, $2, $3, $4, $5)",
-		toVals(state), req.Now, req.Cost, req.Peek, alg.(forms.ServerForm).ServerArgs()).
+	err := p.QueryRow(ctx, "SELECT * FROM "+forms.SQLFunction(alg.Name())+"($1, $2, $3, $4, $5, $6, $7, $8)",
+		toVals(state), req.Now, req.Cost, req.Peek, alg.(forms.ServerForm).ServerArgs(), req.MaxDelay, req.Refund, req.Act).
 		Scan(&next, &ttl, &d.Allowed, &d.Limit, &d.Remaining, &d.RetryAfter, &d.ResetAfter, &d.Delay)
 	if err != nil {
 		return st, err
@@ -122,6 +122,12 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 						cost = 1 + rng.Int64N(alg.MaxCost())
 					}
 					req := algorithms.Request{Now: now, Cost: cost, Peek: rng.IntN(8) == 0}
+					switch rng.IntN(6) {
+					case 0: // a reservation
+						req.Peek, req.MaxDelay = false, rng.Int64N(2_000_000)
+					case 1: // a refund of a reservation acting around now
+						req.Peek, req.Refund, req.Act = false, true, now+rng.Int64N(1_000_000)-200_000
+					}
 					want, werr := alg.Decide(append([]byte(nil), state...), req)
 					got, gerr := sqlDecide(ctx, p, alg, state, req)
 					if (werr != nil) != (gerr != nil) {
@@ -134,9 +140,10 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 						t.Fatalf("seed %d step %d: %v with state %v, %+v:\nSQL %+v next %v ttl %d\nGo  %+v next %v ttl %d",
 							seed, i, alg, toVals(state), req, got.Decision, toVals(got.Next), got.TTL, want.Decision, toVals(want.Next), want.TTL)
 					}
-					if !req.Peek && forms.SQLRowFunction(alg.Name()) != "" {
+					if !req.Peek && req.MaxDelay == 0 && !req.Refund && forms.SQLRowFunction(alg.Name()) != "" {
 						// The row form decides the same on live state, and
-						// on state that has expired as on no state.
+						// on state that has expired as on no state. (The
+						// store sends it no peek, reservation or refund.)
 						got, gerr := sqlRowDecide(ctx, p, alg, state, now+1+rng.Int64N(1000), req)
 						if gerr != nil || !reflect.DeepEqual(got.Decision, want.Decision) || got.TTL != want.TTL || fmt.Sprint(toVals(got.Next)) != fmt.Sprint(toVals(want.Next)) {
 							t.Fatalf("seed %d step %d: %v with state %v, %+v:\nrow form %+v next %v ttl %d (%v)\nGo       %+v next %v ttl %d",

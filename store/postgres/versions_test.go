@@ -80,7 +80,7 @@ func TestFormVersionsCoexist(t *testing.T) {
 	// Direct calls of both versions.
 	for fn, limit := range map[string]int64{release: 5, changedFn: 1005} {
 		var got int64
-		err := p.QueryRow(ctx, "SELECT lim FROM "+fn+"(NULL, 1000000, 1, false, $1)", alg.(forms.ServerForm).ServerArgs()).Scan(&got)
+		err := p.QueryRow(ctx, "SELECT lim FROM "+fn+"(NULL, 1000000, 1, false, $1, 0, false, 0)", alg.(forms.ServerForm).ServerArgs()).Scan(&got)
 		if err != nil || got != limit {
 			t.Errorf("%s: limit %d (%v), want %d", fn, got, err, limit)
 		}

@@ -8,7 +8,8 @@
 --            part's state expires, its length in bytes (0 for none, 8 per
 --            field otherwise), and its fields (for the sliding log, the Go
 --            form's: the header (-1, total), then (time, cost) pairs)
---   ARGV     now, cost, peek, server_clock, slack, the parts: their
+--   ARGV     now, cost, peek, server_clock, slack, the parts (ARGV[6]),
+--            [max_delay, refund, act]; the parts: their
 --            algorithm names, separated by spaces, a newline, then
 --            packed(every part's parameters, in order)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
@@ -18,7 +19,7 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- fixedWindow.decide (fixedwindow.go)
-local function decide_fixed_window(now, cost, peek, live, sv_, av_)
+local function decide_fixed_window(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_count = sv_[1], sv_[2]
   local limit, period = av_[1], av_[2]
   -- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
@@ -32,206 +33,336 @@ local function decide_fixed_window(now, cost, peek, live, sv_, av_)
   local end_ = s_start + period
   -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
-  -- fixedwindow.go:81-83: if s.count == 0 {
+  -- fixedwindow.go:81-97: if req.Refund {
+  if refund then
+    -- fixedwindow.go:83: give := int64(0)
+    local give = 0
+    -- fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act < end {
+    if live and act >= s_start and act < end_ then
+      -- fixedwindow.go:85: give = min(req.Cost, s.count)
+      give = min(cost, s_count)
+    end
+    -- fixedwindow.go:87: s.count -= give
+    s_count = s_count - give
+    -- fixedwindow.go:88: d.Allowed = true
+    d_allowed = true
+    -- fixedwindow.go:89: d.Remaining = max(a.limit-s.count, 0)
+    d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:90-92: if s.count == 0 {
+    if s_count == 0 then
+      -- fixedwindow.go:91: d.ResetAfter = 0
+      d_reset_after = 0
+    end
+    -- fixedwindow.go:93-95: if give == 0 {
+    if give == 0 then
+      -- fixedwindow.go:94: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    end
+    -- fixedwindow.go:96: return d, end - req.Now
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      end_ - now, {s_start, s_count}
+  end
+  -- fixedwindow.go:98-100: if s.count == 0 {
   if s_count == 0 then
-    -- fixedwindow.go:82: d.ResetAfter = 0
+    -- fixedwindow.go:99: d.ResetAfter = 0
     d_reset_after = 0
   end
-  -- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
+  -- fixedwindow.go:101: d.Allowed = s.count+req.Cost <= a.limit
   d_allowed = s_count + cost <= limit
-  -- fixedwindow.go:85-89: if !d.Allowed {
+  -- fixedwindow.go:102-106: if !d.Allowed {
   if not d_allowed then
-    -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:103: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:87: d.RetryAfter = end - req.Now
+    -- fixedwindow.go:104: d.RetryAfter = end - req.Now
     d_retry_after = end_ - now
-    -- fixedwindow.go:88: return d, 0
+    -- fixedwindow.go:105: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- fixedwindow.go:90-93: if req.Peek {
+  -- fixedwindow.go:107-110: if req.Peek {
   if peek then
-    -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:92: return d, 0
+    -- fixedwindow.go:109: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- fixedwindow.go:94: s.count += req.Cost
+  -- fixedwindow.go:111: s.count += req.Cost
   s_count = s_count + cost
-  -- fixedwindow.go:95: d.Remaining = a.limit - s.count
+  -- fixedwindow.go:112: d.Remaining = a.limit - s.count
   d_remaining = limit - s_count
-  -- fixedwindow.go:96: d.ResetAfter = end - req.Now
+  -- fixedwindow.go:113: d.ResetAfter = end - req.Now
   d_reset_after = end_ - now
-  -- fixedwindow.go:97: return d, end - req.Now
+  -- fixedwindow.go:114: return d, end - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     end_ - now, {s_start, s_count}
 end
 
 -- gcra.decide (rate.go)
-local function decide_gcra(now, cost, peek, live, sv_, av_)
+local function decide_gcra(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:380: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
-  -- rate.go:325: capped := false
+  -- rate.go:381: top := 3 * a.capacity // the capacity and two more of reservations
+  local top = 3 * capacity
+  -- rate.go:382: capped := false
   local capped = false
-  -- rate.go:326-336: if live && s.tat >= req.Now {
+  -- rate.go:383-393: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:328: us := max(min(s.tat-req.Now, a.fill), 0)
-    local us = max(min(s_tat - now, fill), 0)
-    -- rate.go:329: frac := s.frac
+    -- rate.go:385: us := max(min(s.tat-req.Now, 3*a.fill), 0)
+    local us = max(min(s_tat - now, 3 * fill), 0)
+    -- rate.go:386: frac := s.frac
     local frac = s_frac
-    -- rate.go:330-332: if s.drip != a.drip {
+    -- rate.go:387-389: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:331: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:388: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:333: raw := us*a.drip + frac
+    -- rate.go:390: raw := us*a.drip + frac
     local raw2 = us * drip + frac
-    -- rate.go:334: ahead = min(raw, a.capacity)
-    ahead = min(raw2, capacity)
-    -- rate.go:335: capped = s.tat-req.Now > a.fill || raw > a.capacity
-    capped = s_tat - now > fill or raw2 > capacity
+    -- rate.go:391: ahead = min(raw, top)
+    ahead = min(raw2, top)
+    -- rate.go:392: capped = s.tat-req.Now > 3*a.fill || raw > top
+    capped = s_tat - now > 3 * fill or raw2 > top
   end
-  -- rate.go:337: need := req.Cost * a.unit
+  -- rate.go:394: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:338: d := Decision{Limit: a.burst}
+  -- rate.go:395: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:339: d.Allowed = ahead+need <= a.capacity
-  d_allowed = ahead + need <= capacity
-  -- rate.go:340-342: if d.Allowed && !req.Peek {
-  if d_allowed and not peek then
-    -- rate.go:341: ahead += need
-    ahead = ahead + need
+  -- rate.go:396-408: if req.Refund {
+  if refund then
+    -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    local give
+    do -- refund
+      local refund_wait = act - now
+      -- rate.go:85-87: if wait < 0 {
+      if refund_wait < 0 then
+        -- rate.go:86: return 0
+        give = 0
+      else
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        local refund_later = ahead - capacity - min(refund_wait, 4 * fill) * drip
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        give = max(min(need - max(refund_later, 0), ahead), 0)
+      end
+    end
+    -- rate.go:398: ahead -= give
+    ahead = ahead - give
+    -- rate.go:399: d.Allowed = true
+    d_allowed = true
+    -- rate.go:400: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    local t1 = max(capacity - ahead, 0)
+    local q2 = floor(t1 / unit)
+    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+    d_remaining = q2
+    -- rate.go:401: d.ResetAfter = ceilDiv(ahead, a.drip)
+    local q3 = floor(ahead / drip)
+    if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
+    if q3 * drip < ahead then q3 = q3 + 1 end
+    d_reset_after = q3
+    -- rate.go:402-404: if give == 0 {
+    if give == 0 then
+      -- rate.go:403: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    end
+    -- rate.go:405: whole := ahead / a.drip
+    local q4 = floor(ahead / drip)
+    if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
+    local whole = q4
+    -- rate.go:406: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
+    -- rate.go:407: return d, max(d.ResetAfter, 1)
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      max(d_reset_after, 1), {s_tat, s_frac, s_drip}
   end
-  -- rate.go:343: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-  local t1 = max(capacity - ahead, 0)
-  local q2 = floor(t1 / unit)
-  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-  d_remaining = q2
-  -- rate.go:344: d.ResetAfter = ceilDiv(ahead, a.drip)
-  local q3 = floor(ahead / drip)
-  if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
-  if q3 * drip < ahead then q3 = q3 + 1 end
-  d_reset_after = q3
-  -- rate.go:345-347: if !d.Allowed {
+  -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
+  -- rate.go:410: d.Allowed = ahead+need <= room
+  d_allowed = ahead + need <= room
+  -- rate.go:411-416: if d.Allowed {
+  if d_allowed then
+    -- rate.go:412: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    local t5 = max(ahead + need - capacity, 0)
+    local q6 = floor(t5 / drip)
+    if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
+    if q6 * drip < t5 then q6 = q6 + 1 end
+    d_delay = q6
+    -- rate.go:413-415: if !req.Peek {
+    if not peek then
+      -- rate.go:414: ahead += need
+      ahead = ahead + need
+    end
+  end
+  -- rate.go:417: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  local t7 = max(capacity - ahead, 0)
+  local q8 = floor(t7 / unit)
+  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
+  d_remaining = q8
+  -- rate.go:418: d.ResetAfter = ceilDiv(ahead, a.drip)
+  local q9 = floor(ahead / drip)
+  if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
+  if q9 * drip < ahead then q9 = q9 + 1 end
+  d_reset_after = q9
+  -- rate.go:419-421: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:346: d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
-    local t4 = ahead + need - capacity
-    local q5 = floor(t4 / drip)
-    if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
-    if q5 * drip < t4 then q5 = q5 + 1 end
-    d_retry_after = q5
+    -- rate.go:420: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+    local t10 = ahead + need - room
+    local q11 = floor(t10 / drip)
+    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
+    if q11 * drip < t10 then q11 = q11 + 1 end
+    d_retry_after = q11
   end
-  -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
+  -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
-    -- rate.go:349: return d, 0
+    -- rate.go:423: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:351: whole := ahead / a.drip
-  local q6 = floor(ahead / drip)
-  if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
-  local whole = q6
-  -- rate.go:352: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
-  s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-  -- rate.go:353: return d, d.ResetAfter
+  -- rate.go:425: whole := ahead / a.drip
+  local q12 = floor(ahead / drip)
+  if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
+  local whole2 = q12
+  -- rate.go:426: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
+  -- rate.go:427: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_tat, s_frac, s_drip}
 end
 
 -- leakyBucket.decide (rate.go)
-local function decide_leaky_bucket(now, cost, peek, live, sv_, av_)
+local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:225: level := int64(0)
+  -- rate.go:268: level := int64(0)
   local level = 0
-  -- rate.go:226-232: if live {
+  -- rate.go:269-275: if live {
   if live then
-    -- rate.go:227: level = a.rescale(s.level, s.unit)
+    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
-      -- rate.go:69-71: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:70: return min(level, r.capacity)
+        -- rate.go:71: return min(level, top)
         level = min(s_level, capacity)
       else
-        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:228: level = a.drain(level, req.Now-s.last)
+    -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
-      -- rate.go:56-58: if elapsed <= 0 {
+      -- rate.go:57-59: if elapsed <= 0 {
       if drain_elapsed <= 0 then
-        -- rate.go:57: return level
-      -- rate.go:59-61: if elapsed >= r.fill {
+        -- rate.go:58: return level
+      -- rate.go:60-62: if elapsed >= span {
       elseif drain_elapsed >= fill then
-        -- rate.go:60: return 0
+        -- rate.go:61: return 0
         level = 0
       else
-        -- rate.go:62: return max(level-elapsed*r.drip, 0)
+        -- rate.go:63: return max(level-elapsed*r.drip, 0)
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:229: s.last = max(s.last, req.Now)
+    -- rate.go:272: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:231: s.last = req.Now
+    -- rate.go:274: s.last = req.Now
     s_last = now
   end
-  -- rate.go:233: need := req.Cost * a.unit
+  -- rate.go:276: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:234: d := Decision{Limit: a.burst}
+  -- rate.go:277: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:235: d.Allowed = level+need <= a.capacity
+  -- rate.go:278-289: if req.Refund {
+  if refund then
+    -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+    local give
+    do -- refund
+      local refund_wait = act - s_last
+      -- rate.go:85-87: if wait < 0 {
+      if refund_wait < 0 then
+        -- rate.go:86: return 0
+        give = 0
+      else
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        local refund_later = level - need - min(refund_wait, 4 * fill) * drip
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        give = max(min(need - max(refund_later, 0), level), 0)
+      end
+    end
+    -- rate.go:280: level -= give
+    level = level - give
+    -- rate.go:281: d.Allowed = true
+    d_allowed = true
+    -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
+    local t1 = capacity - level
+    local q2 = floor(t1 / unit)
+    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+    d_remaining = q2
+    -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
+    local q3 = floor(level / drip)
+    if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
+    if q3 * drip < level then q3 = q3 + 1 end
+    d_reset_after = q3
+    -- rate.go:284-286: if give == 0 {
+    if give == 0 then
+      -- rate.go:285: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    end
+    -- rate.go:287: s.level, s.unit = level, a.unit
+    s_level, s_unit = level, unit
+    -- rate.go:288: return d, max(d.ResetAfter, 1)
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      max(d_reset_after, 1), {s_level, s_last, s_unit}
+  end
+  -- rate.go:290: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:236-241: if d.Allowed {
+  -- rate.go:291-296: if d.Allowed {
   if d_allowed then
-    -- rate.go:237: d.Delay = ceilDiv(level, a.drip)
-    local q1 = floor(level / drip)
-    if q1 * drip > level then q1 = q1 - 1 elseif (q1 + 1) * drip <= level then q1 = q1 + 1 end
-    if q1 * drip < level then q1 = q1 + 1 end
-    d_delay = q1
-    -- rate.go:238-240: if !req.Peek {
+    -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
+    local q4 = floor(level / drip)
+    if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
+    if q4 * drip < level then q4 = q4 + 1 end
+    d_delay = q4
+    -- rate.go:293-295: if !req.Peek {
     if not peek then
-      -- rate.go:239: level += need
+      -- rate.go:294: level += need
       level = level + need
     end
   end
-  -- rate.go:242: d.Remaining = (a.capacity - level) / a.unit
-  local t2 = capacity - level
-  local q3 = floor(t2 / unit)
-  if q3 * unit > t2 then q3 = q3 - 1 elseif (q3 + 1) * unit <= t2 then q3 = q3 + 1 end
-  d_remaining = q3
-  -- rate.go:243: d.ResetAfter = ceilDiv(level, a.drip)
-  local q4 = floor(level / drip)
-  if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
-  if q4 * drip < level then q4 = q4 + 1 end
-  d_reset_after = q4
-  -- rate.go:244-247: if !d.Allowed {
+  -- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
+  local t5 = capacity - level
+  local q6 = floor(t5 / unit)
+  if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
+  d_remaining = q6
+  -- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
+  local q7 = floor(level / drip)
+  if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
+  if q7 * drip < level then q7 = q7 + 1 end
+  d_reset_after = q7
+  -- rate.go:299-302: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:245: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-    local t5 = level + need - capacity
-    local q6 = floor(t5 / drip)
-    if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
-    if q6 * drip < t5 then q6 = q6 + 1 end
-    d_retry_after = q6
-    -- rate.go:246: return d, 0
+    -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+    local t8 = level + need - capacity
+    local q9 = floor(t8 / drip)
+    if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
+    if q9 * drip < t8 then q9 = q9 + 1 end
+    d_retry_after = q9
+    -- rate.go:301: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:248-250: if req.Peek {
+  -- rate.go:303-305: if req.Peek {
   if peek then
-    -- rate.go:249: return d, 0
+    -- rate.go:304: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:251: s.level, s.unit = level, a.unit
+  -- rate.go:306: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:252: return d, d.ResetAfter
+  -- rate.go:307: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
 
 -- slidingWindow.decide (slidingwindow.go)
-local function decide_sliding_window(now, cost, peek, live, sv_, av_)
+local function decide_sliding_window(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_curr, s_prev = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
   -- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
@@ -251,27 +382,60 @@ local function decide_sliding_window(now, cost, peek, live, sv_, av_)
   local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
   -- slidingwindow.go:119: d := Decision{Limit: a.limit}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
-  -- slidingwindow.go:120: d.Allowed = weighted+s.curr+req.Cost <= a.limit
+  -- slidingwindow.go:120-138: if req.Refund {
+  if refund then
+    -- slidingwindow.go:122: give := int64(0)
+    local give = 0
+    -- slidingwindow.go:123-125: if live && req.Act >= s.start && req.Act < s.start+a.period {
+    if live and act >= s_start and act < s_start + period then
+      -- slidingwindow.go:124: give = min(req.Cost, s.curr)
+      give = min(cost, s_curr)
+    end
+    -- slidingwindow.go:126: s.curr -= give
+    s_curr = s_curr - give
+    -- slidingwindow.go:127: d.Allowed = true
+    d_allowed = true
+    -- slidingwindow.go:128: d.Remaining = max(a.limit-weighted-s.curr, 0)
+    d_remaining = max(limit - weighted - s_curr, 0)
+    -- slidingwindow.go:129-133: if s.curr > 0 {
+    if s_curr > 0 then
+      -- slidingwindow.go:130: d.ResetAfter = s.start + 2*a.period - req.Now
+      d_reset_after = s_start + 2 * period - now
+    -- slidingwindow.go:131-133: } else if s.prev > 0 {
+    elseif s_prev > 0 then
+      -- slidingwindow.go:132: d.ResetAfter = s.start + a.period - req.Now
+      d_reset_after = s_start + period - now
+    end
+    -- slidingwindow.go:134-136: if give == 0 {
+    if give == 0 then
+      -- slidingwindow.go:135: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    end
+    -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      s_start + 2 * period - now, {s_start, s_curr, s_prev}
+  end
+  -- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
   d_allowed = weighted + s_curr + cost <= limit
-  -- slidingwindow.go:121-123: if d.Allowed && !req.Peek {
+  -- slidingwindow.go:140-142: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
-    -- slidingwindow.go:122: s.curr += req.Cost
+    -- slidingwindow.go:141: s.curr += req.Cost
     s_curr = s_curr + cost
   end
-  -- slidingwindow.go:124: d.Remaining = max(a.limit-weighted-s.curr, 0)
+  -- slidingwindow.go:143: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
-  -- slidingwindow.go:125-129: if s.curr > 0 {
+  -- slidingwindow.go:144-148: if s.curr > 0 {
   if s_curr > 0 then
-    -- slidingwindow.go:126: d.ResetAfter = s.start + 2*a.period - req.Now
+    -- slidingwindow.go:145: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
-  -- slidingwindow.go:127-129: } else if s.prev > 0 {
+  -- slidingwindow.go:146-148: } else if s.prev > 0 {
   elseif s_prev > 0 then
-    -- slidingwindow.go:128: d.ResetAfter = s.start + a.period - req.Now
+    -- slidingwindow.go:147: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
-  -- slidingwindow.go:130-141: if !d.Allowed {
+  -- slidingwindow.go:149-160: if !d.Allowed {
   if not d_allowed then
-    -- slidingwindow.go:133: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+    -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
     local e
     do -- wait
       local wait_room = limit - s_curr - cost
@@ -301,12 +465,12 @@ local function decide_sliding_window(now, cost, peek, live, sv_, av_)
         e = wait_e
       end
     end
-    -- slidingwindow.go:134-139: if e < a.period {
+    -- slidingwindow.go:153-158: if e < a.period {
     if e < period then
-      -- slidingwindow.go:135: d.RetryAfter = e - elapsed
+      -- slidingwindow.go:154: d.RetryAfter = e - elapsed
       d_retry_after = e - elapsed
     else
-      -- slidingwindow.go:137: next := a.wait(s.curr, a.limit-req.Cost, 0)
+      -- slidingwindow.go:156: next := a.wait(s.curr, a.limit-req.Cost, 0)
       local next
       do -- wait
         local wait_room = limit - cost
@@ -336,102 +500,157 @@ local function decide_sliding_window(now, cost, peek, live, sv_, av_)
           next = wait_e
         end
       end
-      -- slidingwindow.go:138: d.RetryAfter = a.period - elapsed + next
+      -- slidingwindow.go:157: d.RetryAfter = a.period - elapsed + next
       d_retry_after = period - elapsed + next
     end
-    -- slidingwindow.go:140: return d, 0
+    -- slidingwindow.go:159: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- slidingwindow.go:142-144: if req.Peek {
+  -- slidingwindow.go:161-163: if req.Peek {
   if peek then
-    -- slidingwindow.go:143: return d, 0
+    -- slidingwindow.go:162: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- slidingwindow.go:145: return d, s.start + 2*a.period - req.Now
+  -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     s_start + 2 * period - now, {s_start, s_curr, s_prev}
 end
 
 -- tokenBucket.decide (rate.go)
-local function decide_token_bucket(now, cost, peek, live, sv_, av_)
+local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:147: deficit := int64(0)
+  -- rate.go:171: deficit := int64(0)
   local deficit = 0
-  -- rate.go:148-154: if live {
+  -- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
+  local top = 3 * capacity
+  -- rate.go:173-179: if live {
   if live then
-    -- rate.go:149: deficit = a.rescale(s.level, s.unit)
+    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
-      -- rate.go:69-71: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:70: return min(level, r.capacity)
-        deficit = min(s_level, capacity)
+        -- rate.go:71: return min(level, top)
+        deficit = min(s_level, top)
       else
-        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
-        deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
+        deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
+    -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
     do -- drain
-      local drain_elapsed = now - s_last
-      -- rate.go:56-58: if elapsed <= 0 {
+      local drain_elapsed, drain_span = now - s_last, 3 * fill
+      -- rate.go:57-59: if elapsed <= 0 {
       if drain_elapsed <= 0 then
-        -- rate.go:57: return level
-      -- rate.go:59-61: if elapsed >= r.fill {
-      elseif drain_elapsed >= fill then
-        -- rate.go:60: return 0
+        -- rate.go:58: return level
+      -- rate.go:60-62: if elapsed >= span {
+      elseif drain_elapsed >= drain_span then
+        -- rate.go:61: return 0
         deficit = 0
       else
-        -- rate.go:62: return max(level-elapsed*r.drip, 0)
+        -- rate.go:63: return max(level-elapsed*r.drip, 0)
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:151: s.last = max(s.last, req.Now)
+    -- rate.go:176: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:153: s.last = req.Now
+    -- rate.go:178: s.last = req.Now
     s_last = now
   end
-  -- rate.go:155: need := req.Cost * a.unit
+  -- rate.go:180: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:156: d := Decision{Limit: a.burst}
+  -- rate.go:181: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:157: d.Allowed = deficit+need <= a.capacity
-  d_allowed = deficit + need <= capacity
-  -- rate.go:158-160: if d.Allowed && !req.Peek {
-  if d_allowed and not peek then
-    -- rate.go:159: deficit += need
-    deficit = deficit + need
+  -- rate.go:182-195: if req.Refund {
+  if refund then
+    -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    local give
+    do -- refund
+      local refund_wait = act - s_last
+      -- rate.go:85-87: if wait < 0 {
+      if refund_wait < 0 then
+        -- rate.go:86: return 0
+        give = 0
+      else
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        give = max(min(need - max(refund_later, 0), deficit), 0)
+      end
+    end
+    -- rate.go:186: deficit -= give
+    deficit = deficit - give
+    -- rate.go:187: d.Allowed = true
+    d_allowed = true
+    -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    local t1 = max(capacity - deficit, 0)
+    local q2 = floor(t1 / unit)
+    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+    d_remaining = q2
+    -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
+    local q3 = floor(deficit / drip)
+    if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
+    if q3 * drip < deficit then q3 = q3 + 1 end
+    d_reset_after = q3
+    -- rate.go:190-192: if give == 0 {
+    if give == 0 then
+      -- rate.go:191: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+    end
+    -- rate.go:193: s.level, s.unit = deficit, a.unit
+    s_level, s_unit = deficit, unit
+    -- rate.go:194: return d, max(d.ResetAfter, 1)
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
-  local t1 = capacity - deficit
-  local q2 = floor(t1 / unit)
-  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-  d_remaining = q2
-  -- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
-  local q3 = floor(deficit / drip)
-  if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
-  if q3 * drip < deficit then q3 = q3 + 1 end
-  d_reset_after = q3
-  -- rate.go:163-166: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
-    local t4 = deficit + need - capacity
+  -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
+  -- rate.go:197: d.Allowed = deficit+need <= room
+  d_allowed = deficit + need <= room
+  -- rate.go:198-203: if d.Allowed {
+  if d_allowed then
+    -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+    local t4 = max(deficit + need - capacity, 0)
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
-    d_retry_after = q5
-    -- rate.go:165: return d, 0
+    d_delay = q5
+    -- rate.go:200-202: if !req.Peek {
+    if not peek then
+      -- rate.go:201: deficit += need
+      deficit = deficit + need
+    end
+  end
+  -- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  local t6 = max(capacity - deficit, 0)
+  local q7 = floor(t6 / unit)
+  if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
+  d_remaining = q7
+  -- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
+  local q8 = floor(deficit / drip)
+  if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
+  if q8 * drip < deficit then q8 = q8 + 1 end
+  d_reset_after = q8
+  -- rate.go:206-209: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+    local t9 = deficit + need - room
+    local q10 = floor(t9 / drip)
+    if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
+    if q10 * drip < t9 then q10 = q10 + 1 end
+    d_retry_after = q10
+    -- rate.go:208: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:167-169: if req.Peek {
+  -- rate.go:210-212: if req.Peek {
   if peek then
-    -- rate.go:168: return d, 0
+    -- rate.go:211: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:170: s.level, s.unit = deficit, a.unit
+  -- rate.go:213: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:171: return d, d.ResetAfter
+  -- rate.go:214: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
@@ -449,12 +668,15 @@ end
 -- where the single form's sorted set reads only the entries that leave
 -- the window.
 --
--- decide_sliding_log(now, cost, peek, live, sv_, av_) follows slidingLog.Decide
+-- decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, refund, act)
+-- follows slidingLog.Decide
 -- line by line; valid_sliding_log(sv_) refuses a state Decide could
 -- misread, so that decide meets none of Decide's corrupt-state errors.
 
 -- slidingLog.Decide (slidinglog.go), by hand
-local function decide_sliding_log(now, cost, peek, live, sv_, av_)
+local function decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, refund, act)
+  -- The log gives nothing back: a refund is answered as a peek.
+  if refund then peek = true end
   local limit, period = av_[1], av_[2]
   local nf = 0
   if live then nf = #sv_ end
@@ -654,26 +876,30 @@ end
 
 -- Decides one request on parts, appending every part's decision to out.
 -- Check: every part decides it as a peek. Commit, unless a part denies or
--- it is a peek: every part decides it for real. It returns true and the
+-- it is a peek: every part decides it for real. A refund has no check:
+-- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
 -- states (each part's new state, or its state as it was), and false when
 -- nothing is to be written.
-local function decide(parts, now, cost, peek, out)
+local function decide(parts, now, cost, peek, out, max_delay, refund, act)
+  max_delay, act = max_delay or 0, act or 0
   local base = #out
   local ok = true
   for i, p in ipairs(parts) do
     p.live = p.has and now < p.e
     p.cur = p.zero
     if p.live then p.cur = p.s end
-    ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a)) and ok
+    if not refund then
+      ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a, max_delay, false, act)) and ok
+    end
   end
-  if not ok or peek then
+  if not ok or peek and not refund then
     return false
   end
   local top = 0
   for i, p in ipairs(parts) do
-    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a)}
-    ok = put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) and ok
+    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
+    ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
     if r[8] then
       p.ne, p.ns = now + max(r[7], 1), r[8]
     elseif p.live then
@@ -727,8 +953,11 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])
@@ -740,7 +969,7 @@ if err then
   return redis.error_reply(err)
 end
 local out = {}
-local w, top = decide(parts, now, cost, peek, out)
+local w, top = decide(parts, now, cost, peek, out, max_delay, refund, act)
 if w then
   write(KEYS[1], parts, top, now, slack)
 end

@@ -5,7 +5,8 @@
 --   KEYS[1]  state: 3 little-endian doubles (struct '<ddd'): when the
 --            state's TTL passes (after it the state counts as missing),
 --            then start, count
---   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
+--            [max_delay, refund, act] (a reservation's or refund's)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -19,6 +20,9 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 local limit, period = struct.unpack('<dd', ARGV[6])
 
 local s_start, s_count = 0, 0
@@ -54,39 +58,72 @@ end
 local end_ = s_start + period
 -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
--- fixedwindow.go:81-83: if s.count == 0 {
+-- fixedwindow.go:81-97: if req.Refund {
+if refund then
+  -- fixedwindow.go:83: give := int64(0)
+  local give = 0
+  -- fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act < end {
+  if live and act >= s_start and act < end_ then
+    -- fixedwindow.go:85: give = min(req.Cost, s.count)
+    give = min(cost, s_count)
+  end
+  -- fixedwindow.go:87: s.count -= give
+  s_count = s_count - give
+  -- fixedwindow.go:88: d.Allowed = true
+  d_allowed = true
+  -- fixedwindow.go:89: d.Remaining = max(a.limit-s.count, 0)
+  d_remaining = max(limit - s_count, 0)
+  -- fixedwindow.go:90-92: if s.count == 0 {
+  if s_count == 0 then
+    -- fixedwindow.go:91: d.ResetAfter = 0
+    d_reset_after = 0
+  end
+  -- fixedwindow.go:93-95: if give == 0 {
+  if give == 0 then
+    -- fixedwindow.go:94: return d, 0
+    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  end
+  -- fixedwindow.go:96: return d, end - req.Now
+  local ttl = end_ - now
+  local r999 = ttl + 999
+  local q2 = floor(r999 / 1000)
+  if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
+  redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
+  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+end
+-- fixedwindow.go:98-100: if s.count == 0 {
 if s_count == 0 then
-  -- fixedwindow.go:82: d.ResetAfter = 0
+  -- fixedwindow.go:99: d.ResetAfter = 0
   d_reset_after = 0
 end
--- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
+-- fixedwindow.go:101: d.Allowed = s.count+req.Cost <= a.limit
 d_allowed = s_count + cost <= limit
--- fixedwindow.go:85-89: if !d.Allowed {
+-- fixedwindow.go:102-106: if !d.Allowed {
 if not d_allowed then
-  -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
+  -- fixedwindow.go:103: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
-  -- fixedwindow.go:87: d.RetryAfter = end - req.Now
+  -- fixedwindow.go:104: d.RetryAfter = end - req.Now
   d_retry_after = end_ - now
-  -- fixedwindow.go:88: return d, 0
+  -- fixedwindow.go:105: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- fixedwindow.go:90-93: if req.Peek {
+-- fixedwindow.go:107-110: if req.Peek {
 if peek then
-  -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
+  -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
-  -- fixedwindow.go:92: return d, 0
+  -- fixedwindow.go:109: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- fixedwindow.go:94: s.count += req.Cost
+-- fixedwindow.go:111: s.count += req.Cost
 s_count = s_count + cost
--- fixedwindow.go:95: d.Remaining = a.limit - s.count
+-- fixedwindow.go:112: d.Remaining = a.limit - s.count
 d_remaining = limit - s_count
--- fixedwindow.go:96: d.ResetAfter = end - req.Now
+-- fixedwindow.go:113: d.ResetAfter = end - req.Now
 d_reset_after = end_ - now
--- fixedwindow.go:97: return d, end - req.Now
+-- fixedwindow.go:114: return d, end - req.Now
 local ttl = end_ - now
 local r999 = ttl + 999
-local q2 = floor(r999 / 1000)
-if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
-redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
+local q3 = floor(r999 / 1000)
+if q3 * 1000 > r999 then q3 = q3 - 1 elseif (q3 + 1) * 1000 <= r999 then q3 = q3 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q3, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

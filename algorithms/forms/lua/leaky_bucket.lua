@@ -5,7 +5,8 @@
 --   KEYS[1]  state: 4 little-endian doubles (struct '<dddd'): when the
 --            state's TTL passes (after it the state counts as missing),
 --            then level, last, unit
---   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst)
+--   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst),
+--            [max_delay, refund, act] (a reservation's or refund's)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -19,6 +20,9 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 local unit, drip, capacity, fill, burst = struct.unpack('<ddddd', ARGV[6])
 
 local s_level, s_last, s_unit = 0, 0, 0
@@ -47,93 +51,139 @@ if raw then
 end
 
 -- leakyBucket.decide
--- rate.go:225: level := int64(0)
+-- rate.go:268: level := int64(0)
 local level = 0
--- rate.go:226-232: if live {
+-- rate.go:269-275: if live {
 if live then
-  -- rate.go:227: level = a.rescale(s.level, s.unit)
+  -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
   do -- rescale
-    -- rate.go:69-71: if fromUnit == r.unit {
+    -- rate.go:70-72: if fromUnit == r.unit {
     if s_unit == unit then
-      -- rate.go:70: return min(level, r.capacity)
+      -- rate.go:71: return min(level, top)
       level = min(s_level, capacity)
     else
-      -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
+      -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
       level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
-  -- rate.go:228: level = a.drain(level, req.Now-s.last)
+  -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
   do -- drain
     local drain_elapsed = now - s_last
-    -- rate.go:56-58: if elapsed <= 0 {
+    -- rate.go:57-59: if elapsed <= 0 {
     if drain_elapsed <= 0 then
-      -- rate.go:57: return level
-    -- rate.go:59-61: if elapsed >= r.fill {
+      -- rate.go:58: return level
+    -- rate.go:60-62: if elapsed >= span {
     elseif drain_elapsed >= fill then
-      -- rate.go:60: return 0
+      -- rate.go:61: return 0
       level = 0
     else
-      -- rate.go:62: return max(level-elapsed*r.drip, 0)
+      -- rate.go:63: return max(level-elapsed*r.drip, 0)
       level = max(level - drain_elapsed * drip, 0)
     end
   end
-  -- rate.go:229: s.last = max(s.last, req.Now)
+  -- rate.go:272: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
-  -- rate.go:231: s.last = req.Now
+  -- rate.go:274: s.last = req.Now
   s_last = now
 end
--- rate.go:233: need := req.Cost * a.unit
+-- rate.go:276: need := req.Cost * a.unit
 local need = cost * unit
--- rate.go:234: d := Decision{Limit: a.burst}
+-- rate.go:277: d := Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
--- rate.go:235: d.Allowed = level+need <= a.capacity
+-- rate.go:278-289: if req.Refund {
+if refund then
+  -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+  local give
+  do -- refund
+    local refund_wait = act - s_last
+    -- rate.go:85-87: if wait < 0 {
+    if refund_wait < 0 then
+      -- rate.go:86: return 0
+      give = 0
+    else
+      -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+      local refund_later = level - need - min(refund_wait, 4 * fill) * drip
+      -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+      give = max(min(need - max(refund_later, 0), level), 0)
+    end
+  end
+  -- rate.go:280: level -= give
+  level = level - give
+  -- rate.go:281: d.Allowed = true
+  d_allowed = true
+  -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
+  local t1 = capacity - level
+  local q2 = floor(t1 / unit)
+  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+  d_remaining = q2
+  -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
+  local q3 = floor(level / drip)
+  if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
+  if q3 * drip < level then q3 = q3 + 1 end
+  d_reset_after = q3
+  -- rate.go:284-286: if give == 0 {
+  if give == 0 then
+    -- rate.go:285: return d, 0
+    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  end
+  -- rate.go:287: s.level, s.unit = level, a.unit
+  s_level, s_unit = level, unit
+  -- rate.go:288: return d, max(d.ResetAfter, 1)
+  local ttl = max(d_reset_after, 1)
+  local r999 = ttl + 999
+  local q4 = floor(r999 / 1000)
+  if q4 * 1000 > r999 then q4 = q4 - 1 elseif (q4 + 1) * 1000 <= r999 then q4 = q4 + 1 end
+  redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
+  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+end
+-- rate.go:290: d.Allowed = level+need <= a.capacity
 d_allowed = level + need <= capacity
--- rate.go:236-241: if d.Allowed {
+-- rate.go:291-296: if d.Allowed {
 if d_allowed then
-  -- rate.go:237: d.Delay = ceilDiv(level, a.drip)
-  local q1 = floor(level / drip)
-  if q1 * drip > level then q1 = q1 - 1 elseif (q1 + 1) * drip <= level then q1 = q1 + 1 end
-  if q1 * drip < level then q1 = q1 + 1 end
-  d_delay = q1
-  -- rate.go:238-240: if !req.Peek {
+  -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
+  local q5 = floor(level / drip)
+  if q5 * drip > level then q5 = q5 - 1 elseif (q5 + 1) * drip <= level then q5 = q5 + 1 end
+  if q5 * drip < level then q5 = q5 + 1 end
+  d_delay = q5
+  -- rate.go:293-295: if !req.Peek {
   if not peek then
-    -- rate.go:239: level += need
+    -- rate.go:294: level += need
     level = level + need
   end
 end
--- rate.go:242: d.Remaining = (a.capacity - level) / a.unit
-local t2 = capacity - level
-local q3 = floor(t2 / unit)
-if q3 * unit > t2 then q3 = q3 - 1 elseif (q3 + 1) * unit <= t2 then q3 = q3 + 1 end
-d_remaining = q3
--- rate.go:243: d.ResetAfter = ceilDiv(level, a.drip)
-local q4 = floor(level / drip)
-if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
-if q4 * drip < level then q4 = q4 + 1 end
-d_reset_after = q4
--- rate.go:244-247: if !d.Allowed {
+-- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
+local t6 = capacity - level
+local q7 = floor(t6 / unit)
+if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
+d_remaining = q7
+-- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
+local q8 = floor(level / drip)
+if q8 * drip > level then q8 = q8 - 1 elseif (q8 + 1) * drip <= level then q8 = q8 + 1 end
+if q8 * drip < level then q8 = q8 + 1 end
+d_reset_after = q8
+-- rate.go:299-302: if !d.Allowed {
 if not d_allowed then
-  -- rate.go:245: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-  local t5 = level + need - capacity
-  local q6 = floor(t5 / drip)
-  if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
-  if q6 * drip < t5 then q6 = q6 + 1 end
-  d_retry_after = q6
-  -- rate.go:246: return d, 0
+  -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+  local t9 = level + need - capacity
+  local q10 = floor(t9 / drip)
+  if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
+  if q10 * drip < t9 then q10 = q10 + 1 end
+  d_retry_after = q10
+  -- rate.go:301: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- rate.go:248-250: if req.Peek {
+-- rate.go:303-305: if req.Peek {
 if peek then
-  -- rate.go:249: return d, 0
+  -- rate.go:304: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- rate.go:251: s.level, s.unit = level, a.unit
+-- rate.go:306: s.level, s.unit = level, a.unit
 s_level, s_unit = level, unit
--- rate.go:252: return d, d.ResetAfter
+-- rate.go:307: return d, d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
-local q7 = floor(r999 / 1000)
-if q7 * 1000 > r999 then q7 = q7 - 1 elseif (q7 + 1) * 1000 <= r999 then q7 = q7 + 1 end
-redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q7, 1) + slack)
+local q11 = floor(r999 / 1000)
+if q11 * 1000 > r999 then q11 = q11 - 1 elseif (q11 + 1) * 1000 <= r999 then q11 = q11 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q11, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

@@ -15,7 +15,9 @@
 --            (written before it existed, or by such a version, which drops
 --            it as it drops expired entries) is read in full once and
 --            written with it.
---   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
+--            max_delay, refund, act (the log serves only now and gives
+--            nothing back: a refund is answered as a peek)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -32,7 +34,7 @@ if ARGV[4] == '1' then
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local cost = tonumber(ARGV[2])
-local peek = ARGV[3] == '1'
+local peek = ARGV[3] == '1' or ARGV[8] == '1'
 local slack = tonumber(ARGV[5])
 local limit, period = struct.unpack('<dd', ARGV[6])
 

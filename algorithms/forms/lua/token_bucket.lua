@@ -5,7 +5,8 @@
 --   KEYS[1]  state: 4 little-endian doubles (struct '<dddd'): when the
 --            state's TTL passes (after it the state counts as missing),
 --            then level, last, unit
---   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst)
+--   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst),
+--            [max_delay, refund, act] (a reservation's or refund's)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -19,6 +20,9 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 local unit, drip, capacity, fill, burst = struct.unpack('<ddddd', ARGV[6])
 
 local s_level, s_last, s_unit = 0, 0, 0
@@ -47,85 +51,144 @@ if raw then
 end
 
 -- tokenBucket.decide
--- rate.go:147: deficit := int64(0)
+-- rate.go:171: deficit := int64(0)
 local deficit = 0
--- rate.go:148-154: if live {
+-- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
+local top = 3 * capacity
+-- rate.go:173-179: if live {
 if live then
-  -- rate.go:149: deficit = a.rescale(s.level, s.unit)
+  -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
   do -- rescale
-    -- rate.go:69-71: if fromUnit == r.unit {
+    -- rate.go:70-72: if fromUnit == r.unit {
     if s_unit == unit then
-      -- rate.go:70: return min(level, r.capacity)
-      deficit = min(s_level, capacity)
+      -- rate.go:71: return min(level, top)
+      deficit = min(s_level, top)
     else
-      -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
-      deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
+      -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
+      deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
     end
   end
-  -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
+  -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
   do -- drain
-    local drain_elapsed = now - s_last
-    -- rate.go:56-58: if elapsed <= 0 {
+    local drain_elapsed, drain_span = now - s_last, 3 * fill
+    -- rate.go:57-59: if elapsed <= 0 {
     if drain_elapsed <= 0 then
-      -- rate.go:57: return level
-    -- rate.go:59-61: if elapsed >= r.fill {
-    elseif drain_elapsed >= fill then
-      -- rate.go:60: return 0
+      -- rate.go:58: return level
+    -- rate.go:60-62: if elapsed >= span {
+    elseif drain_elapsed >= drain_span then
+      -- rate.go:61: return 0
       deficit = 0
     else
-      -- rate.go:62: return max(level-elapsed*r.drip, 0)
+      -- rate.go:63: return max(level-elapsed*r.drip, 0)
       deficit = max(deficit - drain_elapsed * drip, 0)
     end
   end
-  -- rate.go:151: s.last = max(s.last, req.Now)
+  -- rate.go:176: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
-  -- rate.go:153: s.last = req.Now
+  -- rate.go:178: s.last = req.Now
   s_last = now
 end
--- rate.go:155: need := req.Cost * a.unit
+-- rate.go:180: need := req.Cost * a.unit
 local need = cost * unit
--- rate.go:156: d := Decision{Limit: a.burst}
+-- rate.go:181: d := Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
--- rate.go:157: d.Allowed = deficit+need <= a.capacity
-d_allowed = deficit + need <= capacity
--- rate.go:158-160: if d.Allowed && !req.Peek {
-if d_allowed and not peek then
-  -- rate.go:159: deficit += need
-  deficit = deficit + need
+-- rate.go:182-195: if req.Refund {
+if refund then
+  -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+  local give
+  do -- refund
+    local refund_wait = act - s_last
+    -- rate.go:85-87: if wait < 0 {
+    if refund_wait < 0 then
+      -- rate.go:86: return 0
+      give = 0
+    else
+      -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+      local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
+      -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+      give = max(min(need - max(refund_later, 0), deficit), 0)
+    end
+  end
+  -- rate.go:186: deficit -= give
+  deficit = deficit - give
+  -- rate.go:187: d.Allowed = true
+  d_allowed = true
+  -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  local t1 = max(capacity - deficit, 0)
+  local q2 = floor(t1 / unit)
+  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+  d_remaining = q2
+  -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
+  local q3 = floor(deficit / drip)
+  if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
+  if q3 * drip < deficit then q3 = q3 + 1 end
+  d_reset_after = q3
+  -- rate.go:190-192: if give == 0 {
+  if give == 0 then
+    -- rate.go:191: return d, 0
+    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  end
+  -- rate.go:193: s.level, s.unit = deficit, a.unit
+  s_level, s_unit = deficit, unit
+  -- rate.go:194: return d, max(d.ResetAfter, 1)
+  local ttl = max(d_reset_after, 1)
+  local r999 = ttl + 999
+  local q4 = floor(r999 / 1000)
+  if q4 * 1000 > r999 then q4 = q4 - 1 elseif (q4 + 1) * 1000 <= r999 then q4 = q4 + 1 end
+  redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
+  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
-local t1 = capacity - deficit
-local q2 = floor(t1 / unit)
-if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-d_remaining = q2
--- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
-local q3 = floor(deficit / drip)
-if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
-if q3 * drip < deficit then q3 = q3 + 1 end
-d_reset_after = q3
--- rate.go:163-166: if !d.Allowed {
+-- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
+-- rate.go:197: d.Allowed = deficit+need <= room
+d_allowed = deficit + need <= room
+-- rate.go:198-203: if d.Allowed {
+if d_allowed then
+  -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+  local t5 = max(deficit + need - capacity, 0)
+  local q6 = floor(t5 / drip)
+  if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
+  if q6 * drip < t5 then q6 = q6 + 1 end
+  d_delay = q6
+  -- rate.go:200-202: if !req.Peek {
+  if not peek then
+    -- rate.go:201: deficit += need
+    deficit = deficit + need
+  end
+end
+-- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+local t7 = max(capacity - deficit, 0)
+local q8 = floor(t7 / unit)
+if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
+d_remaining = q8
+-- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
+local q9 = floor(deficit / drip)
+if q9 * drip > deficit then q9 = q9 - 1 elseif (q9 + 1) * drip <= deficit then q9 = q9 + 1 end
+if q9 * drip < deficit then q9 = q9 + 1 end
+d_reset_after = q9
+-- rate.go:206-209: if !d.Allowed {
 if not d_allowed then
-  -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
-  local t4 = deficit + need - capacity
-  local q5 = floor(t4 / drip)
-  if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
-  if q5 * drip < t4 then q5 = q5 + 1 end
-  d_retry_after = q5
-  -- rate.go:165: return d, 0
+  -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+  local t10 = deficit + need - room
+  local q11 = floor(t10 / drip)
+  if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
+  if q11 * drip < t10 then q11 = q11 + 1 end
+  d_retry_after = q11
+  -- rate.go:208: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- rate.go:167-169: if req.Peek {
+-- rate.go:210-212: if req.Peek {
 if peek then
-  -- rate.go:168: return d, 0
+  -- rate.go:211: return d, 0
   return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
 end
--- rate.go:170: s.level, s.unit = deficit, a.unit
+-- rate.go:213: s.level, s.unit = deficit, a.unit
 s_level, s_unit = deficit, unit
--- rate.go:171: return d, d.ResetAfter
+-- rate.go:214: return d, d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
-local q6 = floor(r999 / 1000)
-if q6 * 1000 > r999 then q6 = q6 - 1 elseif (q6 + 1) * 1000 <= r999 then q6 = q6 + 1 end
-redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q6, 1) + slack)
+local q12 = floor(r999 / 1000)
+if q12 * 1000 > r999 then q12 = q12 - 1 elseif (q12 + 1) * 1000 <= r999 then q12 = q12 + 1 end
+redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q12, 1) + slack)
 return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}

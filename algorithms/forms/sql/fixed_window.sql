@@ -3,7 +3,7 @@
 -- fixed_window: the SQL form of the algorithm in algorithms/fixedwindow.go (fixedWindow.decide).
 --    Calling convention: see algorithms/forms/sql.go. args: [limit, period]. state: [start, count],
 --    or NULL for a key with no live state. A comment before each step names the Go line it comes
---    from (file:line: its text), as here: fixedwindow.go:75-98: func (a *fixedWindow) decide(s
+--    from (file:line: its text), as here: fixedwindow.go:75-115: func (a *fixedWindow) decide(s
 --    *fixedWindowState, live bool, req Request) (Decision, int64) {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,15 +22,16 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_078caf9a(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_bcf01d1b(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_078caf9a(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_bcf01d1b(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     -- the stored state: fixedwindow.go:43: type fixedWindowState struct {
@@ -47,7 +48,7 @@ DECLARE
             cardinality(state) <> 2
             OR least(st_start, st_count) < 0
             OR greatest(st_start, st_count) > 9007199254740992)
-            THEN ratelimit_corrupt_078caf9a(format('fixed_window state %s', state))
+            THEN ratelimit_corrupt_bcf01d1b(format('fixed_window state %s', state))
         ELSE CASE
             WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0
             ELSE st_count
@@ -59,10 +60,45 @@ DECLARE
             THEN now_us / arg_period * arg_period
         ELSE st_start
     END;
+    v_give_2 bigint;
 BEGIN
-    -- fixedwindow.go:85-89: if !d.Allowed {; fixedwindow.go:90-93: if req.Peek {
+    -- fixedwindow.go:81-97: if req.Refund {
+    IF refund THEN
+        -- give as this if leaves it: fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act
+        --    < end {
+        v_give_2 := CASE
+            WHEN (state IS NOT NULL) AND act >= v_s_start_2 AND act < v_s_start_2 + arg_period
+                THEN least(cost, v_s_count_1)
+            ELSE 0
+        END;
+        -- fixedwindow.go:93-95: if give == 0 {
+        IF v_give_2 = 0 THEN
+            -- fixedwindow.go:94: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                true,
+                arg_limit,
+                greatest(arg_limit - (v_s_count_1 - v_give_2), 0),
+                0,
+                CASE
+                    WHEN v_s_count_1 - v_give_2 = 0 THEN 0
+                    ELSE v_s_start_2 + arg_period - now_us
+                END,
+                0)::ratelimit_step;
+        END IF;
+        -- fixedwindow.go:96: return d, end - req.Now
+        RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 - v_give_2],
+            v_s_start_2 + arg_period - now_us,
+            true,
+            arg_limit,
+            greatest(arg_limit - (v_s_count_1 - v_give_2), 0),
+            0,
+            CASE WHEN v_s_count_1 - v_give_2 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
+            0)::ratelimit_step;
+    END IF;
+    -- fixedwindow.go:102-106: if !d.Allowed {; fixedwindow.go:107-110: if req.Peek {
     IF NOT v_s_count_1 + cost <= arg_limit OR peek THEN
-        -- fixedwindow.go:88: return d, 0; fixedwindow.go:92: return d, 0
+        -- fixedwindow.go:105: return d, 0; fixedwindow.go:109: return d, 0
         RETURN ROW(NULL,
             NULL,
             v_s_count_1 + cost <= arg_limit,
@@ -75,7 +111,7 @@ BEGIN
             CASE WHEN v_s_count_1 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
             0)::ratelimit_step;
     END IF;
-    -- fixedwindow.go:97: return d, end - req.Now
+    -- fixedwindow.go:114: return d, end - req.Now
     RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 + cost],
         v_s_start_2 + arg_period - now_us,
         v_s_count_1 + cost <= arg_limit,
@@ -87,9 +123,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_fixed_window_row_078caf9a is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_fixed_window_row_bcf01d1b is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_078caf9a(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_bcf01d1b(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -106,7 +142,7 @@ DECLARE
             cardinality(state) <> 2
             OR least(st_start, st_count) < 0
             OR greatest(st_start, st_count) > 9007199254740992)
-            THEN ratelimit_corrupt_078caf9a(format('fixed_window state %s', state))
+            THEN ratelimit_corrupt_bcf01d1b(format('fixed_window state %s', state))
         ELSE CASE
             WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0
             ELSE st_count
@@ -118,10 +154,48 @@ DECLARE
             THEN now_us / arg_period * arg_period
         ELSE st_start
     END;
+    v_give_2 bigint;
 BEGIN
-    -- fixedwindow.go:85-89: if !d.Allowed {; fixedwindow.go:90-93: if req.Peek {
+    -- fixedwindow.go:81-97: if req.Refund {
+    IF false THEN
+        -- give as this if leaves it: fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act
+        --    < end {
+        v_give_2 := CASE
+            WHEN (state IS NOT NULL) AND 0 >= v_s_start_2 AND 0 < v_s_start_2 + arg_period
+                THEN least(cost, v_s_count_1)
+            ELSE 0
+        END;
+        -- fixedwindow.go:93-95: if give == 0 {
+        IF v_give_2 = 0 THEN
+            -- fixedwindow.go:94: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                ARRAY[1,
+                    arg_limit,
+                    greatest(arg_limit - (v_s_count_1 - v_give_2), 0),
+                    0,
+                    CASE
+                        WHEN v_s_count_1 - v_give_2 = 0 THEN 0
+                        ELSE v_s_start_2 + arg_period - now_us
+                    END,
+                    0])::ratelimit_row_step;
+        END IF;
+        -- fixedwindow.go:96: return d, end - req.Now
+        RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 - v_give_2],
+            now_us + (v_s_start_2 + arg_period - now_us),
+            ARRAY[1,
+                arg_limit,
+                greatest(arg_limit - (v_s_count_1 - v_give_2), 0),
+                0,
+                CASE
+                    WHEN v_s_count_1 - v_give_2 = 0 THEN 0
+                    ELSE v_s_start_2 + arg_period - now_us
+                END,
+                0])::ratelimit_row_step;
+    END IF;
+    -- fixedwindow.go:102-106: if !d.Allowed {; fixedwindow.go:107-110: if req.Peek {
     IF NOT v_s_count_1 + cost <= arg_limit THEN
-        -- fixedwindow.go:88: return d, 0; fixedwindow.go:92: return d, 0
+        -- fixedwindow.go:105: return d, 0; fixedwindow.go:109: return d, 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -131,7 +205,7 @@ BEGIN
                 CASE WHEN v_s_count_1 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
                 0])::ratelimit_row_step;
     END IF;
-    -- fixedwindow.go:97: return d, end - req.Now
+    -- fixedwindow.go:114: return d, end - req.Now
     RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 + cost],
         now_us + (v_s_start_2 + arg_period - now_us),
         ARRAY[1,

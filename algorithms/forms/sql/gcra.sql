@@ -3,7 +3,7 @@
 -- gcra: the SQL form of the algorithm in algorithms/rate.go (gcra.decide). Calling convention: see
 --    algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state: [tat, frac, drip],
 --    or NULL for a key with no live state. A comment before each step names the Go line it comes
---    from (file:line: its text), as here: rate.go:323-354: func (a *gcra) decide(s *gcraState, live
+--    from (file:line: its text), as here: rate.go:379-428: func (a *gcra) decide(s *gcraState, live
 --    bool, req Request) (Decision, int64) {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,18 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_3348d2cc(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_689a4547(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra_3348d2cc(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_gcra_689a4547(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:280: type gcraState struct {
+    -- the stored state: rate.go:335: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
@@ -44,17 +45,17 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:287: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:342: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:333: raw := us*a.drip + frac
+    -- rate.go:390: raw := us*a.drip + frac
     v_raw bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_3348d2cc(format('gcra state %s', state))
-        ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip
+            THEN ratelimit_corrupt_689a4547(format('gcra state %s', state))
+        ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
             + CASE
                 WHEN st_drip <> arg_drip
                     THEN least(
@@ -63,84 +64,142 @@ DECLARE
                 ELSE st_frac
             END
     END;
-    -- rate.go:341: ahead += need
-    v_ahead_3 bigint := CASE
-        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, arg_capacity)
-        ELSE 0
-    END
-        + cost * arg_unit;
-    -- ahead as this if leaves it: rate.go:340-342: if d.Allowed && !req.Peek {
-    v_ahead_4 bigint := CASE
-        WHEN v_ahead_3 <= arg_capacity AND NOT peek THEN v_ahead_3
-        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, arg_capacity)
+    -- ahead as this if leaves it: rate.go:383-393: if live && s.tat >= req.Now {
+    v_ahead_2 bigint := CASE
+        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
         ELSE 0
     END;
+    v_ahead_6 bigint;
+    v_d_allowed boolean;
+    v_give bigint;
+    v_room bigint;
 BEGIN
-    -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
-    IF (peek
-        OR NOT v_ahead_3 <= arg_capacity
-            AND NOT CASE
-                WHEN (state IS NOT NULL) AND st_tat >= now_us
-                    THEN st_tat - now_us > arg_fill OR v_raw > arg_capacity
-                ELSE false
-            END) THEN
-        -- rate.go:349: return d, 0
-        RETURN ROW(NULL,
-            NULL,
-            v_ahead_3 <= arg_capacity,
+    -- rate.go:396-408: if req.Refund {
+    IF refund THEN
+        -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+        v_give := CASE
+            WHEN act - now_us < 0 THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_ahead_2 - arg_capacity - least(act - now_us, 4 * arg_fill) * arg_drip,
+                            0),
+                    v_ahead_2),
+                0)
+        END;
+        -- rate.go:402-404: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:403: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                true,
+                arg_burst,
+                greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                0,
+                (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                0)::ratelimit_step;
+        END IF;
+        -- rate.go:407: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                now_us + (v_ahead_2 - v_give) / arg_drip,
+                v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
+                arg_drip],
+            greatest((v_ahead_2 - v_give + arg_drip - 1) / arg_drip, 1),
+            true,
             arg_burst,
-            greatest(arg_capacity - v_ahead_4, 0) / arg_unit,
-            CASE
-                WHEN NOT v_ahead_3 <= arg_capacity
-                    THEN (v_ahead_4 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
-                ELSE 0
-            END,
-            (v_ahead_4 + arg_drip - 1) / arg_drip,
+            greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+            0,
+            (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:353: return d, d.ResetAfter
+    -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    v_room := least(
+        arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
+        3 * arg_capacity);
+    -- rate.go:410: d.Allowed = ahead+need <= room
+    v_d_allowed := v_ahead_2 + cost * arg_unit <= v_room;
+    -- ahead as this if leaves it: rate.go:411-416: if d.Allowed {
+    v_ahead_6 := CASE
+        WHEN v_d_allowed
+            THEN CASE WHEN NOT peek THEN v_ahead_2 + cost * arg_unit ELSE v_ahead_2 END
+        ELSE v_ahead_2
+    END;
+    -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+    IF (peek
+        OR NOT v_d_allowed
+            AND NOT CASE
+                WHEN (state IS NOT NULL) AND st_tat >= now_us
+                    THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
+                ELSE false
+            END) THEN
+        -- rate.go:423: return d, 0
+        RETURN ROW(NULL,
+            NULL,
+            v_d_allowed,
+            arg_burst,
+            greatest(arg_capacity - v_ahead_6, 0) / arg_unit,
+            CASE
+                WHEN NOT v_d_allowed
+                    THEN (v_ahead_6 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
+                ELSE 0
+            END,
+            (v_ahead_6 + arg_drip - 1) / arg_drip,
+            CASE
+                WHEN v_d_allowed
+                    THEN (greatest(v_ahead_2 + cost * arg_unit - arg_capacity, 0)
+                        + arg_drip - 1) / arg_drip
+                ELSE 0
+            END)::ratelimit_step;
+    END IF;
+    -- rate.go:427: return d, d.ResetAfter
     RETURN ROW(ARRAY[
-            now_us + v_ahead_4 / arg_drip,
-            v_ahead_4 - v_ahead_4 / arg_drip * arg_drip,
+            now_us + v_ahead_6 / arg_drip,
+            v_ahead_6 - v_ahead_6 / arg_drip * arg_drip,
             arg_drip],
-        (v_ahead_4 + arg_drip - 1) / arg_drip,
-        v_ahead_3 <= arg_capacity,
+        (v_ahead_6 + arg_drip - 1) / arg_drip,
+        v_d_allowed,
         arg_burst,
-        greatest(arg_capacity - v_ahead_4, 0) / arg_unit,
+        greatest(arg_capacity - v_ahead_6, 0) / arg_unit,
         CASE
-            WHEN NOT v_ahead_3 <= arg_capacity
-                THEN (v_ahead_4 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
+            WHEN NOT v_d_allowed
+                THEN (v_ahead_6 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
             ELSE 0
         END,
-        (v_ahead_4 + arg_drip - 1) / arg_drip,
-        0)::ratelimit_step;
+        (v_ahead_6 + arg_drip - 1) / arg_drip,
+        CASE
+            WHEN v_d_allowed
+                THEN (greatest(v_ahead_2 + cost * arg_unit - arg_capacity, 0)
+                    + arg_drip - 1) / arg_drip
+            ELSE 0
+        END)::ratelimit_step;
 END
 $$;
 
--- ratelimit_gcra_row_3348d2cc is the same decision for a request that consumes (not a peek), in the shape a
+-- ratelimit_gcra_row_689a4547 is the same decision for a request that consumes (not a peek), in the shape a
 --    store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_gcra_row_3348d2cc(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_row_689a4547(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:280: type gcraState struct {
+    -- the stored state: rate.go:335: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:287: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:342: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:333: raw := us*a.drip + frac
+    -- rate.go:390: raw := us*a.drip + frac
     v_raw bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_3348d2cc(format('gcra state %s', state))
-        ELSE greatest(least(st_tat - now_us, arg_fill), 0) * arg_drip
+            THEN ratelimit_corrupt_689a4547(format('gcra state %s', state))
+        ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
             + CASE
                 WHEN st_drip <> arg_drip
                     THEN least(
@@ -149,47 +208,94 @@ DECLARE
                 ELSE st_frac
             END
     END;
-    -- ahead as this if leaves it: rate.go:326-336: if live && s.tat >= req.Now {
+    -- ahead as this if leaves it: rate.go:383-393: if live && s.tat >= req.Now {
     v_ahead_2 bigint := CASE
-        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, arg_capacity)
+        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
         ELSE 0
     END;
-    -- rate.go:341: ahead += need
-    v_ahead_3 bigint := v_ahead_2 + cost * arg_unit;
+    v_ahead_4 bigint;
+    v_give bigint;
+    v_room bigint;
 BEGIN
-    -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
-    IF (NOT v_ahead_3 <= arg_capacity
+    -- rate.go:396-408: if req.Refund {
+    IF false THEN
+        -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+        v_give := CASE
+            WHEN 0 - now_us < 0 THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_ahead_2 - arg_capacity - least(0 - now_us, 4 * arg_fill) * arg_drip,
+                            0),
+                    v_ahead_2),
+                0)
+        END;
+        -- rate.go:402-404: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:403: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                ARRAY[1,
+                    arg_burst,
+                    greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                    0,
+                    (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                    0])::ratelimit_row_step;
+        END IF;
+        -- rate.go:407: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                now_us + (v_ahead_2 - v_give) / arg_drip,
+                v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
+                arg_drip],
+            now_us + greatest((v_ahead_2 - v_give + arg_drip - 1) / arg_drip, 1),
+            ARRAY[1,
+                arg_burst,
+                greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                0,
+                (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                0])::ratelimit_row_step;
+    END IF;
+    -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    v_room := least(
+        arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
+        3 * arg_capacity);
+    -- rate.go:414: ahead += need
+    v_ahead_4 := v_ahead_2 + cost * arg_unit;
+    -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+    IF (NOT v_ahead_4 <= v_room
         AND NOT CASE
             WHEN (state IS NOT NULL) AND st_tat >= now_us
-                THEN st_tat - now_us > arg_fill OR v_raw > arg_capacity
+                THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
             ELSE false
         END) THEN
-        -- rate.go:349: return d, 0
+        -- rate.go:423: return d, 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
                 greatest(arg_capacity - v_ahead_2, 0) / arg_unit,
-                (v_ahead_3 - arg_capacity + arg_drip - 1) / arg_drip,
+                (v_ahead_4 - v_room + arg_drip - 1) / arg_drip,
                 (v_ahead_2 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:339: d.Allowed = ahead+need <= a.capacity
-    IF v_ahead_3 <= arg_capacity THEN
-        -- rate.go:353: return d, d.ResetAfter
+    -- rate.go:410: d.Allowed = ahead+need <= room
+    IF v_ahead_4 <= v_room THEN
+        -- rate.go:427: return d, d.ResetAfter
         RETURN ROW(ARRAY[
-                now_us + v_ahead_3 / arg_drip,
-                v_ahead_3 - v_ahead_3 / arg_drip * arg_drip,
+                now_us + v_ahead_4 / arg_drip,
+                v_ahead_4 - v_ahead_4 / arg_drip * arg_drip,
                 arg_drip],
-            now_us + (v_ahead_3 + arg_drip - 1) / arg_drip,
+            now_us + (v_ahead_4 + arg_drip - 1) / arg_drip,
             ARRAY[1,
                 arg_burst,
-                greatest(arg_capacity - v_ahead_3, 0) / arg_unit,
+                greatest(arg_capacity - v_ahead_4, 0) / arg_unit,
                 0,
-                (v_ahead_3 + arg_drip - 1) / arg_drip,
-                0])::ratelimit_row_step;
+                (v_ahead_4 + arg_drip - 1) / arg_drip,
+                (greatest(v_ahead_4 - arg_capacity, 0)
+                    + arg_drip - 1) / arg_drip])::ratelimit_row_step;
     END IF;
-    -- rate.go:353: return d, d.ResetAfter
+    -- rate.go:427: return d, d.ResetAfter
     RETURN ROW(ARRAY[
             now_us + v_ahead_2 / arg_drip,
             v_ahead_2 - v_ahead_2 / arg_drip * arg_drip,
@@ -198,7 +304,7 @@ BEGIN
         ARRAY[0,
             arg_burst,
             greatest(arg_capacity - v_ahead_2, 0) / arg_unit,
-            (v_ahead_3 - arg_capacity + arg_drip - 1) / arg_drip,
+            (v_ahead_4 - v_room + arg_drip - 1) / arg_drip,
             (v_ahead_2 + arg_drip - 1) / arg_drip,
             0])::ratelimit_row_step;
 END

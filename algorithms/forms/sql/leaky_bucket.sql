@@ -3,7 +3,7 @@
 -- leaky_bucket: the SQL form of the algorithm in algorithms/rate.go (leakyBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:224-253: func (a
+--    the Go line it comes from (file:line: its text), as here: rate.go:267-308: func (a
 --    *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,18 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_ac19359f(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_e97f320d(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_ac19359f(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_e97f320d(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:77: type bucketState struct {
+    -- the stored state: rate.go:101: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
@@ -44,16 +45,16 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:84: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- level as this if leaves it: rate.go:226-232: if live {
+    -- level as this if leaves it: rate.go:269-275: if live {
     v_level_3 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_ac19359f(format('leaky_bucket state %s', state))
+            THEN ratelimit_corrupt_e97f320d(format('leaky_bucket state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL)
                 THEN CASE
@@ -82,45 +83,98 @@ DECLARE
             ELSE 0
         END
     END;
-    -- rate.go:235: d.Allowed = level+need <= a.capacity
-    v_d_allowed boolean := v_level_3 + cost * arg_unit <= arg_capacity;
-    -- level as this if leaves it: rate.go:236-241: if d.Allowed {
-    v_level_6 bigint := CASE
+    v_d_allowed boolean;
+    v_give bigint;
+    v_level_7 bigint;
+BEGIN
+    -- rate.go:278-289: if req.Refund {
+    IF refund THEN
+        -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+        v_give := CASE
+            WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
+                < 0
+                THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_level_3
+                                - cost * arg_unit
+                                - least(
+                                    act
+                                        - CASE
+                                            WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
+                                            ELSE now_us
+                                        END,
+                                    4 * arg_fill)
+                                    * arg_drip,
+                            0),
+                    v_level_3),
+                0)
+        END;
+        -- rate.go:284-286: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:285: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                true,
+                arg_burst,
+                (arg_capacity - (v_level_3 - v_give)) / arg_unit,
+                0,
+                (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                0)::ratelimit_step;
+        END IF;
+        -- rate.go:288: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                v_level_3 - v_give,
+                CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
+                arg_unit],
+            greatest((v_level_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            true,
+            arg_burst,
+            (arg_capacity - (v_level_3 - v_give)) / arg_unit,
+            0,
+            (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+            0)::ratelimit_step;
+    END IF;
+    -- rate.go:290: d.Allowed = level+need <= a.capacity
+    v_d_allowed := v_level_3 + cost * arg_unit <= arg_capacity;
+    -- level as this if leaves it: rate.go:291-296: if d.Allowed {
+    v_level_7 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_level_3 + cost * arg_unit ELSE v_level_3 END
         ELSE v_level_3
     END;
-BEGIN
-    -- rate.go:244-247: if !d.Allowed {; rate.go:248-250: if req.Peek {
+    -- rate.go:299-302: if !d.Allowed {; rate.go:303-305: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:246: return d, 0; rate.go:249: return d, 0
+        -- rate.go:301: return d, 0; rate.go:304: return d, 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             arg_burst,
-            (arg_capacity - v_level_6) / arg_unit,
+            (arg_capacity - v_level_7) / arg_unit,
             CASE
                 WHEN NOT v_d_allowed
-                    THEN (v_level_6 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
+                    THEN (v_level_7 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
                 ELSE 0
             END,
-            (v_level_6 + arg_drip - 1) / arg_drip,
+            (v_level_7 + arg_drip - 1) / arg_drip,
             CASE
                 WHEN v_d_allowed THEN (v_level_3 + arg_drip - 1) / arg_drip
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:252: return d, d.ResetAfter
+    -- rate.go:307: return d, d.ResetAfter
     RETURN ROW(ARRAY[
-            v_level_6,
+            v_level_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        (v_level_6 + arg_drip - 1) / arg_drip,
+        (v_level_7 + arg_drip - 1) / arg_drip,
         v_d_allowed,
         arg_burst,
-        (arg_capacity - v_level_6) / arg_unit,
+        (arg_capacity - v_level_7) / arg_unit,
         0,
-        (v_level_6 + arg_drip - 1) / arg_drip,
+        (v_level_7 + arg_drip - 1) / arg_drip,
         CASE
             WHEN v_d_allowed THEN (v_level_3 + arg_drip - 1) / arg_drip
             ELSE 0
@@ -128,29 +182,29 @@ BEGIN
 END
 $$;
 
--- ratelimit_leaky_bucket_row_ac19359f is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_leaky_bucket_row_e97f320d is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_ac19359f(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_e97f320d(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:77: type bucketState struct {
+    -- the stored state: rate.go:101: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:84: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:227: level = a.rescale(s.level, s.unit)
+    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
     v_level_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_ac19359f(format('leaky_bucket state %s', state))
+            THEN ratelimit_corrupt_e97f320d(format('leaky_bucket state %s', state))
         ELSE CASE
             WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
             ELSE least(
@@ -160,7 +214,7 @@ DECLARE
                 arg_capacity)
         END
     END;
-    -- level as this if leaves it: rate.go:226-232: if live {
+    -- level as this if leaves it: rate.go:269-275: if live {
     v_level_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
@@ -170,32 +224,84 @@ DECLARE
             END
         ELSE 0
     END;
-    -- rate.go:239: level += need
-    v_level_4 bigint := v_level_3 + cost * arg_unit;
+    v_give bigint;
+    v_level_5 bigint;
 BEGIN
-    -- rate.go:244-247: if !d.Allowed {; rate.go:248-250: if req.Peek {
-    IF NOT v_level_4 <= arg_capacity THEN
-        -- rate.go:246: return d, 0; rate.go:249: return d, 0
+    -- rate.go:278-289: if req.Refund {
+    IF false THEN
+        -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+        v_give := CASE
+            WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
+                < 0
+                THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_level_3
+                                - cost * arg_unit
+                                - least(
+                                    0
+                                        - CASE
+                                            WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
+                                            ELSE now_us
+                                        END,
+                                    4 * arg_fill)
+                                    * arg_drip,
+                            0),
+                    v_level_3),
+                0)
+        END;
+        -- rate.go:284-286: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:285: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                ARRAY[1,
+                    arg_burst,
+                    (arg_capacity - (v_level_3 - v_give)) / arg_unit,
+                    0,
+                    (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                    0])::ratelimit_row_step;
+        END IF;
+        -- rate.go:288: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                v_level_3 - v_give,
+                CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
+                arg_unit],
+            now_us + greatest((v_level_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            ARRAY[1,
+                arg_burst,
+                (arg_capacity - (v_level_3 - v_give)) / arg_unit,
+                0,
+                (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                0])::ratelimit_row_step;
+    END IF;
+    -- rate.go:294: level += need
+    v_level_5 := v_level_3 + cost * arg_unit;
+    -- rate.go:299-302: if !d.Allowed {; rate.go:303-305: if req.Peek {
+    IF NOT v_level_5 <= arg_capacity THEN
+        -- rate.go:301: return d, 0; rate.go:304: return d, 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
                 (arg_capacity - v_level_3) / arg_unit,
-                (v_level_4 - arg_capacity + arg_drip - 1) / arg_drip,
+                (v_level_5 - arg_capacity + arg_drip - 1) / arg_drip,
                 (v_level_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:252: return d, d.ResetAfter
+    -- rate.go:307: return d, d.ResetAfter
     RETURN ROW(ARRAY[
-            v_level_4,
+            v_level_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        now_us + (v_level_4 + arg_drip - 1) / arg_drip,
+        now_us + (v_level_5 + arg_drip - 1) / arg_drip,
         ARRAY[1,
             arg_burst,
-            (arg_capacity - v_level_4) / arg_unit,
+            (arg_capacity - v_level_5) / arg_unit,
             0,
-            (v_level_4 + arg_drip - 1) / arg_drip,
+            (v_level_5 + arg_drip - 1) / arg_drip,
             (v_level_3 + arg_drip - 1) / arg_drip])::ratelimit_row_step;
 END
 $$;

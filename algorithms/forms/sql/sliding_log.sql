@@ -30,7 +30,7 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_30c96794(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_38122358(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
@@ -38,7 +38,7 @@ END
 $$;
 
 -- Raises RL001 unless (t, c) is an entry the log could hold.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_30c96794(t bigint, c bigint) RETURNS void
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_38122358(t bigint, c bigint) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     IF t IS NULL OR c IS NULL OR t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
@@ -48,8 +48,9 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_30c96794(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_38122358(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     a_limit  bigint := args[1];
@@ -85,7 +86,7 @@ BEGIN
         FOR i IN 0 .. n - 1 LOOP
             t := log[2*i + 1];
             c := log[2*i + 2];
-            PERFORM ratelimit_sliding_log_entry_30c96794(t, c);
+            PERFORM ratelimit_sliding_log_entry_38122358(t, c);
             used := used + c;
             IF used > 9007199254740992 THEN
                 RAISE EXCEPTION USING ERRCODE = 'RL001',
@@ -97,7 +98,7 @@ BEGIN
     WHILE lo < n LOOP
         t := log[b + 2*lo + 1];
         c := log[b + 2*lo + 2];
-        PERFORM ratelimit_sliding_log_entry_30c96794(t, c);
+        PERFORM ratelimit_sliding_log_entry_38122358(t, c);
         EXIT WHEN now_us < t + a_period;
         lo := lo + 1;
         used := used - c;
@@ -109,7 +110,7 @@ BEGIN
     IF lo < n THEN
         newest := log[b + 2*n - 1];
         c := log[b + 2*n];
-        PERFORM ratelimit_sliding_log_entry_30c96794(newest, c);
+        PERFORM ratelimit_sliding_log_entry_38122358(newest, c);
     ELSIF used <> 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'RL001',
             MESSAGE = format('ratelimit: corrupt state: sliding log total %s with no live entry', used);
@@ -131,7 +132,7 @@ BEGIN
         WHILE pos < n AND excess > 0 LOOP
             t := log[b + 2*pos + 1];
             c := log[b + 2*pos + 2];
-            PERFORM ratelimit_sliding_log_entry_30c96794(t, c);
+            PERFORM ratelimit_sliding_log_entry_38122358(t, c);
             excess := excess - c;
             IF excess <= 0 THEN
                 r.retry_after := t + a_period - now_us;
@@ -144,7 +145,7 @@ BEGIN
         END IF;
         RETURN r;
     END IF;
-    IF peek THEN
+    IF peek OR refund THEN -- the log gives nothing back: a refund is a peek
         r.remaining := greatest(a_limit - used, 0);
         RETURN r;
     END IF;
@@ -154,7 +155,7 @@ BEGIN
     WHILE pos > lo LOOP
         t := log[b + 2*pos - 1];
         c := log[b + 2*pos];
-        PERFORM ratelimit_sliding_log_entry_30c96794(t, c);
+        PERFORM ratelimit_sliding_log_entry_38122358(t, c);
         EXIT WHEN t <= now_us;
         pos := pos - 1;
     END LOOP;

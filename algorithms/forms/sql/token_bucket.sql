@@ -3,7 +3,7 @@
 -- token_bucket: the SQL form of the algorithm in algorithms/rate.go (tokenBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:146-172: func (a
+--    the Go line it comes from (file:line: its text), as here: rate.go:170-215: func (a
 --    *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,18 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_87ad5455(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_01d903cb(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_87ad5455(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_01d903cb(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:77: type bucketState struct {
+    -- the stored state: rate.go:101: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
@@ -44,37 +45,37 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:84: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- deficit as this if leaves it: rate.go:148-154: if live {
+    -- deficit as this if leaves it: rate.go:173-179: if live {
     v_deficit_3 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_87ad5455(format('token_bucket state %s', state))
+            THEN ratelimit_corrupt_01d903cb(format('token_bucket state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL)
                 THEN CASE
                     WHEN now_us - st_last <= 0
                         THEN CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
+                            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
                             ELSE least(
                                 least(
                                     floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
                                     9007199254740992)::bigint,
-                                arg_capacity)
+                                3 * arg_capacity)
                         END
-                    WHEN now_us - st_last >= arg_fill THEN 0
+                    WHEN now_us - st_last >= 3 * arg_fill THEN 0
                     ELSE greatest(
                         CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
+                            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
                             ELSE least(
                                 least(
                                     floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
                                     9007199254740992)::bigint,
-                                arg_capacity)
+                                3 * arg_capacity)
                         END
                             - (now_us - st_last) * arg_drip,
                         0)
@@ -82,113 +83,242 @@ DECLARE
             ELSE 0
         END
     END;
-    -- rate.go:157: d.Allowed = deficit+need <= a.capacity
-    v_d_allowed boolean := v_deficit_3 + cost * arg_unit <= arg_capacity;
-    -- deficit as this if leaves it: rate.go:158-160: if d.Allowed && !req.Peek {
-    v_deficit_5 bigint := CASE
-        WHEN v_d_allowed AND NOT peek THEN v_deficit_3 + cost * arg_unit
+    v_d_allowed boolean;
+    v_deficit_7 bigint;
+    v_give bigint;
+    v_room bigint;
+BEGIN
+    -- rate.go:182-195: if req.Refund {
+    IF refund THEN
+        -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        v_give := CASE
+            WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
+                < 0
+                THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_deficit_3
+                                - arg_capacity
+                                - least(
+                                    act
+                                        - CASE
+                                            WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
+                                            ELSE now_us
+                                        END,
+                                    4 * arg_fill)
+                                    * arg_drip,
+                            0),
+                    v_deficit_3),
+                0)
+        END;
+        -- rate.go:190-192: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:191: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                true,
+                arg_burst,
+                greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
+                0,
+                (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                0)::ratelimit_step;
+        END IF;
+        -- rate.go:194: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                v_deficit_3 - v_give,
+                CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
+                arg_unit],
+            greatest((v_deficit_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            true,
+            arg_burst,
+            greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
+            0,
+            (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+            0)::ratelimit_step;
+    END IF;
+    -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    v_room := least(
+        arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
+        3 * arg_capacity);
+    -- rate.go:197: d.Allowed = deficit+need <= room
+    v_d_allowed := v_deficit_3 + cost * arg_unit <= v_room;
+    -- deficit as this if leaves it: rate.go:198-203: if d.Allowed {
+    v_deficit_7 := CASE
+        WHEN v_d_allowed
+            THEN CASE WHEN NOT peek THEN v_deficit_3 + cost * arg_unit ELSE v_deficit_3 END
         ELSE v_deficit_3
     END;
-BEGIN
-    -- rate.go:163-166: if !d.Allowed {; rate.go:167-169: if req.Peek {
+    -- rate.go:206-209: if !d.Allowed {; rate.go:210-212: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:165: return d, 0; rate.go:168: return d, 0
+        -- rate.go:208: return d, 0; rate.go:211: return d, 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
             arg_burst,
-            (arg_capacity - v_deficit_5) / arg_unit,
+            greatest(arg_capacity - v_deficit_7, 0) / arg_unit,
             CASE
                 WHEN NOT v_d_allowed
-                    THEN (v_deficit_5 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
+                    THEN (v_deficit_7 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
                 ELSE 0
             END,
-            (v_deficit_5 + arg_drip - 1) / arg_drip,
-            0)::ratelimit_step;
+            (v_deficit_7 + arg_drip - 1) / arg_drip,
+            CASE
+                WHEN v_d_allowed
+                    THEN (greatest(
+                        v_deficit_3 + cost * arg_unit - arg_capacity,
+                        0)
+                        + arg_drip - 1) / arg_drip
+                ELSE 0
+            END)::ratelimit_step;
     END IF;
-    -- rate.go:171: return d, d.ResetAfter
+    -- rate.go:214: return d, d.ResetAfter
     RETURN ROW(ARRAY[
-            v_deficit_5,
+            v_deficit_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        (v_deficit_5 + arg_drip - 1) / arg_drip,
+        (v_deficit_7 + arg_drip - 1) / arg_drip,
         v_d_allowed,
         arg_burst,
-        (arg_capacity - v_deficit_5) / arg_unit,
+        greatest(arg_capacity - v_deficit_7, 0) / arg_unit,
         0,
-        (v_deficit_5 + arg_drip - 1) / arg_drip,
-        0)::ratelimit_step;
+        (v_deficit_7 + arg_drip - 1) / arg_drip,
+        CASE
+            WHEN v_d_allowed
+                THEN (greatest(v_deficit_3 + cost * arg_unit - arg_capacity, 0)
+                    + arg_drip - 1) / arg_drip
+            ELSE 0
+        END)::ratelimit_step;
 END
 $$;
 
--- ratelimit_token_bucket_row_87ad5455 is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_token_bucket_row_01d903cb is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_87ad5455(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_01d903cb(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:77: type bucketState struct {
+    -- the stored state: rate.go:101: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:84: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:149: deficit = a.rescale(s.level, s.unit)
+    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
     v_deficit_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_87ad5455(format('token_bucket state %s', state))
+            THEN ratelimit_corrupt_01d903cb(format('token_bucket state %s', state))
         ELSE CASE
-            WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
+            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
             ELSE least(
                 least(
                     floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
                     9007199254740992)::bigint,
-                arg_capacity)
+                3 * arg_capacity)
         END
     END;
-    -- deficit as this if leaves it: rate.go:148-154: if live {
+    -- deficit as this if leaves it: rate.go:173-179: if live {
     v_deficit_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
                 WHEN now_us - st_last <= 0 THEN v_deficit_1
-                WHEN now_us - st_last >= arg_fill THEN 0
+                WHEN now_us - st_last >= 3 * arg_fill THEN 0
                 ELSE greatest(v_deficit_1 - (now_us - st_last) * arg_drip, 0)
             END
         ELSE 0
     END;
-    -- rate.go:159: deficit += need
-    v_deficit_4 bigint := v_deficit_3 + cost * arg_unit;
+    v_deficit_5 bigint;
+    v_give bigint;
+    v_room bigint;
 BEGIN
-    -- rate.go:163-166: if !d.Allowed {; rate.go:167-169: if req.Peek {
-    IF NOT v_deficit_4 <= arg_capacity THEN
-        -- rate.go:165: return d, 0; rate.go:168: return d, 0
+    -- rate.go:182-195: if req.Refund {
+    IF false THEN
+        -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        v_give := CASE
+            WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
+                < 0
+                THEN 0
+            ELSE greatest(
+                least(
+                    cost * arg_unit
+                        - greatest(
+                            v_deficit_3
+                                - arg_capacity
+                                - least(
+                                    0
+                                        - CASE
+                                            WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
+                                            ELSE now_us
+                                        END,
+                                    4 * arg_fill)
+                                    * arg_drip,
+                            0),
+                    v_deficit_3),
+                0)
+        END;
+        -- rate.go:190-192: if give == 0 {
+        IF v_give = 0 THEN
+            -- rate.go:191: return d, 0
+            RETURN ROW(NULL,
+                NULL,
+                ARRAY[1,
+                    arg_burst,
+                    greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
+                    0,
+                    (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                    0])::ratelimit_row_step;
+        END IF;
+        -- rate.go:194: return d, max(d.ResetAfter, 1)
+        RETURN ROW(ARRAY[
+                v_deficit_3 - v_give,
+                CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
+                arg_unit],
+            now_us + greatest((v_deficit_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            ARRAY[1,
+                arg_burst,
+                greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
+                0,
+                (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                0])::ratelimit_row_step;
+    END IF;
+    -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    v_room := least(
+        arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
+        3 * arg_capacity);
+    -- rate.go:201: deficit += need
+    v_deficit_5 := v_deficit_3 + cost * arg_unit;
+    -- rate.go:206-209: if !d.Allowed {; rate.go:210-212: if req.Peek {
+    IF NOT v_deficit_5 <= v_room THEN
+        -- rate.go:208: return d, 0; rate.go:211: return d, 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
-                (arg_capacity - v_deficit_3) / arg_unit,
-                (v_deficit_4 - arg_capacity + arg_drip - 1) / arg_drip,
+                greatest(arg_capacity - v_deficit_3, 0) / arg_unit,
+                (v_deficit_5 - v_room + arg_drip - 1) / arg_drip,
                 (v_deficit_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:171: return d, d.ResetAfter
+    -- rate.go:214: return d, d.ResetAfter
     RETURN ROW(ARRAY[
-            v_deficit_4,
+            v_deficit_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        now_us + (v_deficit_4 + arg_drip - 1) / arg_drip,
+        now_us + (v_deficit_5 + arg_drip - 1) / arg_drip,
         ARRAY[1,
             arg_burst,
-            (arg_capacity - v_deficit_4) / arg_unit,
+            greatest(arg_capacity - v_deficit_5, 0) / arg_unit,
             0,
-            (v_deficit_4 + arg_drip - 1) / arg_drip,
-            0])::ratelimit_row_step;
+            (v_deficit_5 + arg_drip - 1) / arg_drip,
+            (greatest(v_deficit_5 - arg_capacity, 0)
+                + arg_drip - 1) / arg_drip])::ratelimit_row_step;
 END
 $$;

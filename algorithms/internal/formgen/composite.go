@@ -35,7 +35,7 @@ func files(forms []*form, hand ...string) string {
 }
 
 // luaFunction writes f's decide as a Lua function, decide_<name>(now, cost,
-// peek, live, sv_, av_), of the state's fields (the table sv_) and the
+// peek, live, sv_, av_, max_delay, refund, act), of the state's fields (the table sv_) and the
 // parameters (the table av_). It returns the decision's fields (allowed as
 // a boolean), the TTL, and the next state's fields as a table, or nil when
 // nothing is to be stored.
@@ -53,7 +53,7 @@ func luaFunction(b *strings.Builder, f *form) {
 		ax = append(ax, fmt.Sprintf("av_[%d]", i+1))
 	}
 	fmt.Fprintf(b, "-- %s.decide (%s)\n", f.goType, f.file)
-	fmt.Fprintf(b, "local function decide_%s(now, cost, peek, live, sv_, av_)\n", f.name)
+	fmt.Fprintf(b, "local function decide_%s(now, cost, peek, live, sv_, av_, max_delay, refund, act)\n", f.name)
 	fmt.Fprintf(b, "  local %s = %s\n", strings.Join(sv, ", "), strings.Join(sx, ", "))
 	fmt.Fprintf(b, "  local %s = %s\n", strings.Join(av, ", "), strings.Join(ax, ", "))
 	g.block(f.body, nil)
@@ -64,7 +64,7 @@ func luaFunction(b *strings.Builder, f *form) {
 // luaFlatFunction writes f's decide as a Lua function of locals, for the
 // coalesced form (many.go), which calls it once per request and so makes
 // no table per call: decide_<name>(now, cost, peek, live, the state's
-// fields, the parameters). It returns the decision's fields (allowed as a
+// fields, the parameters, max_delay, refund, act). It returns the decision's fields (allowed as a
 // boolean), the TTL, whether to store, and then the next state's fields
 // (none when there is nothing to store).
 func luaFlatFunction(b *strings.Builder, f *form) {
@@ -78,6 +78,7 @@ func luaFlatFunction(b *strings.Builder, f *form) {
 	for _, a := range f.args {
 		params = append(params, luaName(a))
 	}
+	params = append(params, "max_delay", "refund", "act")
 	fmt.Fprintf(b, "-- %s.decide (%s)\n", f.goType, f.file)
 	b.WriteString(wrapLua("local function decide_"+f.name+"(", params, ")", "    "))
 	g.block(f.body, nil)
@@ -208,7 +209,8 @@ const luaAllDoc = `-- all: the Lua form of a composite (algorithms.All, composit
 --            part's state expires, its length in bytes (0 for none, 8 per
 --            field otherwise), and its fields (for the sliding log, the Go
 --            form's: the header (-1, total), then (time, cost) pairs)
---   ARGV     now, cost, peek, server_clock, slack, the parts: their
+--   ARGV     now, cost, peek, server_clock, slack, the parts (ARGV[6]),
+--            [max_delay, refund, act]; the parts: their
 --            algorithm names, separated by spaces, a newline, then
 --            packed(every part's parameters, in order)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
@@ -327,26 +329,30 @@ end
 
 -- Decides one request on parts, appending every part's decision to out.
 -- Check: every part decides it as a peek. Commit, unless a part denies or
--- it is a peek: every part decides it for real. It returns true and the
+-- it is a peek: every part decides it for real. A refund has no check:
+-- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
 -- states (each part's new state, or its state as it was), and false when
 -- nothing is to be written.
-local function decide(parts, now, cost, peek, out)
+local function decide(parts, now, cost, peek, out, max_delay, refund, act)
+  max_delay, act = max_delay or 0, act or 0
   local base = #out
   local ok = true
   for i, p in ipairs(parts) do
     p.live = p.has and now < p.e
     p.cur = p.zero
     if p.live then p.cur = p.s end
-    ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a)) and ok
+    if not refund then
+      ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a, max_delay, false, act)) and ok
+    end
   end
-  if not ok or peek then
+  if not ok or peek and not refund then
     return false
   end
   local top = 0
   for i, p in ipairs(parts) do
-    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a)}
-    ok = put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) and ok
+    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
+    ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
     if r[8] then
       p.ne, p.ns = now + max(r[7], 1), r[8]
     elseif p.live then
@@ -395,7 +401,7 @@ end
 `
 
 const luaAllDriver = `
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])
@@ -407,7 +413,7 @@ if err then
   return redis.error_reply(err)
 end
 local out = {}
-local w, top = decide(parts, now, cost, peek, out)
+local w, top = decide(parts, now, cost, peek, out, max_delay, refund, act)
 if w then
   write(KEYS[1], parts, top, now, slack)
 end
@@ -511,15 +517,16 @@ $$;
 
 -- The decision of the form named name.
 CREATE OR REPLACE FUNCTION ratelimit_all_part(
-    name text, state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+    name text, state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     CASE name`)
 	for _, f := range forms {
-		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN %s(state, now_us, cost, peek, args);", f.name, sqlFunction(f))
+		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN %s(state, now_us, cost, peek, args,\n        max_delay, refund, act);", f.name, sqlFunction(f))
 	}
 	for _, h := range hand {
-		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN ratelimit_%s(state, now_us, cost, peek, args);", h.name, h.name)
+		fmt.Fprintf(&b, "\n    WHEN '%s' THEN RETURN ratelimit_%s(state, now_us, cost, peek, args,\n        max_delay, refund, act);", h.name, h.name)
 	}
 	b.WriteString("\n    END CASE;\nEND\n$$;\n")
 	b.WriteString(sqlAllDriver)
@@ -530,7 +537,8 @@ const sqlAllDoc = `-- all: the SQL form of a composite (algorithms.All, composit
 -- forms ratelimit_all_part names, each called through its own SQL form.
 -- Calling convention: see algorithms/forms/forms.go (CompositeSQL).
 --   ratelimit_all(state bigint[], now_us bigint, cost bigint, peek boolean,
---                 args bigint[], parts text[]) RETURNS ratelimit_all_step
+--                 args bigint[], parts text[], max_delay bigint, refund boolean,
+--                 act bigint) RETURNS ratelimit_all_step
 -- parts: the parts' algorithm names; args: every part's parameters, in
 -- order. state: for each part, when its state expires, its length in
 -- bytes (0 for none, 8 per field otherwise) and its fields; or NULL for a
@@ -541,7 +549,8 @@ const sqlAllDoc = `-- all: the SQL form of a composite (algorithms.All, composit
 
 const sqlAllDriver = `
 CREATE OR REPLACE FUNCTION ratelimit_all(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[], parts text[])
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[], parts text[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_all_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     n     int := cardinality(parts);
@@ -593,15 +602,17 @@ BEGIN
     IF apos <> coalesce(cardinality(args), 0) + 1 THEN
         RAISE EXCEPTION 'ratelimit: % composite parameters, want %', cardinality(args), apos - 1;
     END IF;
-    -- Check: every part decides the request as a peek.
+    -- Check: every part decides the request as a peek (a refund has none:
+    -- every part gives back what it can).
     FOR i IN 1 .. n LOOP
+        EXIT WHEN refund;
         d := ratelimit_all_part(parts[i],
             CASE WHEN fpos[i] > 0 THEN state[fpos[i] : fpos[i] + flen[i] - 1] END,
-            now_us, cost, true, args[astart[i] : astart[i] + alen[i] - 1]);
+            now_us, cost, true, args[astart[i] : astart[i] + alen[i] - 1], max_delay, false, act);
         decs := decs || ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
         ok := ok AND d.allowed;
     END LOOP;
-    IF NOT ok OR peek THEN
+    IF NOT ok OR peek AND NOT refund THEN
         RETURN ROW(NULL, NULL, decs)::ratelimit_all_step;
     END IF;
     -- Commit: every part decides the request for real; the state holds
@@ -611,9 +622,9 @@ BEGIN
     FOR i IN 1 .. n LOOP
         d := ratelimit_all_part(parts[i],
             CASE WHEN fpos[i] > 0 THEN state[fpos[i] : fpos[i] + flen[i] - 1] END,
-            now_us, cost, false, args[astart[i] : astart[i] + alen[i] - 1]);
+            now_us, cost, false, args[astart[i] : astart[i] + alen[i] - 1], max_delay, refund, act);
         decs := decs || ARRAY[d.allowed::int::bigint, d.lim, d.remaining, d.retry_after, d.reset_after, d.delay];
-        ok := ok AND d.allowed;
+        ok := ok AND (d.allowed OR refund);
         IF d.next_state IS NOT NULL THEN
             e := now_us + greatest(d.ttl, 1);
             nxt := nxt || e || (8 * cardinality(d.next_state))::bigint || d.next_state;

@@ -31,7 +31,8 @@ type (
 		name string
 		i    int
 	}
-	// eIn is a field of the request (now, cost, peek) or live.
+	// eIn is a field of the request (now, cost, peek, max_delay, refund,
+	// act) or live.
 	eIn struct{ name string }
 	// eBin is a binary operation: + - * / % == != < <= > >= && ||. The
 	// integer / and % are floor division and its remainder, which is
@@ -63,7 +64,7 @@ func (e eConst) exprType() typ { return e.t }
 func (e eVar) exprType() typ   { return e.t }
 func (e eArg) exprType() typ   { return tInt }
 func (e eIn) exprType() typ {
-	return map[bool]typ{true: tBool, false: tInt}[e.name == "peek" || e.name == "live"]
+	return map[bool]typ{true: tBool, false: tInt}[e.name == "peek" || e.name == "refund" || e.name == "live"]
 }
 func (e eNot) exprType() typ    { return tBool }
 func (e eNeg) exprType() typ    { return tInt }

@@ -272,7 +272,7 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	for _, a := range f.args {
 		c.used[a] = true
 	}
-	for _, n := range []string{"now", "cost", "peek", "live", "slack", "raw", "expires", "ttl", "px"} {
+	for _, n := range []string{"now", "cost", "peek", "max_delay", "refund", "act", "live", "slack", "raw", "expires", "ttl", "px"} {
 		c.used[n] = true
 	}
 	if len(fd.Type.Params.List) != 3 || len(fd.Recv.List[0].Names) != 1 {
@@ -755,6 +755,12 @@ func (c *conv) expr(e ast.Expr) (expr, error) {
 					return eIn{name: "cost"}, nil
 				case "Peek":
 					return eIn{name: "peek"}, nil
+				case "MaxDelay":
+					return eIn{name: "max_delay"}, nil
+				case "Refund":
+					return eIn{name: "refund"}, nil
+				case "Act":
+					return eIn{name: "act"}, nil
 				}
 			case obj == c.state:
 				v, err := c.stateField(e)

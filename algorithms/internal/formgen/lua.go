@@ -69,8 +69,9 @@ func Lua(f *form) string {
 }
 
 // luaRequest reads the request's fixed arguments (the calling convention's
-// ARGV[1] to ARGV[5]) into now, cost, peek and slack: every Lua form's, the
-// composite's included, starts with it.
+// ARGV[1] to ARGV[5], and the optional ARGV[7] to ARGV[9] of a reservation
+// or a refund) into now, cost, peek, slack, max_delay, refund and act:
+// every Lua form's, the composite's included, starts with it.
 const luaRequest = `local now = tonumber(ARGV[1])
 if ARGV[4] == '1' then
   local t = redis.call('TIME')
@@ -79,6 +80,9 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 `
 
 func (g *luaGen) prelude() {
@@ -95,7 +99,8 @@ func (g *luaGen) prelude() {
 	g.line("--   KEYS[1]  state: %d little-endian doubles (struct '<%s'): when the", n, strings.Repeat("d", n))
 	g.line("--            state's TTL passes (after it the state counts as missing),")
 	g.line("--            then %s", strings.Join(fields, ", "))
-	g.line("--   ARGV     now, cost, peek, server_clock, slack, packed(%s)", strings.Join(f.args, ", "))
+	g.line("--   ARGV     now, cost, peek, server_clock, slack, packed(%s),", strings.Join(f.args, ", "))
+	g.line("--            [max_delay, refund, act] (a reservation's or refund's)")
 	g.line("--   reply    {allowed, limit, remaining, retry_after, reset_after, delay}")
 	g.line("")
 	g.line("local MAX = 9007199254740992 -- algorithms.MaxExact")

@@ -64,7 +64,7 @@ func LuaMany(f *form) string {
 	b.WriteString("local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber\n\n")
 	luaFlatFunction(&b, f)
 	fmt.Fprintf(&b, "local valid = %s\n\n", luaFlatValid(f))
-	call := append(append([]string{"now", "cost", "peek == 1", "live"}, lv...), av...)
+	call := append(append(append([]string{"now", "cost", "peek == 1", "live"}, lv...), av...), "0", "false", "0")
 	r := strings.NewReplacer(
 		"NAME", f.name,
 		"NARGS", strings.Repeat("d", len(f.args)),

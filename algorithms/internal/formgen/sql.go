@@ -63,7 +63,8 @@ func SQL(f *form) (text string, defines []string, err error) {
 	}
 	w("")
 	w("CREATE OR REPLACE FUNCTION %s(", sqlFunction(f))
-	w("    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])")
+	w("    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],")
+	w("    max_delay bigint, refund boolean, act bigint)")
 	w("RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$")
 	g.writeBody(&b)
 	w("$$;")

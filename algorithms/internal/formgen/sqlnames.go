@@ -116,7 +116,8 @@ func (f *form) goName(v string) string {
 
 // nameVars names the nodes in mat, the variables the cost model chose.
 func (g *sqlGen) nameVars(mat map[*snode]bool) {
-	names := map[string]bool{"v_checked": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true}
+	names := map[string]bool{"v_checked": true, "state": true, "now_us": true, "cost": true, "peek": true, "args": true,
+		"max_delay": true, "refund": true, "act": true}
 	// The unpacked parameters and fields (st_, arg_) cannot clash with
 	// the variables, which all start with v_.
 	num, count := siteNumbers(g.f)

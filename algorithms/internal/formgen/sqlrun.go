@@ -150,9 +150,13 @@ func (g *sqlGen) eval(e expr, env map[string]*snode) *snode {
 			// The stored state is checked before anything else is
 			// computed (see SQL), so live is whether there is state.
 			return g.leaf("(state IS NOT NULL)", tBool)
-		case "peek":
+		case "peek", "refund":
 			if g.row {
 				return g.leaf("false", tBool)
+			}
+		case "max_delay", "act":
+			if g.row {
+				return g.leaf("0", tInt)
 			}
 		}
 		return g.leaf(e.name, e.exprType())

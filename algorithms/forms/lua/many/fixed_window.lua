@@ -17,7 +17,8 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- fixedWindow.decide (fixedwindow.go)
-local function decide_fixed_window(now, cost, peek, live, s_start, s_count, limit, period)
+local function decide_fixed_window(now, cost, peek, live, s_start, s_count, limit, period,
+    max_delay, refund, act)
   -- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
   if not live or now >= s_start + period then
     -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
@@ -29,36 +30,65 @@ local function decide_fixed_window(now, cost, peek, live, s_start, s_count, limi
   local end_ = s_start + period
   -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
-  -- fixedwindow.go:81-83: if s.count == 0 {
+  -- fixedwindow.go:81-97: if req.Refund {
+  if refund then
+    -- fixedwindow.go:83: give := int64(0)
+    local give = 0
+    -- fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act < end {
+    if live and act >= s_start and act < end_ then
+      -- fixedwindow.go:85: give = min(req.Cost, s.count)
+      give = min(cost, s_count)
+    end
+    -- fixedwindow.go:87: s.count -= give
+    s_count = s_count - give
+    -- fixedwindow.go:88: d.Allowed = true
+    d_allowed = true
+    -- fixedwindow.go:89: d.Remaining = max(a.limit-s.count, 0)
+    d_remaining = max(limit - s_count, 0)
+    -- fixedwindow.go:90-92: if s.count == 0 {
+    if s_count == 0 then
+      -- fixedwindow.go:91: d.ResetAfter = 0
+      d_reset_after = 0
+    end
+    -- fixedwindow.go:93-95: if give == 0 {
+    if give == 0 then
+      -- fixedwindow.go:94: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
+    end
+    -- fixedwindow.go:96: return d, end - req.Now
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      end_ - now, true, s_start, s_count
+  end
+  -- fixedwindow.go:98-100: if s.count == 0 {
   if s_count == 0 then
-    -- fixedwindow.go:82: d.ResetAfter = 0
+    -- fixedwindow.go:99: d.ResetAfter = 0
     d_reset_after = 0
   end
-  -- fixedwindow.go:84: d.Allowed = s.count+req.Cost <= a.limit
+  -- fixedwindow.go:101: d.Allowed = s.count+req.Cost <= a.limit
   d_allowed = s_count + cost <= limit
-  -- fixedwindow.go:85-89: if !d.Allowed {
+  -- fixedwindow.go:102-106: if !d.Allowed {
   if not d_allowed then
-    -- fixedwindow.go:86: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:103: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:87: d.RetryAfter = end - req.Now
+    -- fixedwindow.go:104: d.RetryAfter = end - req.Now
     d_retry_after = end_ - now
-    -- fixedwindow.go:88: return d, 0
+    -- fixedwindow.go:105: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- fixedwindow.go:90-93: if req.Peek {
+  -- fixedwindow.go:107-110: if req.Peek {
   if peek then
-    -- fixedwindow.go:91: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:92: return d, 0
+    -- fixedwindow.go:109: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- fixedwindow.go:94: s.count += req.Cost
+  -- fixedwindow.go:111: s.count += req.Cost
   s_count = s_count + cost
-  -- fixedwindow.go:95: d.Remaining = a.limit - s.count
+  -- fixedwindow.go:112: d.Remaining = a.limit - s.count
   d_remaining = limit - s_count
-  -- fixedwindow.go:96: d.ResetAfter = end - req.Now
+  -- fixedwindow.go:113: d.ResetAfter = end - req.Now
   d_reset_after = end_ - now
-  -- fixedwindow.go:97: return d, end - req.Now
+  -- fixedwindow.go:114: return d, end - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     end_ - now, true, s_start, s_count
 end
@@ -102,7 +132,8 @@ local function one(key, slack, p_limit, p_period, reqs, first, n, clock, now, re
     end
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
       n_start, n_count =
-      decide_fixed_window(now, cost, peek == 1, live, l_start, l_count, p_limit, p_period)
+      decide_fixed_window(now, cost, peek == 1, live, l_start, l_count, p_limit, p_period, 0, false,
+        0)
     res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6

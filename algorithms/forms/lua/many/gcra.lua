@@ -18,71 +18,130 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- gcra.decide (rate.go)
 local function decide_gcra(now, cost, peek, live, s_tat, s_frac, s_drip, unit, drip, capacity, fill,
-    burst)
-  -- rate.go:324: ahead := int64(0) // units by which the TAT lies ahead of now
+    burst, max_delay, refund, act)
+  -- rate.go:380: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
-  -- rate.go:325: capped := false
+  -- rate.go:381: top := 3 * a.capacity // the capacity and two more of reservations
+  local top = 3 * capacity
+  -- rate.go:382: capped := false
   local capped = false
-  -- rate.go:326-336: if live && s.tat >= req.Now {
+  -- rate.go:383-393: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:328: us := max(min(s.tat-req.Now, a.fill), 0)
-    local us = max(min(s_tat - now, fill), 0)
-    -- rate.go:329: frac := s.frac
+    -- rate.go:385: us := max(min(s.tat-req.Now, 3*a.fill), 0)
+    local us = max(min(s_tat - now, 3 * fill), 0)
+    -- rate.go:386: frac := s.frac
     local frac = s_frac
-    -- rate.go:330-332: if s.drip != a.drip {
+    -- rate.go:387-389: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:331: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:388: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:333: raw := us*a.drip + frac
+    -- rate.go:390: raw := us*a.drip + frac
     local raw2 = us * drip + frac
-    -- rate.go:334: ahead = min(raw, a.capacity)
-    ahead = min(raw2, capacity)
-    -- rate.go:335: capped = s.tat-req.Now > a.fill || raw > a.capacity
-    capped = s_tat - now > fill or raw2 > capacity
+    -- rate.go:391: ahead = min(raw, top)
+    ahead = min(raw2, top)
+    -- rate.go:392: capped = s.tat-req.Now > 3*a.fill || raw > top
+    capped = s_tat - now > 3 * fill or raw2 > top
   end
-  -- rate.go:337: need := req.Cost * a.unit
+  -- rate.go:394: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:338: d := Decision{Limit: a.burst}
+  -- rate.go:395: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:339: d.Allowed = ahead+need <= a.capacity
-  d_allowed = ahead + need <= capacity
-  -- rate.go:340-342: if d.Allowed && !req.Peek {
-  if d_allowed and not peek then
-    -- rate.go:341: ahead += need
-    ahead = ahead + need
+  -- rate.go:396-408: if req.Refund {
+  if refund then
+    -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    local give
+    do -- refund
+      local refund_wait = act - now
+      -- rate.go:85-87: if wait < 0 {
+      if refund_wait < 0 then
+        -- rate.go:86: return 0
+        give = 0
+      else
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        local refund_later = ahead - capacity - min(refund_wait, 4 * fill) * drip
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        give = max(min(need - max(refund_later, 0), ahead), 0)
+      end
+    end
+    -- rate.go:398: ahead -= give
+    ahead = ahead - give
+    -- rate.go:399: d.Allowed = true
+    d_allowed = true
+    -- rate.go:400: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    local t1 = max(capacity - ahead, 0)
+    local q2 = floor(t1 / unit)
+    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+    d_remaining = q2
+    -- rate.go:401: d.ResetAfter = ceilDiv(ahead, a.drip)
+    local q3 = floor(ahead / drip)
+    if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
+    if q3 * drip < ahead then q3 = q3 + 1 end
+    d_reset_after = q3
+    -- rate.go:402-404: if give == 0 {
+    if give == 0 then
+      -- rate.go:403: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
+    end
+    -- rate.go:405: whole := ahead / a.drip
+    local q4 = floor(ahead / drip)
+    if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
+    local whole = q4
+    -- rate.go:406: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
+    -- rate.go:407: return d, max(d.ResetAfter, 1)
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      max(d_reset_after, 1), true, s_tat, s_frac, s_drip
   end
-  -- rate.go:343: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-  local t1 = max(capacity - ahead, 0)
-  local q2 = floor(t1 / unit)
-  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-  d_remaining = q2
-  -- rate.go:344: d.ResetAfter = ceilDiv(ahead, a.drip)
-  local q3 = floor(ahead / drip)
-  if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
-  if q3 * drip < ahead then q3 = q3 + 1 end
-  d_reset_after = q3
-  -- rate.go:345-347: if !d.Allowed {
+  -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
+  -- rate.go:410: d.Allowed = ahead+need <= room
+  d_allowed = ahead + need <= room
+  -- rate.go:411-416: if d.Allowed {
+  if d_allowed then
+    -- rate.go:412: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    local t5 = max(ahead + need - capacity, 0)
+    local q6 = floor(t5 / drip)
+    if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
+    if q6 * drip < t5 then q6 = q6 + 1 end
+    d_delay = q6
+    -- rate.go:413-415: if !req.Peek {
+    if not peek then
+      -- rate.go:414: ahead += need
+      ahead = ahead + need
+    end
+  end
+  -- rate.go:417: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  local t7 = max(capacity - ahead, 0)
+  local q8 = floor(t7 / unit)
+  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
+  d_remaining = q8
+  -- rate.go:418: d.ResetAfter = ceilDiv(ahead, a.drip)
+  local q9 = floor(ahead / drip)
+  if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
+  if q9 * drip < ahead then q9 = q9 + 1 end
+  d_reset_after = q9
+  -- rate.go:419-421: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:346: d.RetryAfter = ceilDiv(ahead+need-a.capacity, a.drip)
-    local t4 = ahead + need - capacity
-    local q5 = floor(t4 / drip)
-    if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
-    if q5 * drip < t4 then q5 = q5 + 1 end
-    d_retry_after = q5
+    -- rate.go:420: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+    local t10 = ahead + need - room
+    local q11 = floor(t10 / drip)
+    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
+    if q11 * drip < t10 then q11 = q11 + 1 end
+    d_retry_after = q11
   end
-  -- rate.go:348-350: if req.Peek || !d.Allowed && !capped {
+  -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
-    -- rate.go:349: return d, 0
+    -- rate.go:423: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:351: whole := ahead / a.drip
-  local q6 = floor(ahead / drip)
-  if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
-  local whole = q6
-  -- rate.go:352: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
-  s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-  -- rate.go:353: return d, d.ResetAfter
+  -- rate.go:425: whole := ahead / a.drip
+  local q12 = floor(ahead / drip)
+  if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
+  local whole2 = q12
+  -- rate.go:426: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
+  -- rate.go:427: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_tat, s_frac, s_drip
 end
@@ -130,7 +189,7 @@ local function one(key, slack, p_unit, p_drip, p_capacity, p_fill, p_burst, reqs
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
       n_tat, n_frac, n_drip =
       decide_gcra(now, cost, peek == 1, live, l_tat, l_frac, l_drip, p_unit, p_drip, p_capacity,
-        p_fill, p_burst)
+        p_fill, p_burst, 0, false, 0)
     res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6

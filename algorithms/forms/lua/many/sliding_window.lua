@@ -17,7 +17,8 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- slidingWindow.decide (slidingwindow.go)
-local function decide_sliding_window(now, cost, peek, live, s_start, s_curr, s_prev, limit, period)
+local function decide_sliding_window(now, cost, peek, live, s_start, s_curr, s_prev, limit, period,
+    max_delay, refund, act)
   -- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
   if not live or now >= s_start + 2 * period then
     -- slidingwindow.go:111: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
@@ -35,27 +36,60 @@ local function decide_sliding_window(now, cost, peek, live, s_start, s_curr, s_p
   local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
   -- slidingwindow.go:119: d := Decision{Limit: a.limit}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
-  -- slidingwindow.go:120: d.Allowed = weighted+s.curr+req.Cost <= a.limit
+  -- slidingwindow.go:120-138: if req.Refund {
+  if refund then
+    -- slidingwindow.go:122: give := int64(0)
+    local give = 0
+    -- slidingwindow.go:123-125: if live && req.Act >= s.start && req.Act < s.start+a.period {
+    if live and act >= s_start and act < s_start + period then
+      -- slidingwindow.go:124: give = min(req.Cost, s.curr)
+      give = min(cost, s_curr)
+    end
+    -- slidingwindow.go:126: s.curr -= give
+    s_curr = s_curr - give
+    -- slidingwindow.go:127: d.Allowed = true
+    d_allowed = true
+    -- slidingwindow.go:128: d.Remaining = max(a.limit-weighted-s.curr, 0)
+    d_remaining = max(limit - weighted - s_curr, 0)
+    -- slidingwindow.go:129-133: if s.curr > 0 {
+    if s_curr > 0 then
+      -- slidingwindow.go:130: d.ResetAfter = s.start + 2*a.period - req.Now
+      d_reset_after = s_start + 2 * period - now
+    -- slidingwindow.go:131-133: } else if s.prev > 0 {
+    elseif s_prev > 0 then
+      -- slidingwindow.go:132: d.ResetAfter = s.start + a.period - req.Now
+      d_reset_after = s_start + period - now
+    end
+    -- slidingwindow.go:134-136: if give == 0 {
+    if give == 0 then
+      -- slidingwindow.go:135: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
+    end
+    -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      s_start + 2 * period - now, true, s_start, s_curr, s_prev
+  end
+  -- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
   d_allowed = weighted + s_curr + cost <= limit
-  -- slidingwindow.go:121-123: if d.Allowed && !req.Peek {
+  -- slidingwindow.go:140-142: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
-    -- slidingwindow.go:122: s.curr += req.Cost
+    -- slidingwindow.go:141: s.curr += req.Cost
     s_curr = s_curr + cost
   end
-  -- slidingwindow.go:124: d.Remaining = max(a.limit-weighted-s.curr, 0)
+  -- slidingwindow.go:143: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
-  -- slidingwindow.go:125-129: if s.curr > 0 {
+  -- slidingwindow.go:144-148: if s.curr > 0 {
   if s_curr > 0 then
-    -- slidingwindow.go:126: d.ResetAfter = s.start + 2*a.period - req.Now
+    -- slidingwindow.go:145: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
-  -- slidingwindow.go:127-129: } else if s.prev > 0 {
+  -- slidingwindow.go:146-148: } else if s.prev > 0 {
   elseif s_prev > 0 then
-    -- slidingwindow.go:128: d.ResetAfter = s.start + a.period - req.Now
+    -- slidingwindow.go:147: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
-  -- slidingwindow.go:130-141: if !d.Allowed {
+  -- slidingwindow.go:149-160: if !d.Allowed {
   if not d_allowed then
-    -- slidingwindow.go:133: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+    -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
     local e
     do -- wait
       local wait_room = limit - s_curr - cost
@@ -85,12 +119,12 @@ local function decide_sliding_window(now, cost, peek, live, s_start, s_curr, s_p
         e = wait_e
       end
     end
-    -- slidingwindow.go:134-139: if e < a.period {
+    -- slidingwindow.go:153-158: if e < a.period {
     if e < period then
-      -- slidingwindow.go:135: d.RetryAfter = e - elapsed
+      -- slidingwindow.go:154: d.RetryAfter = e - elapsed
       d_retry_after = e - elapsed
     else
-      -- slidingwindow.go:137: next := a.wait(s.curr, a.limit-req.Cost, 0)
+      -- slidingwindow.go:156: next := a.wait(s.curr, a.limit-req.Cost, 0)
       local next
       do -- wait
         local wait_room = limit - cost
@@ -120,18 +154,18 @@ local function decide_sliding_window(now, cost, peek, live, s_start, s_curr, s_p
           next = wait_e
         end
       end
-      -- slidingwindow.go:138: d.RetryAfter = a.period - elapsed + next
+      -- slidingwindow.go:157: d.RetryAfter = a.period - elapsed + next
       d_retry_after = period - elapsed + next
     end
-    -- slidingwindow.go:140: return d, 0
+    -- slidingwindow.go:159: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- slidingwindow.go:142-144: if req.Peek {
+  -- slidingwindow.go:161-163: if req.Peek {
   if peek then
-    -- slidingwindow.go:143: return d, 0
+    -- slidingwindow.go:162: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- slidingwindow.go:145: return d, s.start + 2*a.period - req.Now
+  -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     s_start + 2 * period - now, true, s_start, s_curr, s_prev
 end
@@ -176,7 +210,8 @@ local function one(key, slack, p_limit, p_period, reqs, first, n, clock, now, re
     end
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
       n_start, n_curr, n_prev =
-      decide_sliding_window(now, cost, peek == 1, live, l_start, l_curr, l_prev, p_limit, p_period)
+      decide_sliding_window(now, cost, peek == 1, live, l_start, l_curr, l_prev, p_limit, p_period,
+        0, false, 0)
     res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6

@@ -18,83 +18,138 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- tokenBucket.decide (rate.go)
 local function decide_token_bucket(now, cost, peek, live, s_level, s_last, s_unit, unit, drip,
-    capacity, fill, burst)
-  -- rate.go:147: deficit := int64(0)
+    capacity, fill, burst, max_delay, refund, act)
+  -- rate.go:171: deficit := int64(0)
   local deficit = 0
-  -- rate.go:148-154: if live {
+  -- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
+  local top = 3 * capacity
+  -- rate.go:173-179: if live {
   if live then
-    -- rate.go:149: deficit = a.rescale(s.level, s.unit)
+    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
-      -- rate.go:69-71: if fromUnit == r.unit {
+      -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
-        -- rate.go:70: return min(level, r.capacity)
-        deficit = min(s_level, capacity)
+        -- rate.go:71: return min(level, top)
+        deficit = min(s_level, top)
       else
-        -- rate.go:72: return min(divMulFloor(level, fromUnit, r.unit), r.capacity)
-        deficit = min(min(floor(s_level / s_unit * unit), MAX), capacity)
+        -- rate.go:73: return min(divMulFloor(level, fromUnit, r.unit), top)
+        deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:150: deficit = a.drain(deficit, req.Now-s.last)
+    -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
     do -- drain
-      local drain_elapsed = now - s_last
-      -- rate.go:56-58: if elapsed <= 0 {
+      local drain_elapsed, drain_span = now - s_last, 3 * fill
+      -- rate.go:57-59: if elapsed <= 0 {
       if drain_elapsed <= 0 then
-        -- rate.go:57: return level
-      -- rate.go:59-61: if elapsed >= r.fill {
-      elseif drain_elapsed >= fill then
-        -- rate.go:60: return 0
+        -- rate.go:58: return level
+      -- rate.go:60-62: if elapsed >= span {
+      elseif drain_elapsed >= drain_span then
+        -- rate.go:61: return 0
         deficit = 0
       else
-        -- rate.go:62: return max(level-elapsed*r.drip, 0)
+        -- rate.go:63: return max(level-elapsed*r.drip, 0)
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:151: s.last = max(s.last, req.Now)
+    -- rate.go:176: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:153: s.last = req.Now
+    -- rate.go:178: s.last = req.Now
     s_last = now
   end
-  -- rate.go:155: need := req.Cost * a.unit
+  -- rate.go:180: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:156: d := Decision{Limit: a.burst}
+  -- rate.go:181: d := Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:157: d.Allowed = deficit+need <= a.capacity
-  d_allowed = deficit + need <= capacity
-  -- rate.go:158-160: if d.Allowed && !req.Peek {
-  if d_allowed and not peek then
-    -- rate.go:159: deficit += need
-    deficit = deficit + need
+  -- rate.go:182-195: if req.Refund {
+  if refund then
+    -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    local give
+    do -- refund
+      local refund_wait = act - s_last
+      -- rate.go:85-87: if wait < 0 {
+      if refund_wait < 0 then
+        -- rate.go:86: return 0
+        give = 0
+      else
+        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
+        local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
+        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        give = max(min(need - max(refund_later, 0), deficit), 0)
+      end
+    end
+    -- rate.go:186: deficit -= give
+    deficit = deficit - give
+    -- rate.go:187: d.Allowed = true
+    d_allowed = true
+    -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    local t1 = max(capacity - deficit, 0)
+    local q2 = floor(t1 / unit)
+    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
+    d_remaining = q2
+    -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
+    local q3 = floor(deficit / drip)
+    if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
+    if q3 * drip < deficit then q3 = q3 + 1 end
+    d_reset_after = q3
+    -- rate.go:190-192: if give == 0 {
+    if give == 0 then
+      -- rate.go:191: return d, 0
+      return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
+    end
+    -- rate.go:193: s.level, s.unit = deficit, a.unit
+    s_level, s_unit = deficit, unit
+    -- rate.go:194: return d, max(d.ResetAfter, 1)
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
+      max(d_reset_after, 1), true, s_level, s_last, s_unit
   end
-  -- rate.go:161: d.Remaining = (a.capacity - deficit) / a.unit
-  local t1 = capacity - deficit
-  local q2 = floor(t1 / unit)
-  if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-  d_remaining = q2
-  -- rate.go:162: d.ResetAfter = ceilDiv(deficit, a.drip)
-  local q3 = floor(deficit / drip)
-  if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
-  if q3 * drip < deficit then q3 = q3 + 1 end
-  d_reset_after = q3
-  -- rate.go:163-166: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:164: d.RetryAfter = ceilDiv(deficit+need-a.capacity, a.drip)
-    local t4 = deficit + need - capacity
+  -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
+  -- rate.go:197: d.Allowed = deficit+need <= room
+  d_allowed = deficit + need <= room
+  -- rate.go:198-203: if d.Allowed {
+  if d_allowed then
+    -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+    local t4 = max(deficit + need - capacity, 0)
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
-    d_retry_after = q5
-    -- rate.go:165: return d, 0
+    d_delay = q5
+    -- rate.go:200-202: if !req.Peek {
+    if not peek then
+      -- rate.go:201: deficit += need
+      deficit = deficit + need
+    end
+  end
+  -- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  local t6 = max(capacity - deficit, 0)
+  local q7 = floor(t6 / unit)
+  if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
+  d_remaining = q7
+  -- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
+  local q8 = floor(deficit / drip)
+  if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
+  if q8 * drip < deficit then q8 = q8 + 1 end
+  d_reset_after = q8
+  -- rate.go:206-209: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+    local t9 = deficit + need - room
+    local q10 = floor(t9 / drip)
+    if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
+    if q10 * drip < t9 then q10 = q10 + 1 end
+    d_retry_after = q10
+    -- rate.go:208: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:167-169: if req.Peek {
+  -- rate.go:210-212: if req.Peek {
   if peek then
-    -- rate.go:168: return d, 0
+    -- rate.go:211: return d, 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:170: s.level, s.unit = deficit, a.unit
+  -- rate.go:213: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:171: return d, d.ResetAfter
+  -- rate.go:214: return d, d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_level, s_last, s_unit
 end
@@ -142,7 +197,7 @@ local function one(key, slack, p_unit, p_drip, p_capacity, p_fill, p_burst, reqs
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
       n_level, n_last, n_unit =
       decide_token_bucket(now, cost, peek == 1, live, l_level, l_last, l_unit, p_unit, p_drip,
-        p_capacity, p_fill, p_burst)
+        p_capacity, p_fill, p_burst, 0, false, 0)
     res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6

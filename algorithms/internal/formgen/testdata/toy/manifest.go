@@ -11,9 +11,9 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, composable: true, args: 2, fields: 3,
-			version: "fe8c839f", sqlFunction: "ratelimit_counter_fe8c839f", sqlRowFunction: "ratelimit_counter_row_fe8c839f"},
+			version: "be5229df", sqlFunction: "ratelimit_counter_be5229df", sqlRowFunction: "ratelimit_counter_row_be5229df"},
 	},
-	compositeSQLFunction: "ratelimit_all_39971327",
+	compositeSQLFunction: "ratelimit_all_95bb7933",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

@@ -8,7 +8,8 @@
 --            part's state expires, its length in bytes (0 for none, 8 per
 --            field otherwise), and its fields (for the sliding log, the Go
 --            form's: the header (-1, total), then (time, cost) pairs)
---   ARGV     now, cost, peek, server_clock, slack, the parts: their
+--   ARGV     now, cost, peek, server_clock, slack, the parts (ARGV[6]),
+--            [max_delay, refund, act]; the parts: their
 --            algorithm names, separated by spaces, a newline, then
 --            packed(every part's parameters, in order)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
@@ -18,7 +19,7 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- counter.decide (toy.go)
-local function decide_counter(now, cost, peek, live, sv_, av_)
+local function decide_counter(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_used, s_seen = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
   -- toy.go:58: start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
@@ -219,26 +220,30 @@ end
 
 -- Decides one request on parts, appending every part's decision to out.
 -- Check: every part decides it as a peek. Commit, unless a part denies or
--- it is a peek: every part decides it for real. It returns true and the
+-- it is a peek: every part decides it for real. A refund has no check:
+-- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
 -- states (each part's new state, or its state as it was), and false when
 -- nothing is to be written.
-local function decide(parts, now, cost, peek, out)
+local function decide(parts, now, cost, peek, out, max_delay, refund, act)
+  max_delay, act = max_delay or 0, act or 0
   local base = #out
   local ok = true
   for i, p in ipairs(parts) do
     p.live = p.has and now < p.e
     p.cur = p.zero
     if p.live then p.cur = p.s end
-    ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a)) and ok
+    if not refund then
+      ok = put(out, base, i, p.f.decide(now, cost, true, p.live, p.cur, p.a, max_delay, false, act)) and ok
+    end
   end
-  if not ok or peek then
+  if not ok or peek and not refund then
     return false
   end
   local top = 0
   for i, p in ipairs(parts) do
-    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a)}
-    ok = put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) and ok
+    local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
+    ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
     if r[8] then
       p.ne, p.ns = now + max(r[7], 1), r[8]
     elseif p.live then
@@ -292,8 +297,11 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 
-if #ARGV ~= 6 then
+if #ARGV ~= 6 and #ARGV ~= 9 then
   return redis.error_reply('ratelimit: composite call of ' .. #ARGV .. ' arguments')
 end
 local parts, perr = parse(ARGV[6])
@@ -305,7 +313,7 @@ if err then
   return redis.error_reply(err)
 end
 local out = {}
-local w, top = decide(parts, now, cost, peek, out)
+local w, top = decide(parts, now, cost, peek, out, max_delay, refund, act)
 if w then
   write(KEYS[1], parts, top, now, slack)
 end

@@ -5,7 +5,8 @@
 --   KEYS[1]  state: 4 little-endian doubles (struct '<dddd'): when the
 --            state's TTL passes (after it the state counts as missing),
 --            then start, used, seen
---   ARGV     now, cost, peek, server_clock, slack, packed(limit, period)
+--   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
+--            [max_delay, refund, act] (a reservation's or refund's)
 --   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
@@ -19,6 +20,9 @@ end
 local cost = tonumber(ARGV[2])
 local peek = ARGV[3] == '1'
 local slack = tonumber(ARGV[5])
+local max_delay = tonumber(ARGV[7]) or 0
+local refund = ARGV[8] == '1'
+local act = tonumber(ARGV[9]) or 0
 local limit, period = struct.unpack('<dd', ARGV[6])
 
 local s_start, s_used, s_seen = 0, 0, 0

@@ -22,16 +22,16 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_fe8c839f(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_be5229df(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_counter_search_fe8c839f is the Go form's helper search: toy.go:49-55: func (a *counter)
+-- ratelimit_counter_search_be5229df is the Go form's helper search: toy.go:49-55: func (a *counter)
 --    search(from int64) int64 {
-CREATE OR REPLACE FUNCTION ratelimit_counter_search_fe8c839f(search_from bigint, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_counter_search_be5229df(search_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     search_e bigint;
@@ -52,8 +52,9 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_counter_fe8c839f(
-    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_counter_be5229df(
+    state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
+    max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     -- the stored state: toy.go:28: type counterState struct{ start, used, seen int64 }
@@ -73,7 +74,7 @@ DECLARE
             OR least(st_start, st_used, st_seen) < 0
             OR greatest(st_start, st_used, st_seen) > 9007199254740992
             OR NOT (st_used <= st_seen OR st_seen = 0))
-            THEN ratelimit_corrupt_fe8c839f(format('counter state %s', state))
+            THEN ratelimit_corrupt_be5229df(format('counter state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start
             ELSE now_us - now_us % arg_period
@@ -101,7 +102,7 @@ BEGIN
             cost <= v_room AND NOT (peek AND v_used_3 > 0),
             arg_limit,
             0,
-            (ratelimit_counter_search_fe8c839f(now_us - v_start_2, args) + 7 - 1) / 7,
+            (ratelimit_counter_search_be5229df(now_us - v_start_2, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
@@ -120,9 +121,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_counter_row_fe8c839f is the same decision for a request that consumes (not a peek), in the shape
+-- ratelimit_counter_row_be5229df is the same decision for a request that consumes (not a peek), in the shape
 --    a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_counter_row_fe8c839f(
+CREATE OR REPLACE FUNCTION ratelimit_counter_row_be5229df(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -142,7 +143,7 @@ DECLARE
             OR least(st_start, st_used, st_seen) < 0
             OR greatest(st_start, st_used, st_seen) > 9007199254740992
             OR NOT (st_used <= st_seen OR st_seen = 0))
-            THEN ratelimit_corrupt_fe8c839f(format('counter state %s', state))
+            THEN ratelimit_corrupt_be5229df(format('counter state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start
             ELSE now_us - now_us % arg_period
@@ -170,7 +171,7 @@ BEGIN
             ARRAY[0,
                 arg_limit,
                 0,
-                (ratelimit_counter_search_fe8c839f(now_us - v_start_2, ARRAY[arg_limit, arg_period])
+                (ratelimit_counter_search_be5229df(now_us - v_start_2, ARRAY[arg_limit, arg_period])
                     + 7 - 1) / 7,
                 0,
                 0])::ratelimit_row_step;

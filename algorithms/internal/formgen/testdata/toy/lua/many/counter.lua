@@ -17,7 +17,8 @@ local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 
 -- counter.decide (toy.go)
-local function decide_counter(now, cost, peek, live, s_start, s_used, s_seen, limit, period)
+local function decide_counter(now, cost, peek, live, s_start, s_used, s_seen, limit, period,
+    max_delay, refund, act)
   -- toy.go:58: start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
@@ -152,7 +153,8 @@ local function one(key, slack, p_limit, p_period, reqs, first, n, clock, now, re
     end
     local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, d_ttl, stored,
       n_start, n_used, n_seen =
-      decide_counter(now, cost, peek == 1, live, l_start, l_used, l_seen, p_limit, p_period)
+      decide_counter(now, cost, peek == 1, live, l_start, l_used, l_seen, p_limit, p_period, 0,
+        false, 0)
     res[j + 1], res[j + 2], res[j + 3], res[j + 4], res[j + 5], res[j + 6] =
       d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay
     j = j + 6

@@ -1,0 +1,95 @@
+package algorithms_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
+)
+
+// TestRefundInvariants runs random sequences of requests, reservations and
+// refunds of earlier reservations on every built-in, clocks stepping back
+// included, and checks what a refund may do: it is admitted, it never
+// gives back more than its cost, it never leaves more room than a fresh
+// key, and a refund that gives nothing writes nothing. Reservations that
+// the algorithm admits with a delay are served no later than MaxDelay.
+func TestRefundInvariants(t *testing.T) {
+	for seed := uint64(1); seed <= 30; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		limit, burst := 1+rng.Int64N(9), 1+rng.Int64N(9)
+		period := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
+		all := append(every(limit, period, burst), algorithms.All(algorithms.GCRA(limit, period, burst), algorithms.FixedWindow(limit+2, 3*period)))
+		for _, alg := range all {
+			type held struct{ cost, act int64 }
+			var state []byte
+			var holds []held
+			now := int64(1_800_000_000_000_000)
+			for i := 0; i < 400; i++ {
+				now += rng.Int64N(period.Microseconds()/3+2) - period.Microseconds()/20
+				cost := 1 + rng.Int64N(alg.MaxCost())
+				req := algorithms.Request{Now: now, Cost: cost}
+				refund := len(holds) > 0 && rng.IntN(4) == 0
+				if refund {
+					k := rng.IntN(len(holds))
+					req = algorithms.Request{Now: now, Cost: holds[k].cost, Refund: true, Act: holds[k].act}
+					holds = append(holds[:k], holds[k+1:]...)
+				} else if rng.IntN(2) == 0 {
+					req.MaxDelay = rng.Int64N(3 * period.Microseconds())
+				}
+				before, err := alg.Decide(clone(state), algorithms.Request{Now: now, Cost: 1, Peek: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := alg.Decide(clone(state), req)
+				if err != nil {
+					t.Fatalf("%v step %d: Decide(%+v): %v", alg, i, req, err)
+				}
+				d := st.Decision
+				switch {
+				case refund:
+					if !d.Allowed && alg.Name() != "sliding_log" && !isComposite(alg) {
+						t.Fatalf("%v step %d: refund %+v denied", alg, i, req)
+					}
+					if d.Remaining > d.Limit || d.Remaining > before.Decision.Remaining+req.Cost {
+						t.Fatalf("%v step %d: refund of %d: remaining %d from %d, limit %d (rule: gives back at most its cost, never above a fresh key)",
+							alg, i, req.Cost, d.Remaining, before.Decision.Remaining, d.Limit)
+					}
+					if alg.Name() == "sliding_log" && st.Next != nil {
+						t.Fatalf("%v step %d: refund wrote state (rule: the log gives nothing back)", alg, i)
+					}
+				case d.Allowed:
+					if d.Delay > max(req.MaxDelay, 0) && alg.Name() != "leaky_bucket" && !isComposite(alg) {
+						t.Fatalf("%v step %d: %+v admitted with delay %d above its max delay", alg, i, req, d.Delay)
+					}
+					holds = append(holds, held{req.Cost, now + minDelay(d)})
+				}
+				if st.Next != nil {
+					state = clone(st.Next)
+				}
+			}
+		}
+	}
+}
+
+func isComposite(alg algorithms.Algorithm) bool {
+	_, ok := alg.(algorithms.Composite)
+	return ok
+}
+
+// minDelay is the delay a refund's Act is measured from: a composite's
+// earliest part's (as ratelimit.Reservation does).
+func minDelay(d algorithms.Decision) int64 {
+	m := d.Delay
+	for _, p := range d.Parts {
+		m = min(m, p.Delay)
+	}
+	return m
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
