@@ -101,11 +101,11 @@ type Pipeliner interface {
 // in flight queue; when the batch's replies are in, everything queued
 // meanwhile, in arrival order, goes as the next batch, and so on until a
 // batch comes back with nothing queued behind it. Before taking the next
-// batch, the sender yields the processor once (runtime.Gosched), so that
-// the callers it just answered, which are runnable and mostly decide again
-// at once, queue first: on a cluster, where each master's batcher sees a
-// third of the callers, that takes the decisions per script run at 10,000
-// keys and 32 callers from about 5 to about 7.
+// batch, the sender yields the processor (settle), so that the callers it
+// just answered, which are runnable and mostly decide again at once, queue
+// first: on a cluster, where each master's batcher sees a third of the
+// callers, that takes the decisions per script run at 10,000 keys and 32
+// callers from about 5 to about 7.
 //
 // A batch of queued calls carries several callers' decisions, so no one
 // caller's context may cancel it: the batches of one busy stretch are sent,
@@ -260,15 +260,34 @@ func (b *batcher) loop(batch []*pending) {
 		for _, c := range batch {
 			c.done <- struct{}{}
 		}
-		// The callers just handed their outcomes are runnable, and most
-		// make their next decisions at once: yielding the processor once
-		// lets them queue before the next batch is taken, so that it is
-		// larger (fewer round trips and script runs per decision) without
-		// waiting on a timer. When none come, it costs the yield alone.
-		runtime.Gosched()
+		b.settle(len(batch))
 		batch = b.next()
 	}
 }
+
+// settle lets the callers of a batch just answered queue before the next
+// batch is taken: they are runnable, and most decide again at once. It
+// yields the processor (runtime.Gosched) until the queue stops growing,
+// holds as many callers as were answered, or maxSettle yields have passed,
+// so that the next batch is larger (fewer round trips and script runs per
+// decision) without waiting on a timer; when no caller comes, it costs a
+// yield.
+func (b *batcher) settle(answered int) {
+	prev := -1
+	for range maxSettle {
+		runtime.Gosched()
+		b.mu.Lock()
+		q := len(b.queue)
+		b.mu.Unlock()
+		if q == prev || q >= answered {
+			return
+		}
+		prev = q
+	}
+}
+
+// maxSettle bounds the yields of settle.
+const maxSettle = 4
 
 // batchContext returns the context a batch is sent under: its first
 // caller's values, no cancellation, and the latest deadline of its callers,
