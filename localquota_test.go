@@ -259,18 +259,7 @@ func checkQuotaBounds(t *testing.T, name string, adm []admission) {
 // holding shares leave the fourth at least limit − 3·(S−1), which it
 // reports as the measured under-admission.
 func TestLocalQuotaWindows(t *testing.T) {
-	stores := map[string]func(t *testing.T) store.Store{
-		"memory": func(t *testing.T) store.Store { return memory.MustNew() },
-		"redis": func(t *testing.T) store.Store {
-			c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { c.Close() })
-			s, err := rlredis.New(c, rlredis.WithPrefix(uniqueName("quota")), rlredis.WithServerClock(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
+	stores := quotaStores()
 	for name, open := range stores {
 		t.Run(name, func(t *testing.T) {
 			store := open(t)
@@ -465,18 +454,7 @@ func BenchmarkLocalQuotaRedis(b *testing.B) {
 // which stay until they leave its period; and a share no request spends
 // from for half a lifetime goes back without Close.
 func TestLocalQuotaGivesBack(t *testing.T) {
-	stores := map[string]func(t *testing.T) store.Store{
-		"memory": func(t *testing.T) store.Store { return memory.MustNew() },
-		"redis": func(t *testing.T) store.Store {
-			c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t), ContextTimeoutEnabled: true})
-			t.Cleanup(func() { c.Close() })
-			s, err := rlredis.New(c, rlredis.WithPrefix(uniqueName("quota")), rlredis.WithServerClock(false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-	}
+	stores := quotaStores()
 	algs := []algorithms.Algorithm{
 		algorithms.GCRA(100, time.Hour, 100),
 		algorithms.TokenBucket(100, time.Hour, 100),
@@ -552,5 +530,23 @@ func TestLocalQuotaGivesBack(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// quotaStores opens, per test, the stores the local-quota tests run on
+// with the limiter's clock: the memory store and a Redis of the test
+// servers, each with a key prefix of its own.
+func quotaStores() map[string]func(t *testing.T) store.Store {
+	return map[string]func(t *testing.T) store.Store{
+		"memory": func(t *testing.T) store.Store { return memory.MustNew() },
+		"redis": func(t *testing.T) store.Store {
+			c := goredis.NewClient(&goredis.Options{Addr: testserver.RedisAddr(t), ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			s, err := rlredis.New(c, rlredis.WithPrefix(uniqueName("quota")), rlredis.WithServerClock(false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
 	}
 }

@@ -427,33 +427,13 @@ func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decisio
 }
 
 // decide makes the decision for a request of cost n on key, with tier t's
-// numbers, and writes it to d. (The decision travels by pointer: a Decision has too many fields for
-// the compiler to pass it in registers between functions, and every copy
-// of one on the hot path costs more than the field-by-field writes.)
-func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek bool, d *Decision) (err error) {
-	if err := checkKey(key); err != nil {
-		return err
-	}
-	cost := int64(n)
-	if cost < 1 || cost > t.maxCost {
-		return fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, t.maxCost, t.alg.Name())
-	}
-	now := l.now()
-	if now < 0 || now > algorithms.MaxExact/2 {
-		return fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, now)
-	}
-	k := store.Key{Namespace: l.ns, ID: key}
-	req := algorithms.Request{Now: now, Cost: cost, Peek: peek}
-	if l.head != nil {
-		return l.head.decide(ctx, t, k, req, noescape(d))
-	}
-	// No link: the store, then the failure policy, as the chain's last
-	// two links would.
-	if err := l.storeLink.decide(ctx, t, k, req, d); err != nil {
-		l.policy.decide(t, err, d)
-		return err
-	}
-	return nil
+// numbers, and writes it to d. (The decision travels by pointer: a
+// Decision has too many fields for the compiler to pass it in registers
+// between functions, and every copy of one on the hot path costs more
+// than the field-by-field writes.)
+func (l *Limiter) decide(ctx context.Context, t *Tier, key string, n int, peek bool, d *Decision) error {
+	_, err := l.ask(ctx, t, key, n, algorithms.Request{Peek: peek}, d)
+	return err
 }
 
 // now reads the limiter's clock in microseconds since the Unix epoch.

@@ -70,7 +70,7 @@ func (l *Limiter) reserve(ctx context.Context, t *Tier, key string, n int, maxDe
 	r := &Reservation{l: l, t: t, key: key, n: int64(n)}
 	var err error
 	r.made, err = l.ask(ctx, t, key, n, algorithms.Request{MaxDelay: md}, &r.d)
-	if r.made == 0 {
+	if r.made < 0 {
 		return nil, err // bad input: nothing was asked
 	}
 	r.ok = r.d.Allowed
@@ -87,25 +87,28 @@ func (l *Limiter) reserve(ctx context.Context, t *Tier, key string, n int, maxDe
 	return r, err
 }
 
-// ask decides req, with key's namespace, the cost n and the limiter's
-// clock filled in, through the limiter's chain into d. It returns the time
-// it decided at, or 0 with the error of input it refused.
+// ask decides req (a decision, a reservation or a refund), with key's
+// namespace, the cost n and the limiter's clock filled in, through the
+// limiter's chain into d. It returns the time it decided at, or -1 with
+// the error of input it refused (a bad key, cost or clock reading).
 func (l *Limiter) ask(ctx context.Context, t *Tier, key string, n int, req algorithms.Request, d *Decision) (int64, error) {
 	if err := checkKey(key); err != nil {
-		return 0, err
+		return -1, err
 	}
 	req.Cost = int64(n)
 	if req.Cost < 1 || req.Cost > t.maxCost {
-		return 0, fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, t.maxCost, t.alg.Name())
+		return -1, fmt.Errorf("%w: cost %d outside 1..%d for %s", ErrInvalidCost, n, t.maxCost, t.alg.Name())
 	}
 	req.Now = l.now()
-	if req.Now <= 0 || req.Now > algorithms.MaxExact/2 {
-		return 0, fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, req.Now)
+	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
+		return -1, fmt.Errorf("%w: %d µs since the epoch", ErrInvalidTime, req.Now)
 	}
 	k := store.Key{Namespace: l.ns, ID: key}
 	if l.head != nil {
-		return req.Now, l.head.decide(ctx, t, k, req, d)
+		return req.Now, l.head.decide(ctx, t, k, req, noescape(d))
 	}
+	// No link: the store, then the failure policy, as the chain's last
+	// two links would.
 	if err := l.storeLink.decide(ctx, t, k, req, d); err != nil {
 		l.policy.decide(t, err, d)
 		return req.Now, err
