@@ -268,26 +268,32 @@ func (b *batcher) loop(batch []*pending) {
 // settle lets the callers of a batch just answered queue before the next
 // batch is taken: they are runnable, and most decide again at once. It
 // yields the processor (runtime.Gosched) until the queue stops growing,
-// holds as many callers as were answered, or maxSettle yields have passed,
-// so that the next batch is larger (fewer round trips and script runs per
-// decision) without waiting on a timer; when no caller comes, it costs a
-// yield.
+// holds as many callers as were answered, maxSettle yields have passed or
+// maxSettleTime has, so that the next batch is larger (fewer round trips
+// and script runs per decision) without waiting on a timer; when no caller
+// comes, it costs a yield. In a process whose other goroutines keep every
+// processor busy, a yield lets them run first: maxSettleTime bounds how
+// long settle goes on yielding.
 func (b *batcher) settle(answered int) {
+	start := time.Now()
 	prev := -1
 	for range maxSettle {
 		runtime.Gosched()
 		b.mu.Lock()
 		q := len(b.queue)
 		b.mu.Unlock()
-		if q == prev || q >= answered {
+		if q == prev || q >= answered || time.Since(start) > maxSettleTime {
 			return
 		}
 		prev = q
 	}
 }
 
-// maxSettle bounds the yields of settle.
-const maxSettle = 4
+// maxSettle and maxSettleTime bound the yields of settle.
+const (
+	maxSettle     = 4
+	maxSettleTime = 200 * time.Microsecond
+)
 
 // batchContext returns the context a batch is sent under: its first
 // caller's values, no cancellation, and the latest deadline of its callers,
