@@ -378,6 +378,48 @@ func TestLeaseReport(t *testing.T) {
 			}
 			fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.2f |\n", cs.name, median(medians[i]), median(ratios), slices.Min(ratios), slices.Max(ratios))
 		}
+
+		// The same contenders from 16 goroutines at once, each on keys
+		// of its own: per round, each contender in turn (rotating who goes
+		// first) runs 16 goroutines of n/4 cycles, and the ratio is
+		// redislock's elapsed time ÷ the contender's (above 1 is faster).
+		const workers = 16
+		elapsed := make([][]float64, len(contenders))
+		for r := 0; r < rounds; r++ {
+			for j := range contenders {
+				i := (j + r) % len(contenders)
+				var wg sync.WaitGroup
+				errs := make(chan error, workers)
+				start := time.Now()
+				for w := 0; w < workers; w++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for k := 0; k < n/4; k++ {
+							if err := contenders[i].fn(ctx, fmt.Sprintf("p-r%d-w%d-k%d", r, w, k)); err != nil {
+								errs <- err
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				elapsed[i] = append(elapsed[i], float64(time.Since(start).Microseconds()))
+				close(errs)
+				for err := range errs {
+					t.Fatal(err)
+				}
+			}
+		}
+		fmt.Fprintf(&out, "\n%d goroutines at once, each on keys of its own (%d rounds of %d cycles per goroutine, the contenders taking turns round by round; ratio = redislock's elapsed time ÷ the contender's, per round)\n\n", workers, rounds, n/4)
+		fmt.Fprintf(&out, "| contender | cycles/s | ratio to redislock: median | min | max |\n|---|---:|---:|---:|---:|\n")
+		for i, cs := range contenders {
+			ratios := make([]float64, rounds)
+			for r := range ratios {
+				ratios[r] = elapsed[0][r] / elapsed[i][r]
+			}
+			fmt.Fprintf(&out, "| %s | %.0f | %.2f | %.2f | %.2f |\n", cs.name, float64(workers*(n/4))/median(elapsed[i])*1e6, median(ratios), slices.Min(ratios), slices.Max(ratios))
+		}
 	})
 	t.Run("cost", func(t *testing.T) {
 		// Where a cycle's time goes, on a private redis-server that only
@@ -389,7 +431,7 @@ func TestLeaseReport(t *testing.T) {
 		// the rounds.
 		const rounds, n = 11, 500
 		private := testserver.StartRedis(t)
-		c := goredis.NewClient(&goredis.Options{Addr: private.Addr()})
+		c := goredis.NewClient(&goredis.Options{Addr: private.Addr(), ContextTimeoutEnabled: true}) // as docs/stores/redis.md says; both sides share it
 		t.Cleanup(func() { c.Close() })
 		ctx := context.Background()
 		s, err := rlredis.New(c, rlredis.WithPrefix(unique("bench-lease-")))
