@@ -36,7 +36,7 @@ func Lua(name string) (string, bool) { return form("lua/" + name + ".lua") }
 //	           little-endian doubles each: now, cost, and peek (1 or 0)
 //
 // The reply has one item per key, in order: LuaReplyLen integers per
-// request, in order, as a Lua form replies, or, when the key's state cannot be read, the
+// request, in order (the fields a Lua form packs into its reply), or, when the key's state cannot be read, the
 // single form's CORRUPT error reply (or the server's WRONGTYPE), which
 // clients read as an error in the array and which fails that key's requests as it would fail each of them run one by
 // one, and no other key's. Each key is written once, as the last request
@@ -66,7 +66,7 @@ func form(path string) (string, bool) {
 //	         packed into one string (PackLuaArgs of their concatenation;
 //	         CompositeForm returns both)
 //
-// The reply is LuaReplyLen integers per part, in order, as a Lua form replies: each
+// The reply is an array of LuaReplyLen integers per part, in order (the fields a Lua form packs into its reply): each
 // part's own decision, which Combine turns into the composite's. The state
 // is a string of little-endian doubles: the latest of the parts' expiries,
 // then for each part its expiry, its state's length in bytes (0 when it

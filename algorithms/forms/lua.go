@@ -2,7 +2,10 @@ package forms
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
+
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // The Lua forms (lua/*.lua, read with Lua) share one calling convention, so
@@ -30,9 +33,14 @@ import (
 // A store sends ARGV[7] to ARGV[9] only for a reservation or a refund, so
 // that an ordinary decision's call stays as short as it was.
 //
-// The reply is an array of LuaReplyLen integers, indexed by the LuaReply
-// constants: the fields of Decision in declaration order, with allowed as 1
-// or 0.
+// The reply is one string of LuaReplyLen little-endian IEEE 754 doubles
+// (Lua's struct.pack "<dddddd"), indexed by the LuaReply constants: the
+// fields of Decision in declaration order, with allowed as 1 or 0, each an
+// integer of magnitude below MaxExact. One bulk string costs the server
+// less to reply with than an array of integers, and the client less to
+// read; UnpackLuaReply reads it. (The coalesced and composite forms, whose
+// replies hold several decisions and error items, reply with arrays of
+// integers; see ManyLua.)
 //
 // Every script but the sliding log's is generated from the Go form by
 // internal/formgen. A script computes exactly what the algorithm's Decide
@@ -86,6 +94,27 @@ func PackLuaArgs(args []int64) string {
 		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(float64(v)))
 	}
 	return string(b)
+}
+
+// UnpackLuaReply reads a Lua form's reply, as the client hands over a bulk
+// string, into dst, which must have LuaReplyLen fields: each double as the
+// integer it holds. A reply of another length, or a field that is not an
+// integer of magnitude at most MaxExact, is an error and leaves dst as it
+// was.
+func UnpackLuaReply(reply string, dst []int64) error {
+	if len(reply) != 8*LuaReplyLen || len(dst) != LuaReplyLen {
+		return fmt.Errorf("ratelimit: Lua reply of %d bytes into %d fields, want %d bytes into %d", len(reply), len(dst), 8*LuaReplyLen, LuaReplyLen)
+	}
+	var f [LuaReplyLen]int64
+	for i := range f {
+		v := math.Float64frombits(binary.LittleEndian.Uint64([]byte(reply[8*i : 8*i+8])))
+		if !(v >= -algorithms.MaxExact && v <= algorithms.MaxExact) || v != math.Trunc(v) {
+			return fmt.Errorf("ratelimit: Lua reply field %d is %v, want an integer of magnitude at most 2^53", i, v)
+		}
+		f[i] = int64(v)
+	}
+	copy(dst, f[:])
+	return nil
 }
 
 // LuaErrCorrupt starts the message of the error a Lua form replies with when

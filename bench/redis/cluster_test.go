@@ -70,7 +70,7 @@ var clusterContenders = []contender{
 }
 
 func goredisCluster(tb testing.TB) *goredis.ClusterClient {
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: clusterAddrs(tb), PoolSize: poolSz, MinIdleConns: 32})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: clusterAddrs(tb), PoolSize: poolSz, MinIdleConns: 32, ContextTimeoutEnabled: true}) // as for goredisClient
 	tb.Cleanup(func() { c.Close() })
 	return c
 }

@@ -46,8 +46,12 @@ func formScript(tb testing.TB, c *goredis.Client, src, prefix string, alg algori
 	}
 	packed := forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())
 	return func(ctx context.Context, key string) error {
-		r, err := script.Run(ctx, c, []string{prefix + key}, time.Now().UnixMicro(), 1, "0", "0", "0", packed).Int64Slice()
-		if err == nil && (len(r) != forms.LuaReplyLen || r[forms.LuaReplyAllowed] != 1) {
+		reply, err := script.Run(ctx, c, []string{prefix + key}, time.Now().UnixMicro(), 1, "0", "0", "0", packed).Text()
+		var r [forms.LuaReplyLen]int64
+		if err == nil {
+			err = forms.UnpackLuaReply(reply, r[:])
+		}
+		if err == nil && r[forms.LuaReplyAllowed] != 1 {
 			err = fmt.Errorf("%s: reply %v, want an admitted decision", alg.Name(), r)
 		}
 		return err
@@ -96,8 +100,12 @@ func valkeyScript(tb testing.TB, c vk.Client, src, prefix string, alg algorithms
 	packed := forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())
 	return func(ctx context.Context, key string) error {
 		now := strconv.FormatInt(time.Now().UnixMicro(), 10)
-		r, err := script.Exec(ctx, c, []string{prefix + key}, []string{now, "1", "0", "0", "0", packed}).AsIntSlice()
-		if err == nil && (len(r) != forms.LuaReplyLen || r[forms.LuaReplyAllowed] != 1) {
+		reply, err := script.Exec(ctx, c, []string{prefix + key}, []string{now, "1", "0", "0", "0", packed}).ToString()
+		var r [forms.LuaReplyLen]int64
+		if err == nil {
+			err = forms.UnpackLuaReply(reply, r[:])
+		}
+		if err == nil && r[forms.LuaReplyAllowed] != 1 {
 			err = fmt.Errorf("%s: reply %v, want an admitted decision", alg.Name(), r)
 		}
 		return err

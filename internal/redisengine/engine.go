@@ -345,10 +345,14 @@ func (e *Engine) slackFor(alg algorithms.Algorithm) any {
 	return strconv.FormatInt(slack, 10)
 }
 
-// Ints decodes a script's array reply of integers (a []any, or an
-// IntReply) into dst, which must have exactly its length.
+// Ints decodes a script's reply of integers into dst, which must have
+// exactly its length: an array (a []any, or an IntReply), or a Lua form's
+// packed reply (forms.UnpackLuaReply), which the clients hand over as a
+// string.
 func Ints(r any, dst []int64) error {
 	switch v := r.(type) {
+	case string:
+		return forms.UnpackLuaReply(v, dst)
 	case []any:
 		return fields(v, dst)
 	case IntReply:

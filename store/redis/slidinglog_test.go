@@ -27,13 +27,14 @@ func luaDecide(ctx context.Context, c goredis.UniversalClient, alg algorithms.Al
 	if req.Peek {
 		peek = "1"
 	}
-	v, err := c.Eval(ctx, src, []string{key}, req.Now, req.Cost, peek, "0", "600000",
-		forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())).Int64Slice()
+	reply, err := c.Eval(ctx, src, []string{key}, req.Now, req.Cost, peek, "0", "600000",
+		forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())).Text()
 	if err != nil {
 		return algorithms.Decision{}, err
 	}
-	if len(v) != forms.LuaReplyLen {
-		return algorithms.Decision{}, fmt.Errorf("reply %v", v)
+	var v [forms.LuaReplyLen]int64
+	if err := forms.UnpackLuaReply(reply, v[:]); err != nil {
+		return algorithms.Decision{}, err
 	}
 	return algorithms.Decision{
 		Allowed: v[forms.LuaReplyAllowed] == 1, Limit: v[forms.LuaReplyLimit],

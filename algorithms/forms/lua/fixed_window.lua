@@ -7,7 +7,8 @@
 --            then start, count
 --   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -81,7 +82,7 @@ if refund then
   -- fixedwindow.go:93-95: if give == 0 {
   if give == 0 then
     -- fixedwindow.go:94: return d, 0
-    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+    return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
   -- fixedwindow.go:96: return d, end - req.Now
   local ttl = end_ - now
@@ -89,7 +90,7 @@ if refund then
   local q2 = floor(r999 / 1000)
   if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
   redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- fixedwindow.go:98-100: if s.count == 0 {
 if s_count == 0 then
@@ -105,14 +106,14 @@ if not d_allowed then
   -- fixedwindow.go:104: d.RetryAfter = end - req.Now
   d_retry_after = end_ - now
   -- fixedwindow.go:105: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- fixedwindow.go:107-110: if req.Peek {
 if peek then
   -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
   -- fixedwindow.go:109: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- fixedwindow.go:111: s.count += req.Cost
 s_count = s_count + cost
@@ -126,4 +127,4 @@ local r999 = ttl + 999
 local q3 = floor(r999 / 1000)
 if q3 * 1000 > r999 then q3 = q3 - 1 elseif (q3 + 1) * 1000 <= r999 then q3 = q3 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q3, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)

@@ -7,7 +7,8 @@
 --            then tat, frac, drip
 --   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -113,7 +114,7 @@ if refund then
   -- rate.go:402-404: if give == 0 {
   if give == 0 then
     -- rate.go:403: return d, 0
-    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+    return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
   -- rate.go:405: whole := ahead / a.drip
   local q4 = floor(ahead / drip)
@@ -127,7 +128,7 @@ if refund then
   local q5 = floor(r999 / 1000)
   if q5 * 1000 > r999 then q5 = q5 - 1 elseif (q5 + 1) * 1000 <= r999 then q5 = q5 + 1 end
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_tat, s_frac, s_drip), 'PX', max(q5, 1) + slack)
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
 local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
@@ -169,7 +170,7 @@ end
 -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
 if peek or not d_allowed and not capped then
   -- rate.go:423: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:425: whole := ahead / a.drip
 local q13 = floor(ahead / drip)
@@ -183,4 +184,4 @@ local r999 = ttl + 999
 local q14 = floor(r999 / 1000)
 if q14 * 1000 > r999 then q14 = q14 - 1 elseif (q14 + 1) * 1000 <= r999 then q14 = q14 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_tat, s_frac, s_drip), 'PX', max(q14, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)

@@ -7,7 +7,8 @@
 --            then level, last, unit
 --   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -125,7 +126,7 @@ if refund then
   -- rate.go:284-286: if give == 0 {
   if give == 0 then
     -- rate.go:285: return d, 0
-    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+    return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
   -- rate.go:287: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
@@ -135,7 +136,7 @@ if refund then
   local q4 = floor(r999 / 1000)
   if q4 * 1000 > r999 then q4 = q4 - 1 elseif (q4 + 1) * 1000 <= r999 then q4 = q4 + 1 end
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:290: d.Allowed = level+need <= a.capacity
 d_allowed = level + need <= capacity
@@ -171,12 +172,12 @@ if not d_allowed then
   if q10 * drip < t9 then q10 = q10 + 1 end
   d_retry_after = q10
   -- rate.go:301: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:303-305: if req.Peek {
 if peek then
   -- rate.go:304: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:306: s.level, s.unit = level, a.unit
 s_level, s_unit = level, unit
@@ -186,4 +187,4 @@ local r999 = ttl + 999
 local q11 = floor(r999 / 1000)
 if q11 * 1000 > r999 then q11 = q11 - 1 elseif (q11 + 1) * 1000 <= r999 then q11 = q11 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q11, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)

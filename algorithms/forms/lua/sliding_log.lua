@@ -18,7 +18,8 @@
 --   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
 --            max_delay, refund, act (the log serves only now and gives
 --            nothing back: a refund is answered as a peek)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, format, match, tonumber = math.floor, math.max, string.format, string.match, tonumber
@@ -132,7 +133,7 @@ if used + cost > limit then
       if not ec then return at end
       excess = excess - ec
       if excess <= 0 then
-        return {0, limit, max(limit - used, 0), at + period - now, reset, 0}
+        return struct.pack('<dddddd', 0, limit, max(limit - used, 0), at + period - now, reset, 0)
       end
       walked, i = walked + 1, i + 2
     end
@@ -140,10 +141,10 @@ if used + cost > limit then
   if cost <= limit then
     return redis.error_reply('CORRUPT sliding_log total ' .. format('%.0f', used) .. ' above its entries\' costs')
   end
-  return {0, limit, max(limit - used, 0), 0, reset, 0}
+  return struct.pack('<dddddd', 0, limit, max(limit - used, 0), 0, reset, 0)
 end
 if peek then
-  return {1, limit, max(limit - used, 0), 0, reset, 0}
+  return struct.pack('<dddddd', 1, limit, max(limit - used, 0), 0, reset, 0)
 end
 newest = max(newest, now)
 reset = newest + period - now
@@ -159,4 +160,4 @@ redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq) .. ':' .. f
   '-inf', 'x:' .. format('%.0f', now + reset),
   '-inf', 'y:' .. format('%.0f', used + cost) .. ':' .. format('%.0f', seq) .. ':' .. format('%.0f', newest))
 redis.call('PEXPIRE', KEYS[1], max(idiv(reset + 999, 1000), 1) + slack)
-return {1, limit, max(limit - used - cost, 0), 0, reset, 0}
+return struct.pack('<dddddd', 1, limit, max(limit - used - cost, 0), 0, reset, 0)

@@ -7,7 +7,8 @@
 --            then start, curr, prev
 --   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -92,7 +93,7 @@ if refund then
   -- slidingwindow.go:134-136: if give == 0 {
   if give == 0 then
     -- slidingwindow.go:135: return d, 0
-    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+    return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
   -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
   local ttl = s_start + 2 * period - now
@@ -100,7 +101,7 @@ if refund then
   local q2 = floor(r999 / 1000)
   if q2 * 1000 > r999 then q2 = q2 - 1 elseif (q2 + 1) * 1000 <= r999 then q2 = q2 + 1 end
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_curr, s_prev), 'PX', max(q2, 1) + slack)
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
 d_allowed = weighted + s_curr + cost <= limit
@@ -191,12 +192,12 @@ if not d_allowed then
     d_retry_after = period - elapsed + next
   end
   -- slidingwindow.go:159: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- slidingwindow.go:161-163: if req.Peek {
 if peek then
   -- slidingwindow.go:162: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
 local ttl = s_start + 2 * period - now
@@ -204,4 +205,4 @@ local r999 = ttl + 999
 local q3 = floor(r999 / 1000)
 if q3 * 1000 > r999 then q3 = q3 - 1 elseif (q3 + 1) * 1000 <= r999 then q3 = q3 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_curr, s_prev), 'PX', max(q3, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)

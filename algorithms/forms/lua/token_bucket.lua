@@ -7,7 +7,8 @@
 --            then level, last, unit
 --   ARGV     now, cost, peek, server_clock, slack, packed(unit, drip, capacity, fill, burst),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -127,7 +128,7 @@ if refund then
   -- rate.go:190-192: if give == 0 {
   if give == 0 then
     -- rate.go:191: return d, 0
-    return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+    return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
   -- rate.go:193: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
@@ -137,7 +138,7 @@ if refund then
   local q4 = floor(r999 / 1000)
   if q4 * 1000 > r999 then q4 = q4 - 1 elseif (q4 + 1) * 1000 <= r999 then q4 = q4 + 1 end
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
 local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
@@ -176,12 +177,12 @@ if not d_allowed then
   if q11 * drip < t10 then q11 = q11 + 1 end
   d_retry_after = q11
   -- rate.go:208: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:210-212: if req.Peek {
 if peek then
   -- rate.go:211: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- rate.go:213: s.level, s.unit = deficit, a.unit
 s_level, s_unit = deficit, unit
@@ -191,4 +192,4 @@ local r999 = ttl + 999
 local q12 = floor(r999 / 1000)
 if q12 * 1000 > r999 then q12 = q12 - 1 elseif (q12 + 1) * 1000 <= r999 then q12 = q12 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q12, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)

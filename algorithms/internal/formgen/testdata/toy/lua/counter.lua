@@ -7,7 +7,8 @@
 --            then start, used, seen
 --   ARGV     now, cost, peek, server_clock, slack, packed(limit, period),
 --            [max_delay, refund, act] (a reservation's or refund's)
---   reply    {allowed, limit, remaining, retry_after, reset_after, delay}
+--   reply    allowed, limit, remaining, retry_after, reset_after, delay,
+--            packed into one string of little-endian doubles ('<dddddd')
 
 local MAX = 9007199254740992 -- algorithms.MaxExact
 local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
@@ -125,7 +126,7 @@ if not d_allowed then
   if q4 * 7 < wait then q4 = q4 + 1 end
   d_retry_after = q4
   -- toy.go:76: return d, 0
-  return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+  return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
 -- toy.go:78: d.Remaining = room - req.Cost
 d_remaining = room - cost
@@ -145,4 +146,4 @@ local r999 = ttl + 999
 local q5 = floor(r999 / 1000)
 if q5 * 1000 > r999 then q5 = q5 - 1 elseif (q5 + 1) * 1000 <= r999 then q5 = q5 + 1 end
 redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_used, s_seen), 'PX', max(q5, 1) + slack)
-return {d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay}
+return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
