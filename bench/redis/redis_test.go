@@ -83,11 +83,14 @@ var (
 // it (without it the store runs each call on a goroutine of its own, so
 // that the limiter's store budget still bounds it). The peers, which pass
 // contexts without deadlines, run alike with or without it.
+// RATELIMIT_BENCH_CONTEXT_TIMEOUT=0 creates it without, to measure what a
+// user who leaves go-redis's default pays.
 func goredisClient(tb testing.TB) *goredis.Client {
 	clientsMu.Lock()
 	defer clientsMu.Unlock()
 	if goClient == nil {
-		goClient = goredis.NewClient(&goredis.Options{Addr: redisAddr(tb), PoolSize: poolSz, MinIdleConns: 32, ContextTimeoutEnabled: true})
+		ctxTimeout := os.Getenv("RATELIMIT_BENCH_CONTEXT_TIMEOUT") != "0"
+		goClient = goredis.NewClient(&goredis.Options{Addr: redisAddr(tb), PoolSize: poolSz, MinIdleConns: 32, ContextTimeoutEnabled: ctxTimeout})
 	}
 	return goClient
 }
