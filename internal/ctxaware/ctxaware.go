@@ -37,7 +37,7 @@ func Honours(v any) bool {
 // context answers at once then, with an error that says more than ctx's.
 const Grace = 100 * time.Millisecond
 
-// Detached runs call(ctx) on a goroutine of its own and returns its
+// Detached runs call(ctx) on a goroutine of its own (see Go) and returns its
 // result, or an error (prefix, then what happened) wrapping ctx's cause
 // once ctx has ended and the store has not answered within Grace: a store that ignores its context
 // then holds only that goroutine, until its client gives up. A panic in
@@ -48,7 +48,7 @@ func Detached[T any](ctx context.Context, prefix string, call func(context.Conte
 		err error
 	}
 	done := make(chan reply, 1)
-	go func() {
+	Go(func() {
 		var r reply
 		defer func() {
 			if p := recover(); p != nil {
@@ -57,7 +57,7 @@ func Detached[T any](ctx context.Context, prefix string, call func(context.Conte
 			done <- r
 		}()
 		r.v, r.err = call(ctx)
-	}()
+	})
 	select {
 	case r := <-done:
 		return r.v, r.err

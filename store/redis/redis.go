@@ -32,6 +32,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -202,7 +203,7 @@ func ignoresDeadlines(c goredis.UniversalClient) bool {
 	return false
 }
 
-// detached runs call on a goroutine of its own and returns its outcome,
+// detached runs call on a goroutine of its own (ctxaware.Go) and returns its outcome,
 // or ctx's error as soon as ctx ends: so that a client which ignores
 // deadlines never holds a caller past its context (the limiter's store
 // budget, one second by default). The abandoned call
@@ -218,10 +219,10 @@ func detached[T any](b backend, ctx context.Context, call func(context.Context) 
 		err error
 	}
 	done := make(chan outcome, 1)
-	go func() {
+	ctxaware.Go(func() {
 		v, err := call(ctx)
 		done <- outcome{v, err}
-	}()
+	})
 	select {
 	case o := <-done:
 		return o.v, o.err
@@ -289,6 +290,15 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 // are built from copies of the calls' words, and its replies are handed to
 // the calls only if they arrive before ctx ends.
 func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call) {
+	if len(calls) == 1 && calls[0].Node == nil {
+		// One command, as Pipeline sends one: no pipeline to build.
+		c := calls[0]
+		words := slices.Clone(c.Command())
+		c.Reply, c.Err = detached(b, ctx, func(ctx context.Context) (any, error) {
+			return b.c.Do(ctx, words...).Result()
+		})
+		return
+	}
 	words, nodes := make([][]any, len(calls)), make([]any, len(calls))
 	for i, c := range calls {
 		words[i], nodes[i] = slices.Clone(c.Command()), c.Node
