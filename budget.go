@@ -41,7 +41,10 @@ const defaultStoreTimeout = time.Second
 // which gets no budget by default, a positive d applies as given.
 //
 // The budget reaches the store as the context's deadline, which every
-// store must honour (the conformance suite checks it). A store of the
+// store must honour (the conformance suite checks it). Calls whose context
+// cannot be canceled (context.Background(), say) and that start within a
+// hundredth of d of each other (at most a millisecond) share one deadline,
+// the latest of theirs, so that a busy limiter sets no timer per call. A store of the
 // user's own is called on a goroutine of its own as well, so that the
 // budget holds even when it does not; the built-in stores are called
 // directly.
