@@ -131,12 +131,14 @@ type batcher struct {
 	noScript func(error) bool
 	router   Router // nil unless the backend can say which node serves a key
 	mu       sync.Mutex
-	busy     bool       // a batch is in flight
+	flying   int        // batches in flight, at most maxFlying
+	lone     bool       // the batch in flight is a lone caller's call
 	queue    []*pending // callers waiting for the next batch, in arrival order
-	// Reused by each batch of several calls in turn (only one is
-	// coalesced, sent and spread at a time: the next is handed on
-	// after).
-	scratch scratch
+	plain    int        // of the queue, calls that no coalesced run takes
+	// The scratches of the senders (loop) not sending now: each batch of
+	// several calls is coalesced, sent and spread with one, which no other
+	// batch in flight uses meanwhile.
+	spare []*scratch
 }
 
 // pending is one decision waiting in, or sent in, a batch.
@@ -190,13 +192,13 @@ func (c *pending) release() {
 // is skipped if still queued, or its reply dropped if already sent.
 func (b *batcher) do(ctx context.Context, c *pending) error {
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.flying == 0 {
+		b.flying, b.lone = 1, true
 		b.mu.Unlock()
 		calls := c.one[:]
 		calls[0] = &c.Call
 		b.pipeline(ctx, calls)
-		if next := b.next(); next != nil {
+		if next := b.next(nil); next != nil {
 			go b.loop(next)
 		}
 		return nil
@@ -206,7 +208,18 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 		c.done = make(chan struct{}, 1)
 	}
 	b.queue = append(b.queue, c)
+	if !coalescable(c) {
+		b.plain++
+	}
+	var second []*pending
+	if b.flying < maxFlying && !b.lone && b.pays() {
+		b.flying++
+		second = b.take()
+	}
 	b.mu.Unlock()
+	if second != nil {
+		go b.loop(second)
+	}
 	select {
 	case <-c.done:
 		return nil
@@ -218,12 +231,48 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	}
 }
 
+// maxFlying bounds the batches in flight on one batcher (one server, or
+// one master of a cluster).
+var maxFlying = 2
+
+// secondAt and secondAtPlain are how many callers must queue behind the
+// batches in flight before they go at once as another batch (when fewer
+// than maxFlying are in flight): secondAtPlain when one of them is a call
+// that no coalesced run takes (a lease's, a reservation's), which costs
+// the server a script run whichever batch it goes in.
+var (
+	secondAt      = 8
+	secondAtPlain = 1
+)
+
+// pays reports whether the queue goes at once as another batch. b.mu is
+// held.
+func (b *batcher) pays() bool {
+	return len(b.queue) >= secondAt || b.plain > 0 && len(b.queue) >= secondAtPlain
+}
+
 // next takes what queued while a batch was in flight, its callers still
-// waiting, in arrival order, or, with nothing queued, marks the batcher
-// idle and returns nil.
-func (b *batcher) next() []*pending {
+// waiting, in arrival order, or, with nothing queued, counts the batch as
+// landed (the batcher idle when it was the only one in flight), puts s,
+// its sender's scratch (nil for a lone caller), back in b.spare, and
+// returns nil.
+func (b *batcher) next(s *scratch) []*pending {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.lone = false
+	next := b.take()
+	if next == nil {
+		b.flying--
+		if s != nil {
+			b.spare = append(b.spare, s)
+		}
+	}
+	return next
+}
+
+// take returns the queue's callers still waiting, in arrival order, or nil
+// when none is, and empties the queue. b.mu is held.
+func (b *batcher) take() []*pending {
 	var next []*pending
 	for _, c := range b.queue {
 		if !c.gone {
@@ -231,10 +280,7 @@ func (b *batcher) next() []*pending {
 		}
 	}
 	clear(b.queue)
-	b.queue = b.queue[:0]
-	if len(next) == 0 {
-		b.busy = false
-	}
+	b.queue, b.plain = b.queue[:0], 0
 	return next
 }
 
@@ -242,14 +288,22 @@ func (b *batcher) next() []*pending {
 // meanwhile, and so on until nothing queued: one goroutine for a stretch
 // of busy batches, which no caller's context cancels (see batchContext).
 func (b *batcher) loop(batch []*pending) {
+	b.mu.Lock()
+	var s *scratch
+	if n := len(b.spare); n > 0 {
+		s, b.spare = b.spare[n-1], b.spare[:n-1]
+	} else {
+		s = new(scratch)
+	}
+	b.mu.Unlock()
 	for batch != nil {
-		calls, runs := b.scratch.coalesce(batch, b.p.Slot)
+		calls, runs := s.coalesce(batch, b.p.Slot)
 		bctx, cancel := batchContext(batch)
 		b.pipeline(bctx, calls)
 		for _, r := range runs {
 			r.spread()
 		}
-		if again := b.scratch.retries(batch); len(again) > 0 {
+		if again := s.retries(batch); len(again) > 0 {
 			// A node run found keys its node does not serve: each of
 			// their decisions goes again as its own call, its key
 			// declared, which the client routes and redirects.
@@ -261,7 +315,7 @@ func (b *batcher) loop(batch []*pending) {
 			c.done <- struct{}{}
 		}
 		b.settle(len(batch))
-		batch = b.next()
+		batch = b.next(s)
 	}
 }
 
@@ -654,7 +708,7 @@ func Queued(e *Engine) int {
 func (b *batcher) queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.busy {
+	if b.flying == 0 {
 		return -1
 	}
 	return len(b.queue)
