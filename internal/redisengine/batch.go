@@ -107,15 +107,33 @@ type Pipeliner interface {
 // callers, that takes the decisions per script run at 10,000 keys and 32
 // callers from about 5 to about 7.
 //
+// While a batch is in flight the server works and the client waits, and
+// while the client answers a batch's callers and builds the next the
+// server waits: so up to maxFlying batches (2) may be in flight at once.
+// Once a busy stretch has begun (the batch in flight is not a lone
+// caller's call), a caller that queues while fewer than maxFlying batches
+// are in flight and finds the queue big enough (secondAt callers, or
+// secondAtPlain when one of them is a call no coalesced run takes, such as
+// a lease's, which costs the server a script run in whichever batch it
+// goes) sends the queue at once as another batch, without waiting for the
+// one in flight. Behind a lone caller's call the queue always waits, so
+// that a burst that meets it goes as one batch. With two batches in
+// flight, callers queue until either comes back, and that batch's sender
+// takes the queue; a sender that finds nothing queued stops, and the
+// batcher is idle when the last one does. Two batches in flight may hold
+// decisions on one key and reach the server in either order, as
+// concurrent calls' do; a caller waits for its outcome before its next
+// call, so one caller's decisions stay in order.
+//
 // A batch of queued calls carries several callers' decisions, so no one
 // caller's context may cancel it: the batches of one busy stretch are sent,
-// one after another, by one goroutine (loop), started by the lone sender
-// that found callers queued behind its call, each batch under a context
-// without cancellation whose deadline is the latest of its callers' (none
-// if one has none); each queued caller waits for its outcome or for its own
-// context. The goroutine ends when a batch comes back with nothing queued:
-// no goroutine outlives the batches in flight, and the store needs no
-// Close.
+// one after another, by a goroutine (loop), started by the lone sender that
+// found callers queued behind its call or by the caller that sent the queue
+// as another batch, each batch under a context without cancellation whose
+// deadline is the latest of its callers' (none if one has none); each
+// queued caller waits for its outcome or for its own context. A loop ends
+// when its batch comes back with nothing queued: at most maxFlying run at
+// once, none outlives the batches in flight, and the store needs no Close.
 //
 // A batch holds the requests in arrival order, so the decisions in it that
 // use one algorithm, on keys that may share a script run, are decided in
@@ -155,7 +173,7 @@ type pending struct {
 	// run's reply: LuaReplyLen (when 0), or that per part of a composite.
 	width int
 
-	// Set by coalesce, in the batch's goroutine.
+	// Set by coalesce, in the goroutine that sends its batch (loop).
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
 	retry bool // its run's node did not serve its key: sent again alone
@@ -685,8 +703,8 @@ func (r *reply) err(i int) error {
 	return nil
 }
 
-// Queued returns how many decisions wait behind the batch in flight on e,
-// or -1 when no batch is in flight (always, when its backend does not
+// Queued returns how many decisions wait behind the batches in flight on
+// e, or -1 when no batch is in flight (always, when its backend does not
 // pipeline), so that a test can queue decisions in a known order. It is not
 // a method so that the stores, which embed the Engine, do not offer it;
 // their tests reach it.
