@@ -260,7 +260,7 @@ var maxFlying = 2
 // the server a script run whichever batch it goes in.
 var (
 	secondAt      = 8
-	secondAtPlain = 1
+	secondAtPlain = 4
 )
 
 // pays reports whether the queue goes at once as another batch. b.mu is
