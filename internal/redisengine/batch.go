@@ -105,7 +105,8 @@ type Pipeliner interface {
 // just answered, which are runnable and mostly decide again at once, queue
 // first: on a cluster, where each master's batcher sees a third of the
 // callers, that takes the decisions per script run at 10,000 keys and 32
-// callers from about 5 to about 7.
+// callers from about 5 to about 7 (measured with one batch in flight at a
+// time, before the second below).
 //
 // While a batch is in flight the server works and the client waits, and
 // while the client answers a batch's callers and builds the next the
