@@ -105,17 +105,36 @@ type Pipeliner interface {
 // just answered, which are runnable and mostly decide again at once, queue
 // first: on a cluster, where each master's batcher sees a third of the
 // callers, that takes the decisions per script run at 10,000 keys and 32
-// callers from about 5 to about 7.
+// callers from about 5 to about 7 (measured with one batch in flight at a
+// time, before the second below).
+//
+// While a batch is in flight the server works and the client waits, and
+// while the client answers a batch's callers and builds the next the
+// server waits: so up to maxFlying batches (2) may be in flight at once.
+// Once a busy stretch has begun (the batch in flight is not a lone
+// caller's call), a caller that queues while fewer than maxFlying batches
+// are in flight and finds the queue big enough (secondAt callers, or
+// secondAtPlain when one of them is a call no coalesced run takes, such as
+// a lease's, which costs the server a script run in whichever batch it
+// goes) sends the queue at once as another batch, without waiting for the
+// one in flight. Behind a lone caller's call the queue always waits, so
+// that a burst that meets it goes as one batch. With two batches in
+// flight, callers queue until either comes back, and that batch's sender
+// takes the queue; a sender that finds nothing queued stops, and the
+// batcher is idle when the last one does. Two batches in flight may hold
+// decisions on one key and reach the server in either order, as
+// concurrent calls' do; a caller waits for its outcome before its next
+// call, so one caller's decisions stay in order.
 //
 // A batch of queued calls carries several callers' decisions, so no one
 // caller's context may cancel it: the batches of one busy stretch are sent,
-// one after another, by one goroutine (loop), started by the lone sender
-// that found callers queued behind its call, each batch under a context
-// without cancellation whose deadline is the latest of its callers' (none
-// if one has none); each queued caller waits for its outcome or for its own
-// context. The goroutine ends when a batch comes back with nothing queued:
-// no goroutine outlives the batches in flight, and the store needs no
-// Close.
+// one after another, by a goroutine (loop), started by the lone sender that
+// found callers queued behind its call or by the caller that sent the queue
+// as another batch, each batch under a context without cancellation whose
+// deadline is the latest of its callers' (none if one has none); each
+// queued caller waits for its outcome or for its own context. A loop ends
+// when its batch comes back with nothing queued: at most maxFlying run at
+// once, none outlives the batches in flight, and the store needs no Close.
 //
 // A batch holds the requests in arrival order, so the decisions in it that
 // use one algorithm, on keys that may share a script run, are decided in
@@ -131,12 +150,14 @@ type batcher struct {
 	noScript func(error) bool
 	router   Router // nil unless the backend can say which node serves a key
 	mu       sync.Mutex
-	busy     bool       // a batch is in flight
+	flying   int        // batches in flight, at most maxFlying
+	lone     bool       // the batch in flight is a lone caller's call
 	queue    []*pending // callers waiting for the next batch, in arrival order
-	// Reused by each batch of several calls in turn (only one is
-	// coalesced, sent and spread at a time: the next is handed on
-	// after).
-	scratch scratch
+	plain    int        // of the queue, calls that no coalesced run takes
+	// The scratches of the senders (loop) not sending now: each batch of
+	// several calls is coalesced, sent and spread with one, which no other
+	// batch in flight uses meanwhile.
+	spare []*scratch
 }
 
 // pending is one decision waiting in, or sent in, a batch.
@@ -153,7 +174,7 @@ type pending struct {
 	// run's reply: LuaReplyLen (when 0), or that per part of a composite.
 	width int
 
-	// Set by coalesce, in the batch's goroutine.
+	// Set by coalesce, in the goroutine that sends its batch (loop).
 	leads *run // the run this decision's call sends
 	inRun bool // decided in a run: sends no call of its own
 	retry bool // its run's node did not serve its key: sent again alone
@@ -190,13 +211,13 @@ func (c *pending) release() {
 // is skipped if still queued, or its reply dropped if already sent.
 func (b *batcher) do(ctx context.Context, c *pending) error {
 	b.mu.Lock()
-	if !b.busy {
-		b.busy = true
+	if b.flying == 0 {
+		b.flying, b.lone = 1, true
 		b.mu.Unlock()
 		calls := c.one[:]
 		calls[0] = &c.Call
 		b.pipeline(ctx, calls)
-		if next := b.next(); next != nil {
+		if next := b.next(nil); next != nil {
 			go b.loop(next)
 		}
 		return nil
@@ -206,7 +227,18 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 		c.done = make(chan struct{}, 1)
 	}
 	b.queue = append(b.queue, c)
+	if !coalescable(c) {
+		b.plain++
+	}
+	var second []*pending
+	if b.flying < maxFlying && !b.lone && b.pays() {
+		b.flying++
+		second = b.take()
+	}
 	b.mu.Unlock()
+	if second != nil {
+		go b.loop(second)
+	}
 	select {
 	case <-c.done:
 		return nil
@@ -218,12 +250,48 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	}
 }
 
+// maxFlying bounds the batches in flight on one batcher (one server, or
+// one master of a cluster).
+var maxFlying = 2
+
+// secondAt and secondAtPlain are how many callers must queue behind the
+// batches in flight before they go at once as another batch (when fewer
+// than maxFlying are in flight): secondAtPlain when one of them is a call
+// that no coalesced run takes (a lease's, a reservation's), which costs
+// the server a script run whichever batch it goes in.
+var (
+	secondAt      = 8
+	secondAtPlain = 4
+)
+
+// pays reports whether the queue goes at once as another batch. b.mu is
+// held.
+func (b *batcher) pays() bool {
+	return len(b.queue) >= secondAt || b.plain > 0 && len(b.queue) >= secondAtPlain
+}
+
 // next takes what queued while a batch was in flight, its callers still
-// waiting, in arrival order, or, with nothing queued, marks the batcher
-// idle and returns nil.
-func (b *batcher) next() []*pending {
+// waiting, in arrival order, or, with nothing queued, counts the batch as
+// landed (the batcher idle when it was the only one in flight), puts s,
+// its sender's scratch (nil for a lone caller), back in b.spare, and
+// returns nil.
+func (b *batcher) next(s *scratch) []*pending {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.lone = false
+	next := b.take()
+	if next == nil {
+		b.flying--
+		if s != nil {
+			b.spare = append(b.spare, s)
+		}
+	}
+	return next
+}
+
+// take returns the queue's callers still waiting, in arrival order, or nil
+// when none is, and empties the queue. b.mu is held.
+func (b *batcher) take() []*pending {
 	var next []*pending
 	for _, c := range b.queue {
 		if !c.gone {
@@ -231,10 +299,7 @@ func (b *batcher) next() []*pending {
 		}
 	}
 	clear(b.queue)
-	b.queue = b.queue[:0]
-	if len(next) == 0 {
-		b.busy = false
-	}
+	b.queue, b.plain = b.queue[:0], 0
 	return next
 }
 
@@ -242,14 +307,22 @@ func (b *batcher) next() []*pending {
 // meanwhile, and so on until nothing queued: one goroutine for a stretch
 // of busy batches, which no caller's context cancels (see batchContext).
 func (b *batcher) loop(batch []*pending) {
+	b.mu.Lock()
+	var s *scratch
+	if n := len(b.spare); n > 0 {
+		s, b.spare = b.spare[n-1], b.spare[:n-1]
+	} else {
+		s = new(scratch)
+	}
+	b.mu.Unlock()
 	for batch != nil {
-		calls, runs := b.scratch.coalesce(batch, b.p.Slot)
+		calls, runs := s.coalesce(batch, b.p.Slot)
 		bctx, cancel := batchContext(batch)
 		b.pipeline(bctx, calls)
 		for _, r := range runs {
 			r.spread()
 		}
-		if again := b.scratch.retries(batch); len(again) > 0 {
+		if again := s.retries(batch); len(again) > 0 {
 			// A node run found keys its node does not serve: each of
 			// their decisions goes again as its own call, its key
 			// declared, which the client routes and redirects.
@@ -261,7 +334,7 @@ func (b *batcher) loop(batch []*pending) {
 			c.done <- struct{}{}
 		}
 		b.settle(len(batch))
-		batch = b.next()
+		batch = b.next(s)
 	}
 }
 
@@ -631,8 +704,8 @@ func (r *reply) err(i int) error {
 	return nil
 }
 
-// Queued returns how many decisions wait behind the batch in flight on e,
-// or -1 when no batch is in flight (always, when its backend does not
+// Queued returns how many decisions wait behind the batches in flight on
+// e, or -1 when no batch is in flight (always, when its backend does not
 // pipeline), so that a test can queue decisions in a known order. It is not
 // a method so that the stores, which embed the Engine, do not offer it;
 // their tests reach it.
@@ -654,7 +727,7 @@ func Queued(e *Engine) int {
 func (b *batcher) queued() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.busy {
+	if b.flying == 0 {
 		return -1
 	}
 	return len(b.queue)

@@ -180,3 +180,6 @@ func TestNodeForms(t *testing.T) {
 		t.Error("no algorithm has a coalesced form")
 	}
 }
+
+// MaxFlying is maxFlying, for the tests of package redisengine_test.
+func MaxFlying() int { return maxFlying }
