@@ -252,14 +252,14 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 
 // maxFlying bounds the batches in flight on one batcher (one server, or
 // one master of a cluster).
-var maxFlying = 2
+const maxFlying = 2
 
 // secondAt and secondAtPlain are how many callers must queue behind the
 // batches in flight before they go at once as another batch (when fewer
 // than maxFlying are in flight): secondAtPlain when one of them is a call
 // that no coalesced run takes (a lease's, a reservation's), which costs
 // the server a script run whichever batch it goes in.
-var (
+const (
 	secondAt      = 8
 	secondAtPlain = 4
 )
