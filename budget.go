@@ -106,8 +106,9 @@ func (b *budget) within(ctx context.Context, end time.Time) (context.Context, ti
 	s := b.shared.Load()
 	if s == nil || s.end.Before(end) {
 		step := min(b.timeout/100, time.Millisecond)
-		n := &sharedDeadline{end: end.Add(step), done: make(chan struct{})}
-		time.AfterFunc(time.Until(n.end), func() { close(n.done) })
+		n := &sharedDeadline{end: end.Add(step)}
+		n.ctx, n.cancel = context.WithCancel(context.Background())
+		time.AfterFunc(time.Until(n.end), n.cancel)
 		b.shared.CompareAndSwap(s, n) // or another call's, as good
 		s = n
 	}
@@ -115,10 +116,12 @@ func (b *budget) within(ctx context.Context, end time.Time) (context.Context, ti
 }
 
 // sharedDeadline is a deadline shared by the calls of budget.within that
-// start within one step: done closes at end.
+// start within one step: ctx is canceled (by cancel) at end, and its Done
+// and its AfterFunc are the calls' contexts'.
 type sharedDeadline struct {
-	end  time.Time
-	done chan struct{}
+	end    time.Time
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // sharedCtx is a context that cannot be canceled (its parent's values)
@@ -129,14 +132,21 @@ type sharedCtx struct {
 }
 
 func (c *sharedCtx) Deadline() (time.Time, bool) { return c.d.end, true }
-func (c *sharedCtx) Done() <-chan struct{}       { return c.d.done }
+func (c *sharedCtx) Done() <-chan struct{}       { return c.d.ctx.Done() }
 func (c *sharedCtx) Err() error {
-	select {
-	case <-c.d.done:
+	if c.d.ctx.Err() != nil {
 		return context.DeadlineExceeded
-	default:
-		return nil
 	}
+	return nil
+}
+
+// AfterFunc arranges for f to run on a goroutine of its own once the
+// deadline has passed, as context.AfterFunc does: a context derived from
+// this one with context.WithCancel (or WithTimeout, ...), which a store's
+// client may make, registers here instead of starting a goroutine to watch
+// Done.
+func (c *sharedCtx) AfterFunc(f func()) (stop func() bool) {
+	return context.AfterFunc(c.d.ctx, f)
 }
 
 // decide asks the rest of the chain within the budget. Its error is a

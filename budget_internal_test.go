@@ -70,3 +70,35 @@ func TestBudgetSharedDeadline(t *testing.T) {
 		t.Fatal("the caller canceled its context and the budget's did not end")
 	}
 }
+
+// TestBudgetSharedDeadlineDerived checks that contexts derived from a
+// shared deadline end with it: a child of context.WithCancel, and a
+// function of context.AfterFunc, which the shared deadline runs instead
+// of a goroutine per derived context.
+func TestBudgetSharedDeadlineDerived(t *testing.T) {
+	const timeout = 30 * time.Millisecond
+	b := &budget{timeout: timeout}
+	ctx, _, cancel := b.within(context.Background(), time.Now().Add(timeout))
+	defer cancel()
+	child, cancelChild := context.WithCancel(ctx)
+	defer cancelChild()
+	ran := make(chan struct{})
+	context.AfterFunc(ctx, func() { close(ran) })
+	stopped := context.AfterFunc(ctx, func() { t.Error("a stopped AfterFunc ran") })
+	if !stopped() {
+		t.Fatal("stop of a pending AfterFunc reported false")
+	}
+	for _, c := range []struct {
+		name string
+		done <-chan struct{}
+	}{{"a child of WithCancel", child.Done()}, {"an AfterFunc", ran}} {
+		select {
+		case <-c.done:
+		case <-time.After(time.Second):
+			t.Fatalf("%s did not end within a second of a %v deadline", c.name, timeout)
+		}
+	}
+	if child.Err() == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Errorf("after the deadline: child's Err %v, shared Err %v", child.Err(), ctx.Err())
+	}
+}
