@@ -143,6 +143,17 @@ var redisContenders = []contender{
 	{"sdk-token_bucket", func(tb testing.TB, p string) decideFunc {
 		return sdk(tb, redisStore(tb, p), algorithms.TokenBucket(rate, time.Second, burst))
 	}},
+	// The other built-ins with a generated form, so that every algorithm
+	// is held to redis_rate (the sliding log has a section of its own).
+	{"sdk-leaky_bucket", func(tb testing.TB, p string) decideFunc {
+		return sdk(tb, redisStore(tb, p), algorithms.LeakyBucket(rate, time.Second, burst))
+	}},
+	{"sdk-fixed_window", func(tb testing.TB, p string) decideFunc {
+		return sdk(tb, redisStore(tb, p), algorithms.FixedWindow(rate, time.Second))
+	}},
+	{"sdk-sliding_window", func(tb testing.TB, p string) decideFunc {
+		return sdk(tb, redisStore(tb, p), algorithms.SlidingWindow(rate, time.Second))
+	}},
 	{"redis_rate", func(tb testing.TB, p string) decideFunc {
 		lim := redis_rate.NewLimiter(goredisClient(tb))
 		limit := redis_rate.Limit{Rate: rate, Burst: burst, Period: time.Second}
