@@ -95,6 +95,27 @@ type Pipeliner interface {
 	Slot(key string) int
 }
 
+// Overlapper is what a Pipeliner adds when two of its Pipeline calls may
+// be in flight at once, each bounded by its own context alone: each on a
+// connection of its own, as a go-redis pool gives them. The batcher then
+// keeps up to maxFlying batches in flight. valkey-go, by contrast, sends
+// concurrent calls on one connection per server and puts a lone call's
+// deadline on that connection, so that a batch of callers with short
+// deadlines would end the other batch's commands too: its backend is not
+// an Overlapper, and its batches go one at a time.
+type Overlapper interface {
+	// Overlaps reports whether Pipeline calls may run at once.
+	Overlaps() bool
+}
+
+// flyingFor returns how many batches may be in flight at once through p.
+func flyingFor(p Pipeliner) int {
+	if o, ok := p.(Overlapper); ok && o.Overlaps() {
+		return maxFlying
+	}
+	return 1
+}
+
 // The batcher shares round trips among concurrent decisions without a
 // timer. A caller that finds no batch in flight sends its own call at once,
 // alone, so a lone caller pays nothing. Callers that arrive while a batch is
@@ -110,7 +131,9 @@ type Pipeliner interface {
 //
 // While a batch is in flight the server works and the client waits, and
 // while the client answers a batch's callers and builds the next the
-// server waits: so up to maxFlying batches (2) may be in flight at once.
+// server waits: so up to maxFlying batches (2) may be in flight at once,
+// on a backend whose pipelines may overlap (Overlapper; one at a time on
+// any other).
 // Once a busy stretch has begun (the batch in flight is not a lone
 // caller's call), a caller that queues while fewer than maxFlying batches
 // are in flight and finds the queue big enough (secondAt callers, or
@@ -150,7 +173,8 @@ type batcher struct {
 	noScript func(error) bool
 	router   Router // nil unless the backend can say which node serves a key
 	mu       sync.Mutex
-	flying   int        // batches in flight, at most maxFlying
+	flying   int        // batches in flight, at most maxFly
+	maxFly   int        // flyingFor(p): maxFlying, or 1
 	lone     bool       // the batch in flight is a lone caller's call
 	queue    []*pending // callers waiting for the next batch, in arrival order
 	plain    int        // of the queue, calls that no coalesced run takes
@@ -231,7 +255,7 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 		b.plain++
 	}
 	var second []*pending
-	if b.flying < maxFlying && !b.lone && b.pays() {
+	if b.flying < b.maxFly && !b.lone && b.pays() {
 		b.flying++
 		second = b.take()
 	}

@@ -315,6 +315,11 @@ func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call
 	}
 }
 
+// Overlaps says that two pipelines may be in flight at once: go-redis
+// sends each on a connection of its own from its pool, under its own
+// context.
+func (b backend) Overlaps() bool { return true }
+
 // Slot lets any keys share a script run on one server (a plain or a
 // failover client), only the keys of one hash slot on a cluster, and no
 // two keys on a ring or a client of another kind, whose shard the store
