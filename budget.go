@@ -44,10 +44,10 @@ const defaultStoreTimeout = time.Second
 // store must honour (the conformance suite checks it). Calls whose context
 // cannot be canceled (context.Background(), say) and that start within a
 // hundredth of d of each other (at most a millisecond) share one deadline,
-// the latest of theirs, so that a busy limiter sets no timer per call. A store of the
-// user's own is called on a goroutine of its own as well, so that the
-// budget holds even when it does not; the built-in stores are called
-// directly.
+// the latest of theirs, so that a busy limiter sets no timer per call. A
+// store of the user's own is called on a goroutine of its own as well, so
+// that the budget holds even when it does not; the built-in stores are
+// called directly.
 func WithStoreTimeout(d time.Duration) Option {
 	return func(l *Limiter) error {
 		if d < 0 {
@@ -91,13 +91,14 @@ type budget struct {
 }
 
 // within returns ctx bounded by the budget that ends at end (the budget
-// from now), the end it was given, and the function that releases it. A context that cannot be canceled (such as
-// context.Background()) gets a deadline shared with the other calls that
-// start within a small step of it (a hundredth of the budget, at most a
-// millisecond), each of which ends that much later at most: one timer a
-// step instead of one per call (context.WithDeadline's, which cost about a
-// sixth of the client's CPU per decision on Redis). Any other context gets
-// its own, as from context.WithDeadline.
+// from now), the end it was given, and the function that releases it. A
+// context that cannot be canceled (such as context.Background()) gets a
+// deadline shared with the other calls that start within a small step of
+// it (a hundredth of the budget, at most a millisecond), each of which
+// ends that much later at most: one timer a step instead of one per call
+// (context.WithDeadline's, which cost about a sixth of the client's CPU
+// per decision on Redis). Any other context gets its own, as from
+// context.WithDeadline.
 func (b *budget) within(ctx context.Context, end time.Time) (context.Context, time.Time, context.CancelFunc) {
 	if ctx.Done() != nil {
 		sctx, cancel := context.WithDeadline(ctx, end)
