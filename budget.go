@@ -91,7 +91,8 @@ type budget struct {
 }
 
 // within returns ctx bounded by the budget that ends at end (the budget
-// from now), the end it was given, and the function that releases it. A
+// from now), the deadline it got (end, or up to a step later, below), and
+// the function that releases it. A
 // context that cannot be canceled (such as context.Background()) gets a
 // deadline shared with the other calls that start within a small step of
 // it (a hundredth of the budget, at most a millisecond), each of which
