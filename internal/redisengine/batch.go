@@ -96,26 +96,24 @@ type Pipeliner interface {
 }
 
 // Overlapper is what a Pipeliner adds when two of its Pipeline calls may
-// be in flight at once each bounded by its own context's deadline alone:
-// each on a connection of its own, as a go-redis pool gives them. The
-// batcher sends a batch under the latest deadline of its callers then.
-// valkey-go, by contrast, sends concurrent calls on one connection per
-// server and puts a lone call's deadline on that connection, so that a
-// batch of callers with short deadlines ended the other batch's commands
-// too: a batch through a Pipeliner that is not an Overlapper goes under a
-// context with no deadline, ended at its callers' latest deadline instead
-// (the client then abandons the batch's replies and keeps its connection;
-// see batchContext).
+// be in flight at once, each bounded by its own context alone: each on a
+// connection of its own, as a go-redis pool gives them. The batcher then
+// keeps up to maxFlying batches in flight. valkey-go, by contrast, sends
+// concurrent calls on one connection per server and puts a lone call's
+// deadline on that connection, so that a batch of callers with short
+// deadlines would end the other batch's commands too: its backend is not
+// an Overlapper, and its batches go one at a time.
 type Overlapper interface {
-	// Overlaps reports whether Pipeline calls may run at once, each
-	// under its own context's deadline.
+	// Overlaps reports whether Pipeline calls may run at once.
 	Overlaps() bool
 }
 
-// overlaps reports whether p is an Overlapper that overlaps.
-func overlaps(p Pipeliner) bool {
-	o, ok := p.(Overlapper)
-	return ok && o.Overlaps()
+// flyingFor returns how many batches may be in flight at once through p.
+func flyingFor(p Pipeliner) int {
+	if o, ok := p.(Overlapper); ok && o.Overlaps() {
+		return maxFlying
+	}
+	return 1
 }
 
 // The batcher shares round trips among concurrent decisions without a
@@ -133,7 +131,9 @@ func overlaps(p Pipeliner) bool {
 //
 // While a batch is in flight the server works and the client waits, and
 // while the client answers a batch's callers and builds the next the
-// server waits: so up to maxFlying batches (2) may be in flight at once.
+// server waits: so up to maxFlying batches (2) may be in flight at once,
+// on a backend whose pipelines may overlap (Overlapper; one at a time on
+// any other).
 // Once a busy stretch has begun (the batch in flight is not a lone
 // caller's call), a caller that queues while fewer than maxFlying batches
 // are in flight and finds the queue big enough (secondAt callers, or
@@ -173,8 +173,8 @@ type batcher struct {
 	noScript func(error) bool
 	router   Router // nil unless the backend can say which node serves a key
 	mu       sync.Mutex
-	flying   int        // batches in flight, at most maxFlying
-	deadline bool       // overlaps(p): a batch goes under its callers' latest deadline
+	flying   int        // batches in flight, at most maxFly
+	maxFly   int        // flyingFor(p): maxFlying, or 1
 	lone     bool       // the batch in flight is a lone caller's call
 	queue    []*pending // callers waiting for the next batch, in arrival order
 	plain    int        // of the queue, calls that no coalesced run takes
@@ -255,7 +255,7 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 		b.plain++
 	}
 	var second []*pending
-	if b.flying < maxFlying && !b.lone && b.pays() {
+	if b.flying < b.maxFly && !b.lone && b.pays() {
 		b.flying++
 		second = b.take()
 	}
@@ -341,7 +341,7 @@ func (b *batcher) loop(batch []*pending) {
 	b.mu.Unlock()
 	for batch != nil {
 		calls, runs := s.coalesce(batch, b.p.Slot)
-		bctx, cancel := batchContext(batch, b.deadline)
+		bctx, cancel := batchContext(batch)
 		b.pipeline(bctx, calls)
 		for _, r := range runs {
 			r.spread()
@@ -393,14 +393,9 @@ const (
 )
 
 // batchContext returns the context a batch is sent under: its first
-// caller's values, no caller's cancellation, and an end at the latest
-// deadline of its callers (none when one of them has none). With deadline
-// (an Overlapper's batch), the end is the context's deadline; without, the
-// context has no deadline and ends at that time, its Err then
-// context.DeadlineExceeded, so that a client that multiplexes one
-// connection abandons the batch's replies rather than put the deadline on
-// the connection that other batches' calls share.
-func batchContext(batch []*pending, deadline bool) (context.Context, context.CancelFunc) {
+// caller's values, no cancellation, and the latest deadline of its callers,
+// or none when one of them has none.
+func batchContext(batch []*pending) (context.Context, context.CancelFunc) {
 	var latest time.Time
 	for _, c := range batch {
 		d, ok := c.ctx.Deadline()
@@ -411,24 +406,7 @@ func batchContext(batch []*pending, deadline bool) (context.Context, context.Can
 			latest = d
 		}
 	}
-	base := context.WithoutCancel(batch[0].ctx)
-	if deadline {
-		return context.WithDeadline(base, latest)
-	}
-	ctx, cancel := context.WithCancel(base)
-	t := time.AfterFunc(time.Until(latest), cancel)
-	return expiring{ctx}, func() { t.Stop(); cancel() }
-}
-
-// expiring is a batch's context without a deadline that ends at its
-// callers' latest one (batchContext): its Err says so.
-type expiring struct{ context.Context }
-
-func (e expiring) Err() error {
-	if e.Context.Err() != nil {
-		return context.DeadlineExceeded
-	}
-	return nil
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
 // pipeline sends calls by their SHAs and once more, by their sources, those
