@@ -133,9 +133,8 @@ func flyingFor(p Pipeliner) int {
 // while the client answers a batch's callers and builds the next the
 // server waits: so up to maxFlying batches (2) may be in flight at once,
 // on a backend whose pipelines may overlap (Overlapper; one at a time on
-// any other).
-// Once a busy stretch has begun (the batch in flight is not a lone
-// caller's call), a caller that queues while fewer than maxFlying batches
+// any other). Once a busy stretch has begun (the batch in flight is not a
+// lone caller's call), a caller that queues while fewer than maxFlying batches
 // are in flight and finds the queue big enough (secondAt callers, or
 // secondAtPlain when one of them is a call no coalesced run takes, such as
 // a lease's, which costs the server a script run in whichever batch it
