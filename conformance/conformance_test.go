@@ -39,6 +39,44 @@ type brokenStore struct {
 	// answering (Harness.Freeze).
 	frozen atomic.Bool
 	thawed chan struct{}
+
+	// Under the defect "connect-wait-ignores-ctx", the connection a call
+	// on the frozen backend gave up on: the next call opens another for
+	// as long as its context allows, and the calls meanwhile wait for it
+	// whatever their own contexts say, as a client's calls waiting on
+	// another's dial may.
+	conn struct {
+		sync.Mutex
+		broken  bool
+		opening chan struct{} // closed when the call opening one gives up
+	}
+}
+
+// connect is the "connect-wait-ignores-ctx" defect's connection: a call
+// waits out a connection another call is opening, and opens one itself
+// (until ctx ends, the backend being frozen) when the last was dropped.
+func (s *brokenStore) connect(ctx context.Context) {
+	s.conn.Lock()
+	if opening := s.conn.opening; opening != nil {
+		s.conn.Unlock()
+		<-opening // whatever ctx says: the defect
+		return
+	}
+	if !s.conn.broken {
+		s.conn.Unlock()
+		return
+	}
+	opening := make(chan struct{})
+	s.conn.opening = opening
+	s.conn.Unlock()
+	select {
+	case <-ctx.Done():
+	case <-s.thawed:
+	}
+	s.conn.Lock()
+	s.conn.opening = nil
+	s.conn.Unlock()
+	close(opening)
 }
 
 // hang is a call to a frozen backend: no answer until it thaws, and the
@@ -49,8 +87,16 @@ func (s *brokenStore) hang(ctx context.Context) error {
 		<-s.thawed
 		return errThawed
 	}
+	if s.defect == "connect-wait-ignores-ctx" {
+		s.connect(ctx)
+	}
 	select {
 	case <-ctx.Done():
+		if s.defect == "connect-wait-ignores-ctx" {
+			s.conn.Lock()
+			s.conn.broken = true // a client drops a connection whose reply never came
+			s.conn.Unlock()
+		}
 		return ctx.Err()
 	case <-s.thawed:
 		return errThawed
@@ -307,6 +353,7 @@ var brokenCases = []struct {
 	{"decider-partial", "Composite/server/Concurrency-0/", "a composite's denied request consumes from no limit"},
 	{"decider-partial", "Composite/server/Boundaries", "a composite's denied request consumes from no limit"},
 	{"context-ignored", "FaultHungStore/frozen", "a store honours its context when its server stops answering, so every call keeps its bound"},
+	{"connect-wait-ignores-ctx", "FaultHungStore/reconnect", "a call waiting for a connection another call is opening still ends with its own context"},
 	{"do-no-deadline-check", "FaultDoSlowReply/past-deadline", "Do never starts the work on a lease whose reply came after its deadline"},
 	{"do-no-deadline-check", "FaultDoSlowReply/within-margin", "Do never starts the work with less than a safety margin of its lease left"},
 	{"do-no-deadline-check", "FaultDoPanic", "Do releases the lease when the work panics"},

@@ -285,6 +285,69 @@ func testFaultHungStore(t *testing.T, newHarness func(*testing.T) Harness) {
 		freeze()
 		returnsWithin(t, rule+"; the store honours its context when its server stops answering", calls)
 	})
+	t.Run("reconnect", func(t *testing.T) {
+		t.Parallel()
+		h := newHarness(t)
+		if h.Freeze == nil {
+			t.Skip("harness has no Freeze: cannot stop the backend answering")
+		}
+		testFaultReconnect(t, h)
+	})
+}
+
+// testFaultReconnect checks that a store's call ends with its own context
+// while it waits for a connection that another call, with a later
+// deadline, is opening to a server that stopped answering: a lone call's
+// deadline ends first (a client drops a connection whose reply never
+// came), then a patient call starts (and may open another), and then
+// impatient ones, which must not wait for it. valkey-go's calls did wait
+// (a 250ms call returned after a second).
+func testFaultReconnect(t *testing.T, h Harness) {
+	const rule = "a call waiting for a connection another call is opening still ends with its own context"
+	s, freeze := h.Freeze(t)
+	key := store.Key{Namespace: "reconnect", ID: "k"}
+	if err := s.Delete(context.Background(), key); err != nil {
+		t.Fatalf("store.Delete before the backend stops answering: %v", err)
+	}
+	freeze()
+	// Several of each kind, one after another, so that a client that
+	// spreads calls over connections drops, reopens and waits on each.
+	const n = 4
+	lone := boundedCall{"a lone store.Delete with a 100ms deadline", 100 * time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		return s.Delete(ctx, key)
+	}}
+	for range n {
+		returnsWithin(t, rule, []boundedCall{lone})
+	}
+	const patientBound = 6 * shortBound
+	patient := make(chan error, n)
+	for range n {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), patientBound)
+			defer cancel()
+			patient <- s.Delete(ctx, key)
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // the patient calls first
+	var calls []boundedCall
+	for range 2 * n {
+		calls = append(calls, storeCalls(s)...)
+	}
+	returnsWithin(t, rule, calls)
+	wait := time.After(patientBound + faultSlack)
+	for range n {
+		select {
+		case err := <-patient:
+			if err == nil {
+				t.Errorf("a patient store.Delete = nil error on a store that never answered, want the store's failure")
+			}
+		case <-wait:
+			t.Errorf("a patient store.Delete with a %v deadline has not returned after %v (rule: %s)", patientBound, patientBound+faultSlack, rule)
+			return
+		}
+	}
 }
 
 // testFaultBreaker checks that the circuit breaker opens only on the

@@ -1,6 +1,7 @@
 package ctxaware
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"time"
@@ -74,5 +75,34 @@ func work(w chan func()) {
 			return
 		}
 		f = <-w // taken from ready as the timer fired: its call is on its way
+	}
+}
+
+// Until runs call(ctx) on a goroutine of Go's and returns its outcome, or
+// ctx's error as soon as ctx ends first: for a client that may hold a call
+// past its context, as the stores' clients may (go-redis's without
+// ContextTimeoutEnabled; valkey-go's while a call waits for a connection
+// another call is opening). The abandoned call runs on until its client
+// gives up, so call must own everything it reads and writes. For a context
+// that cannot end, it is call(ctx), on the caller's goroutine.
+func Until[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	if ctx.Done() == nil {
+		return call(ctx)
+	}
+	type outcome struct {
+		v   T
+		err error
+	}
+	done := make(chan outcome, 1)
+	Go(func() {
+		v, err := call(ctx)
+		done <- outcome{v, err}
+	})
+	select {
+	case o := <-done:
+		return o.v, o.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
 	}
 }

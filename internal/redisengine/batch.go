@@ -12,6 +12,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 )
 
 // Call is one script run in a pipelined batch: a Pipeliner sends it and
@@ -108,6 +109,24 @@ type Overlapper interface {
 	Overlaps() bool
 }
 
+// Detacher is what a Pipeliner adds when its client may hold a call past
+// the call's context, as valkey-go holds one that waits for a connection
+// another call is opening (store/valkey): the batcher then sends a lone
+// caller's call from a goroutine of its own (ctxaware.Go), counted in
+// flight until the client returns, and the caller returns when its context
+// ends. Queued callers wait for their own contexts on any backend.
+type Detacher interface {
+	// DetachLone reports whether a lone caller's call is sent from a
+	// goroutine apart from the caller.
+	DetachLone() bool
+}
+
+// detachesLone reports whether p is a Detacher that asks for it.
+func detachesLone(p Pipeliner) bool {
+	d, ok := p.(Detacher)
+	return ok && d.DetachLone()
+}
+
 // flyingFor returns how many batches may be in flight at once through p.
 func flyingFor(p Pipeliner) int {
 	if o, ok := p.(Overlapper); ok && o.Overlaps() {
@@ -174,6 +193,7 @@ type batcher struct {
 	mu       sync.Mutex
 	flying   int        // batches in flight, at most maxFly
 	maxFly   int        // flyingFor(p): maxFlying, or 1
+	detach   bool       // detachesLone(p)
 	lone     bool       // the batch in flight is a lone caller's call
 	queue    []*pending // callers waiting for the next batch, in arrival order
 	plain    int        // of the queue, calls that no coalesced run takes
@@ -237,12 +257,15 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	if b.flying == 0 {
 		b.flying, b.lone = 1, true
 		b.mu.Unlock()
-		calls := c.one[:]
-		calls[0] = &c.Call
-		b.pipeline(ctx, calls)
-		if next := b.next(nil); next != nil {
-			go b.loop(next)
+		if b.detach && ctx.Done() != nil {
+			c.ctx = ctx
+			if c.done == nil {
+				c.done = make(chan struct{}, 1)
+			}
+			ctxaware.Go(func() { b.sendLone(ctx, c, true) })
+			return b.wait(c)
 		}
+		b.sendLone(ctx, c, false)
 		return nil
 	}
 	c.ctx = ctx
@@ -262,14 +285,43 @@ func (b *batcher) do(ctx context.Context, c *pending) error {
 	if second != nil {
 		go b.loop(second)
 	}
+	return b.wait(c)
+}
+
+// sendLone sends a lone caller's call under ctx, its caller's context,
+// and then what queued behind it (loop): on the caller's goroutine, which
+// returns once the call has its outcome (the loop on a goroutine of its
+// own), or detached from it (batcher.detach), where c.done says the outcome
+// is in.
+func (b *batcher) sendLone(ctx context.Context, c *pending, detached bool) {
+	calls := c.one[:]
+	calls[0] = &c.Call
+	b.pipeline(ctx, calls)
+	next := b.next(nil)
+	if detached {
+		c.done <- struct{}{}
+		if next != nil {
+			b.loop(next)
+		}
+		return
+	}
+	if next != nil {
+		go b.loop(next)
+	}
+}
+
+// wait waits for c's outcome, or for its caller's context (c.ctx): when
+// that ends first, c is skipped if still queued, its reply dropped if
+// already sent, and wait returns the context's error.
+func (b *batcher) wait(c *pending) error {
 	select {
 	case <-c.done:
 		return nil
-	case <-ctx.Done():
+	case <-c.ctx.Done():
 		b.mu.Lock()
 		c.gone = true
 		b.mu.Unlock()
-		return ctx.Err()
+		return c.ctx.Err()
 	}
 }
 

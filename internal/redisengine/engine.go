@@ -139,7 +139,7 @@ func New(name string, backend Backend, opts ...Option) (*Engine, error) {
 	}
 	e.slackArg = strconv.FormatInt(e.slack, 10)
 	if p, ok := backend.(Pipeliner); ok {
-		e.batch = &batcher{p: p, noScript: backend.NoScript, maxFly: flyingFor(p)}
+		e.batch = &batcher{p: p, noScript: backend.NoScript, maxFly: flyingFor(p), detach: detachesLone(p)}
 		if r, ok := backend.(Router); ok {
 			e.batch.router, e.router = r, r
 		}
@@ -296,7 +296,7 @@ func (e *Engine) batcherFor(c *pending) *batcher {
 	if b, ok := e.nodes.Load(n); ok {
 		return b.(*batcher)
 	}
-	b, _ := e.nodes.LoadOrStore(n, &batcher{p: e.batch.p, noScript: e.batch.noScript, router: e.router, maxFly: e.batch.maxFly})
+	b, _ := e.nodes.LoadOrStore(n, &batcher{p: e.batch.p, noScript: e.batch.noScript, router: e.router, maxFly: e.batch.maxFly, detach: e.batch.detach})
 	return b.(*batcher)
 }
 

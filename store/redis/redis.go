@@ -203,33 +203,16 @@ func ignoresDeadlines(c goredis.UniversalClient) bool {
 	return false
 }
 
-// detached runs call on a goroutine of its own (ctxaware.Go) and returns its outcome,
-// or ctx's error as soon as ctx ends: so that a client which ignores
-// deadlines never holds a caller past its context (the limiter's store
-// budget, one second by default). The abandoned call
-// runs on until the client's own timeouts end it; call must therefore own
-// everything it reads and writes. Without detach, or for a context that
-// cannot end, it is call(ctx).
+// detached runs call through ctxaware.Until when b.detach is set, so that
+// a client which ignores deadlines never holds a caller past its context
+// (the limiter's store budget, one second by default): the abandoned call
+// runs on until the client's own timeouts end it, so call must own
+// everything it reads and writes. Without detach it is call(ctx).
 func detached[T any](b backend, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	if !b.detach || ctx.Done() == nil {
+	if !b.detach {
 		return call(ctx)
 	}
-	type outcome struct {
-		v   T
-		err error
-	}
-	done := make(chan outcome, 1)
-	ctxaware.Go(func() {
-		v, err := call(ctx)
-		done <- outcome{v, err}
-	})
-	select {
-	case o := <-done:
-		return o.v, o.err
-	case <-ctx.Done():
-		var zero T
-		return zero, ctx.Err()
-	}
+	return ctxaware.Until(ctx, call)
 }
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {

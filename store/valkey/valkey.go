@@ -29,6 +29,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -139,11 +140,29 @@ type backend struct {
 }
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	return b.c.Do(ctx, b.evalSha(sha, keys, args)).ToAny()
+	return b.do(ctx, b.evalSha(sha, keys, args)).ToAny()
 }
 
 func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	return b.c.Do(ctx, b.eval(src, keys, args)).ToAny()
+	return b.do(ctx, b.eval(src, keys, args)).ToAny()
+}
+
+// do sends cmd through ctxaware.Until: valkey-go ends a call at its
+// context's deadline, except while the call waits for a connection that
+// another call is opening (after a connection broke, or before one of the
+// client's connections to a server was first needed), which it waits out
+// whatever its own context says: on a server that stopped answering, a
+// call with a 250ms deadline waited a second behind one whose deadline was
+// a second. So every call whose context can end is sent from a goroutine
+// of its own, and its caller returns when its context ends.
+func (b backend) do(ctx context.Context, cmd vk.Completed) vk.ValkeyResult {
+	r, err := ctxaware.Until(ctx, func(ctx context.Context) (vk.ValkeyResult, error) {
+		return b.c.Do(ctx, cmd), nil
+	})
+	if err != nil {
+		return vk.NewErrorResult(err)
+	}
+	return r
 }
 
 func (b backend) evalSha(sha string, keys []string, args []any) vk.Completed {
@@ -216,6 +235,10 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 }
 
+// DetachLone implements redisengine.Detacher: a lone caller's call is
+// sent from a goroutine of its own, as do sends the store's other calls.
+func (b backend) DetachLone() bool { return true }
+
 // result is a call's outcome from its result: for a call whose reply is
 // read as integers, an array of integers and error replies as an
 // redisengine.IntReply, which boxes no item; otherwise, or for a reply of
@@ -265,7 +288,7 @@ func (b backend) Slot(key string) int {
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
-	return b.c.Do(ctx, b.c.B().Del().Key(keys...).Build()).Error()
+	return b.do(ctx, b.c.B().Del().Key(keys...).Build()).Error()
 }
 
 func (b backend) NoScript(err error) bool {
