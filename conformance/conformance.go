@@ -114,7 +114,8 @@ type Harness struct {
 	// open and no request is answered until the test ends, when the
 	// harness thaws or stops it. The FaultHungStore group then holds every
 	// Limiter and lease call on the frozen store to its bound, which only
-	// a store that honours its context keeps. Nil skips that subtest (the
+	// a store that honours its context keeps, also while a call waits for
+	// a connection another call is opening. Nil skips those subtests (the
 	// group's wrapper-injected hang still runs).
 	Freeze func(t *testing.T) (store store.Store, freeze func())
 
