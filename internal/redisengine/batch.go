@@ -219,6 +219,9 @@ type pending struct {
 
 	// Set by coalesce, in the goroutine that sends its batch (loop).
 	leads *run // the run this decision's call sends
+	// The lease run this lease call's call sends (set on the run's first
+	// call; the others are inRun), or nil.
+	leaseRun *leaseRun
 	inRun bool // decided in a run: sends no call of its own
 	retry bool // its run's node did not serve its key: sent again alone
 	// The node that serves its key, as the Router saw it when the
@@ -397,6 +400,7 @@ func (b *batcher) loop(batch []*pending) {
 		for _, r := range runs {
 			r.spread()
 		}
+		s.leases.spread()
 		if again := s.retries(batch); len(again) > 0 {
 			// A node run found keys its node does not serve: each of
 			// their decisions goes again as its own call, its key
@@ -534,6 +538,7 @@ type scratch struct {
 	free    []*run // runs of earlier batches, to reuse
 	calls   []*Call
 	again   []*Call
+	leases  leaseRuns
 }
 
 func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []*run) {
@@ -550,8 +555,13 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 	}
 	clear(s.entries[:cap(s.entries)])
 	entries := s.entries[:0] // never grows: pointers stay
+	s.leases.reset()
 	for _, c := range batch {
-		c.leads, c.inRun, c.retry, c.fields, c.ints = nil, false, false, nil, nil
+		c.leads, c.leaseRun, c.inRun, c.retry, c.fields, c.ints = nil, nil, false, false, nil, nil
+		if c.Script == leaseScript {
+			s.leases.add(c, slot(c.Keys[0]))
+			continue
+		}
 		e := byKey[c.Keys[0]]
 		if e == nil {
 			entries = append(entries, entry{bad: !coalescable(c)})
@@ -600,12 +610,15 @@ func (s *scratch) coalesce(batch []*pending, slot func(string) int) ([]*Call, []
 		kept = append(kept, r)
 	}
 	s.runs = kept
+	s.leases.build()
 	calls := s.calls[:0]
 	for _, c := range batch {
 		switch {
 		case c.leads != nil:
 			c.leads.build(c.Script.Many)
 			calls = append(calls, &c.leads.Call)
+		case c.leaseRun != nil:
+			calls = append(calls, &c.leaseRun.Call)
 		case !c.inRun:
 			calls = append(calls, &c.Call)
 		}

@@ -37,7 +37,8 @@ func (e *Engine) leaseArg(now int64, req leasewire.Request) string {
 // writes, so a record written by either path is read by the other. With
 // the server clock on, the script reads the server's TIME. Concurrent calls
 // share round trips as decisions do (see batcher) when the backend
-// pipelines. The stores get it by embedding the engine.
+// pipelines, and the calls of one batch on keys that may share a script
+// run go as one run (leaseRun). The stores get it by embedding the engine.
 func (e *Engine) RunLease(ctx context.Context, key store.Key, now int64, req leasewire.Request) (leasewire.Result, error) {
 	if err := req.Check(now); err != nil {
 		return leasewire.Result{}, fmt.Errorf("%s: lease %q: %w", e.name, key.String(), err)
@@ -110,4 +111,106 @@ func leaseResult(r any, req leasewire.Request) (leasewire.Result, error) {
 		return leasewire.Result{}, fmt.Errorf("unexpected owner of %d bytes in reply", len(owner))
 	}
 	return res, nil
+}
+
+// A leaseRun is the lease calls of a batch that one run of the lease
+// script takes: leasewire.Lua takes several requests, each on its own key,
+// in order, and reads the server's TIME once for all of them, so that a
+// batch's lease calls on keys that may share a script run
+// (Pipeliner.Slot: any keys on a standalone server) cost the server one
+// script's dispatch, one TIME and one reply instead of one of each per
+// call. Its reply is an array of the calls' replies, each what the call
+// alone would have got.
+type leaseRun struct {
+	Call
+	members []*pending // in arrival order
+}
+
+// leaseRuns is a batch's lease runs, one per slot, and the runs of
+// earlier batches to reuse: a scratch's.
+type leaseRuns struct {
+	bySlot map[int]*leaseRun
+	runs   []*leaseRun
+	free   []*leaseRun
+}
+
+// reset makes the runs of the last batch free for the next.
+func (l *leaseRuns) reset() {
+	l.free = append(l.free, l.runs...)
+	clear(l.runs)
+	l.runs = l.runs[:0]
+	clear(l.bySlot)
+}
+
+// add puts c, a lease call whose key's slot is slot, in its slot's run (a
+// new run once one holds maxRunKeys calls). A key whose slot is negative
+// shares no run: c goes as its own call.
+func (l *leaseRuns) add(c *pending, slot int) {
+	if slot < 0 {
+		return
+	}
+	r := l.bySlot[slot]
+	if r == nil || len(r.members) == maxRunKeys {
+		if n := len(l.free); n > 0 {
+			r, l.free = l.free[n-1], l.free[:n-1]
+			clear(r.members)
+			*r = leaseRun{members: r.members[:0], Call: Call{Keys: r.Keys[:0], Args: r.Args[:0]}}
+		} else {
+			r = new(leaseRun)
+		}
+		if l.bySlot == nil {
+			l.bySlot = make(map[int]*leaseRun)
+		}
+		l.bySlot[slot] = r
+		l.runs = append(l.runs, r)
+	}
+	r.members = append(r.members, c)
+}
+
+// build sets each run's call, for runs of two calls or more, and marks
+// their calls as sent by it; a call alone in its run goes as its own.
+func (l *leaseRuns) build() {
+	kept := l.runs[:0]
+	for _, r := range l.runs {
+		if len(r.members) < 2 {
+			l.free = append(l.free, r)
+			continue
+		}
+		keys, args := r.Keys[:0], r.Args[:0]
+		for _, c := range r.members {
+			keys = append(keys, c.Keys[0])
+			args = append(args, c.Args[0])
+			c.inRun = true
+		}
+		r.Call = Call{Script: leaseScript, Keys: keys, Args: args}
+		r.members[0].leaseRun = r
+		kept = append(kept, r)
+	}
+	clear(l.runs[len(kept):])
+	l.runs = kept
+}
+
+// spread hands each run's outcome to its calls: the run's error to every
+// call, the reply's items one per call (an error item as that call's
+// error), or, for a reply of the wrong shape, the whole reply to each,
+// which leaseResult rejects.
+func (l *leaseRuns) spread() {
+	for _, r := range l.runs {
+		items, ok := r.Reply.([]any)
+		ok = ok && len(items) == len(r.members)
+		for i, c := range r.members {
+			switch {
+			case r.Err != nil:
+				c.Reply, c.Err = nil, r.Err
+			case !ok:
+				c.Reply, c.Err = r.Reply, nil
+			default:
+				if err, isErr := items[i].(error); isErr {
+					c.Reply, c.Err = nil, err
+				} else {
+					c.Reply, c.Err = items[i], nil
+				}
+			}
+		}
+	}
 }

@@ -35,7 +35,11 @@ import (
 // Lua is Step as a Redis and Valkey script, which the stores run as their
 // Runner. It keeps the value format of their Update (an 8-byte
 // little-endian expiry, then the record), so both paths share one record;
-// the conformance group LeaseDifferential holds it equal to Step.
+// the conformance group LeaseDifferential holds it equal to Step. One run
+// takes one request (KEYS[1], ARGV[1]) or several, each on its own key, in
+// order (KEYS[i], ARGV[i]), reading the server's TIME once for them all,
+// and then replies with an array of their replies: the stores send a
+// batch's concurrent lease calls so.
 //
 //go:embed lease.lua
 var Lua string

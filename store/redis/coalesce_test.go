@@ -17,11 +17,12 @@ import (
 // decisions queued behind a batch in flight are decided in one script run
 // per algorithm (any keys on the standalone server, and on the cluster
 // any keys of one master, whose decisions queue behind the held one), each
-// exactly as one after another.
+// exactly as one after another; and storetest.CoalescedLeases on the
+// standalone server.
 func TestCoalescedEqualSequential(t *testing.T) {
 	for _, onCluster := range []bool{false, true} {
 		server := map[bool]string{false: "standalone", true: "cluster"}[onCluster]
-		run := func(t *testing.T, alg, other algorithms.Algorithm) {
+		run := func(t *testing.T, alg, other algorithms.Algorithm, leases bool) {
 			g := newGate()
 			c := hooked(t, g, onCluster)
 			q := storetest.Queue{
@@ -46,6 +47,10 @@ func TestCoalescedEqualSequential(t *testing.T) {
 			if onCluster {
 				q.Node = masterOf(t, c)
 			}
+			if leases {
+				storetest.CoalescedLeases(t, target(c), q)
+				return
+			}
 			if alg == nil {
 				storetest.CoalescedKeys(t, target(c), q)
 				return
@@ -53,11 +58,14 @@ func TestCoalescedEqualSequential(t *testing.T) {
 			storetest.Coalesced(t, target(c), q, alg, other)
 		}
 		for _, alg := range storetest.CoalescedAlgorithms() {
-			t.Run(server+"/"+alg.Name(), func(t *testing.T) { run(t, alg, nil) })
+			t.Run(server+"/"+alg.Name(), func(t *testing.T) { run(t, alg, nil, false) })
 		}
 		t.Run(server+"/mixed numbers", func(t *testing.T) {
-			run(t, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6))
+			run(t, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6), false)
 		})
-		t.Run(server+"/many keys", func(t *testing.T) { run(t, nil, nil) })
+		t.Run(server+"/many keys", func(t *testing.T) { run(t, nil, nil, false) })
+		if !onCluster { // lease keys of different slots share no run
+			t.Run(server+"/leases", func(t *testing.T) { run(t, nil, nil, true) })
+		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 // TestCoalescedEqualSequential runs storetest.Coalesced on a private
 // server, which the test freezes to hold a decision in flight, for every
 // algorithm with a coalesced form and for one key decided with two sets of
-// numbers, and storetest.CoalescedKeys. The server's own count of EVALSHA calls says how many script
+// numbers, storetest.CoalescedKeys and storetest.CoalescedLeases. The server's own count of EVALSHA calls says how many script
 // runs the decisions cost.
 func TestCoalescedEqualSequential(t *testing.T) {
 	srv := testserver.StartRedis(t)
@@ -60,4 +60,5 @@ func TestCoalescedEqualSequential(t *testing.T) {
 		storetest.Coalesced(t, target(c), q, algorithms.GCRA(5, time.Second, 5), algorithms.GCRA(6, time.Second, 6))
 	})
 	t.Run("many keys", func(t *testing.T) { storetest.CoalescedKeys(t, target(c), q) })
+	t.Run("leases", func(t *testing.T) { storetest.CoalescedLeases(t, target(c), q) })
 }

@@ -81,7 +81,7 @@ func Coalesced(t *testing.T, tg Target, q Queue, alg, other algorithms.Algorithm
 	base := time.Now().UnixMicro()
 	var calls []*queued
 	for i := range 30 {
-		cl := &queued{alg: alg, key: hot, returned: make(chan struct{})}
+		cl := &queued{alg: alg, key: hot}
 		cl.req = algorithms.Request{Now: base + int64(i/2)*70_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
 		switch {
 		case other != nil:
@@ -210,7 +210,7 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 		if u.key == lone && i >= len(uses) {
 			u = uses[0] // "lone" is decided once: alone in its run
 		}
-		cl := &queued{alg: u.alg, key: u.key, returned: make(chan struct{})}
+		cl := &queued{alg: u.alg, key: u.key}
 		cl.req = algorithms.Request{Now: base + int64(i/4)*60_000, Cost: 1 + int64(i%3), Peek: i%5 == 3}
 		cl.cancel = i == 14 || i == 27 // on keys decided again after
 		calls = append(calls, cl)
@@ -301,13 +301,12 @@ func CoalescedKeys(t *testing.T, tg Target, q Queue) {
 // queued is one decision that Coalesced or CoalescedKeys queues behind a
 // batch in flight, and its outcome.
 type queued struct {
-	alg      algorithms.Algorithm
-	key      store.Key
-	req      algorithms.Request
-	cancel   bool // its context ends while it waits
-	d        algorithms.Decision
-	err      error
-	returned chan struct{}
+	alg    algorithms.Algorithm
+	key    store.Key
+	req    algorithms.Request
+	cancel bool // its context ends while it waits
+	d      algorithms.Decision
+	err    error
 }
 
 // queueBehind decides first (with alg at now) alone on s while the store
@@ -316,6 +315,19 @@ type queued struct {
 // return context.Canceled), then lets first through and waits until every
 // call has returned.
 func queueBehind(t *testing.T, q Queue, s store.Store, first store.Key, alg algorithms.Algorithm, now int64, calls []*queued) {
+	t.Helper()
+	d := s.(store.Decider)
+	queueCalls(t, q, s, first, alg, now, len(calls), func(i int) bool { return calls[i].cancel }, func(ctx context.Context, i int) error {
+		cl := calls[i]
+		cl.d, cl.err = d.Decide(ctx, cl.key, cl.alg, cl.req)
+		return cl.err
+	})
+}
+
+// queueCalls is queueBehind for any n calls: call(ctx, i) makes call i and
+// returns its error, and cancel(i) says whether its context ends while it
+// waits.
+func queueCalls(t *testing.T, q Queue, s store.Store, first store.Key, alg algorithms.Algorithm, now int64, n int, cancel func(i int) bool, call func(ctx context.Context, i int) error) {
 	t.Helper()
 	ctx := context.Background()
 	d := s.(store.Decider)
@@ -326,19 +338,19 @@ func queueBehind(t *testing.T, q Queue, s store.Store, first store.Key, alg algo
 		firstDone <- err
 	}()
 	waitFor(t, func() bool { return q.Queued(s) == 0 })
-	for i, cl := range calls {
-		cctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			defer close(cl.returned)
-			cl.d, cl.err = d.Decide(cctx, cl.key, cl.alg, cl.req)
-		}()
+	returned := make([]chan error, n)
+	for i := range n {
+		cctx, end := context.WithCancel(ctx)
+		defer end()
+		returned[i] = make(chan error, 1)
+		go func() { returned[i] <- call(cctx, i) }()
 		waitFor(t, func() bool { return q.Queued(s) == i+1 })
-		if cl.cancel {
-			cancel()
-			<-cl.returned
-			if !errors.Is(cl.err, context.Canceled) {
-				t.Fatalf("a decision cancelled while queued: %v, want context.Canceled", cl.err)
+		if cancel(i) {
+			end()
+			err := <-returned[i]
+			returned[i] <- err
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a call cancelled while queued: %v, want context.Canceled", err)
 			}
 		}
 	}
@@ -346,8 +358,8 @@ func queueBehind(t *testing.T, q Queue, s store.Store, first store.Key, alg algo
 	if err := <-firstDone; err != nil {
 		t.Fatal(err)
 	}
-	for _, cl := range calls {
-		<-cl.returned
+	for _, r := range returned {
+		<-r
 	}
 }
 
