@@ -222,8 +222,8 @@ type pending struct {
 	// The lease run this lease call's call sends (set on the run's first
 	// call; the others are inRun), or nil.
 	leaseRun *leaseRun
-	inRun bool // decided in a run: sends no call of its own
-	retry bool // its run's node did not serve its key: sent again alone
+	inRun    bool // decided in a run: sends no call of its own
+	retry    bool // its run's node did not serve its key: sent again alone
 	// The node that serves its key, as the Router saw it when the
 	// decision was made (nil without one): keys of one node share a run.
 	node any
