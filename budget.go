@@ -3,11 +3,11 @@ package ratelimit
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
+	"github.com/ratelimitkit/ratelimit/internal/deadline"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
@@ -73,7 +73,7 @@ func makeBudget(d time.Duration) linkMaker {
 		if timeout == 0 {
 			return next, nil
 		}
-		return &budget{passForget: passForget{next}, timeout: timeout, detach: !ctxaware.Honours(store)}, nil
+		return &budget{passForget: passForget{next}, timeout: timeout, detach: !ctxaware.Honours(store), shared: deadline.New(timeout)}, nil
 	}
 }
 
@@ -85,70 +85,19 @@ type budget struct {
 	// detach is set for a store not known to give up when its context
 	// ends: it is called on a goroutine of its own (ctxaware.Detached).
 	detach bool
-	// shared is the latest deadline shared by calls whose context cannot
-	// be canceled (see within).
-	shared atomic.Pointer[sharedDeadline]
+	// shared bounds the calls whose context cannot be canceled by
+	// deadlines they share (see within).
+	shared *deadline.Shared
 }
 
 // within returns ctx bounded by the budget that ends at end (the budget
-// from now), the deadline it got (end, or up to a step later, below), and
-// the function that releases it. A
-// context that cannot be canceled (such as context.Background()) gets a
-// deadline shared with the other calls that start within a small step of
-// it (a hundredth of the budget, at most a millisecond), each of which
-// ends that much later at most: one timer a step instead of one per call
-// (context.WithDeadline's, which cost about a sixth of the client's CPU
-// per decision on Redis). Any other context gets its own, as from
-// context.WithDeadline.
+// from now), the deadline it got (end, or up to a step later), and the
+// function that releases it: a context that cannot be canceled (such as
+// context.Background()) gets a deadline shared with the other calls that
+// start within a small step of it (a hundredth of the budget, at most a
+// millisecond; deadline.Shared), any other its own.
 func (b *budget) within(ctx context.Context, end time.Time) (context.Context, time.Time, context.CancelFunc) {
-	if ctx.Done() != nil {
-		sctx, cancel := context.WithDeadline(ctx, end)
-		return sctx, end, cancel
-	}
-	s := b.shared.Load()
-	if s == nil || s.end.Before(end) {
-		step := min(b.timeout/100, time.Millisecond)
-		n := &sharedDeadline{end: end.Add(step)}
-		n.ctx, n.cancel = context.WithCancel(context.Background())
-		time.AfterFunc(time.Until(n.end), n.cancel)
-		b.shared.CompareAndSwap(s, n) // or another call's, as good
-		s = n
-	}
-	return &sharedCtx{ctx, s}, s.end, func() {}
-}
-
-// sharedDeadline is a deadline shared by the calls of budget.within that
-// start within one step: ctx is canceled (by cancel) at end, and its Done
-// and its AfterFunc are the calls' contexts'.
-type sharedDeadline struct {
-	end    time.Time
-	ctx    context.Context
-	cancel context.CancelFunc
-}
-
-// sharedCtx is a context that cannot be canceled (its parent's values)
-// bounded by a shared deadline.
-type sharedCtx struct {
-	context.Context
-	d *sharedDeadline
-}
-
-func (c *sharedCtx) Deadline() (time.Time, bool) { return c.d.end, true }
-func (c *sharedCtx) Done() <-chan struct{}       { return c.d.ctx.Done() }
-func (c *sharedCtx) Err() error {
-	if c.d.ctx.Err() != nil {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
-// AfterFunc arranges for f to run on a goroutine of its own once the
-// deadline has passed, as context.AfterFunc does: a context derived from
-// this one with context.WithCancel (or WithTimeout, ...), which a store's
-// client may make, registers here instead of starting a goroutine to watch
-// Done.
-func (c *sharedCtx) AfterFunc(f func()) (stop func() bool) {
-	return context.AfterFunc(c.d.ctx, f)
+	return b.shared.Within(ctx, end)
 }
 
 // decide asks the rest of the chain within the budget. Its error is a

@@ -49,6 +49,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/clock"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
+	"github.com/ratelimitkit/ratelimit/internal/deadline"
 	"github.com/ratelimitkit/ratelimit/internal/names"
 	"github.com/ratelimitkit/ratelimit/lease/leasewire"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -217,6 +218,10 @@ type Locker struct {
 	// TTL less the margin) an acquire or an extend.
 	callTimeout time.Duration
 	bound       time.Duration
+	// The deadlines of calls whose context cannot be canceled, shared by
+	// the calls that start within a millisecond (deadline.Shared): one
+	// timer a step instead of one per call.
+	callDeadlines, boundDeadlines *deadline.Shared
 
 	// waiting queues, per key, the goroutines of this locker waiting in
 	// Acquire; this locker's Release of the key wakes the first.
@@ -296,6 +301,7 @@ func New(st store.Store, ttl time.Duration, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("%w: lease: margin %v is more than half the TTL %v", ratelimit.ErrInvalidParams, l.margin, ttl)
 	}
 	l.bound = min(l.callTimeout, ttl-l.margin)
+	l.callDeadlines, l.boundDeadlines = deadline.New(l.callTimeout), deadline.New(l.bound)
 	if l.poll == 0 {
 		l.poll = max(ttl/10, time.Millisecond)
 	}
@@ -333,7 +339,7 @@ func (l *Locker) TryAcquire(ctx context.Context, key string) (*Lease, error) {
 		return nil, fmt.Errorf("lease: owner token: %w", err)
 	}
 	k := store.Key{Namespace: l.ns, ID: key}
-	ctx, cancel := context.WithTimeout(ctx, l.bound)
+	ctx, _, cancel := l.boundDeadlines.Within(ctx, time.Now().Add(l.bound))
 	defer cancel()
 	sent, res, err := l.run(ctx, k, leasewire.Request{Op: leasewire.OpAcquire, Owner: owner, TTL: micros(l.ttl)}, true)
 	if err != nil {
@@ -490,7 +496,7 @@ func (le *Lease) Deadline() time.Time {
 // only that reading of the record declares the lease lost. Both attempts
 // together take at most the call timeout (see WithCallTimeout).
 func (le *Lease) Extend(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, le.l.bound)
+	ctx, _, cancel := le.l.boundDeadlines.Within(ctx, time.Now().Add(le.l.bound))
 	defer cancel()
 	sent, res, err := le.l.run(ctx, le.key, leasewire.Request{Op: leasewire.OpExtend, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}, true)
 	if err != nil {
@@ -518,7 +524,7 @@ func (le *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	req := leasewire.Request{Op: leasewire.OpRelease, Owner: le.owner, Fence: le.fence, TTL: micros(le.l.ttl)}
-	ctx, cancel := context.WithTimeout(ctx, le.l.callTimeout)
+	ctx, _, cancel := le.l.callDeadlines.Within(ctx, time.Now().Add(le.l.callTimeout))
 	defer cancel()
 	_, res, err := le.l.run(ctx, le.key, req, false)
 	if err != nil && ctx.Err() == nil && ambiguous(err) {

@@ -1,4 +1,4 @@
-package ratelimit
+package deadline
 
 import (
 	"context"
@@ -7,24 +7,24 @@ import (
 	"time"
 )
 
-// TestBudgetSharedDeadline holds the budget's shared deadline (budget.within
-// for a context that cannot be canceled) to a deadline's promises: it ends
-// no sooner than the budget and at most a step later, calls that start
+// TestSharedDeadline holds the shared deadline (Shared.Within for a
+// context that cannot be canceled) to a deadline's promises: it ends
+// no sooner than its end and at most a step later, calls that start
 // together share it, it closes Done and sets Err when it passes, and the
 // caller's values pass through. A context that can be canceled gets its
 // own deadline and still ends when its caller cancels it.
-func TestBudgetSharedDeadline(t *testing.T) {
+func TestSharedDeadline(t *testing.T) {
 	const timeout = 50 * time.Millisecond
 	step := min(timeout/100, time.Millisecond)
-	b := &budget{timeout: timeout}
+	s := New(timeout)
 	type key struct{}
 	parent := context.WithValue(context.Background(), key{}, "v")
 
 	start := time.Now()
 	end := start.Add(timeout)
-	ctx1, end1, cancel1 := b.within(parent, end)
+	ctx1, end1, cancel1 := s.Within(parent, end)
 	defer cancel1()
-	ctx2, end2, cancel2 := b.within(parent, time.Now().Add(timeout))
+	ctx2, end2, cancel2 := s.Within(parent, time.Now().Add(timeout))
 	defer cancel2()
 	dl, ok := ctx1.Deadline()
 	if !ok || !dl.Equal(end1) || dl.Before(end) || dl.After(end.Add(step)) {
@@ -42,7 +42,7 @@ func TestBudgetSharedDeadline(t *testing.T) {
 	select {
 	case <-ctx1.Done():
 		if waited := time.Since(start); waited < timeout {
-			t.Errorf("Done after %v, before the budget of %v", waited, timeout)
+			t.Errorf("Done after %v, before the end, %v", waited, timeout)
 		}
 	case <-time.After(10 * timeout):
 		t.Fatalf("Done not closed %v after the deadline", 9*timeout)
@@ -50,7 +50,7 @@ func TestBudgetSharedDeadline(t *testing.T) {
 	if err := ctx1.Err(); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Err after the deadline = %v, want context.DeadlineExceeded", err)
 	}
-	ctx3, end3, cancel3 := b.within(parent, time.Now().Add(timeout))
+	ctx3, end3, cancel3 := s.Within(parent, time.Now().Add(timeout))
 	defer cancel3()
 	if ctx3.Done() == ctx1.Done() || ctx3.Err() != nil || !end3.After(end1) {
 		t.Errorf("a call after the shared deadline passed got it again (end %v, Err %v)", end3, ctx3.Err())
@@ -58,7 +58,7 @@ func TestBudgetSharedDeadline(t *testing.T) {
 
 	// A caller's context that can be canceled ends the call when canceled.
 	cctx, cancel := context.WithCancel(parent)
-	ctx4, _, cancel4 := b.within(cctx, time.Now().Add(time.Hour))
+	ctx4, _, cancel4 := s.Within(cctx, time.Now().Add(time.Hour))
 	defer cancel4()
 	cancel()
 	select {
@@ -67,18 +67,18 @@ func TestBudgetSharedDeadline(t *testing.T) {
 			t.Errorf("Err after the caller canceled = %v, want context.Canceled", ctx4.Err())
 		}
 	case <-time.After(time.Second):
-		t.Fatal("the caller canceled its context and the budget's did not end")
+		t.Fatal("the caller canceled its context and the deadline's did not end")
 	}
 }
 
-// TestBudgetSharedDeadlineDerived checks that contexts derived from a
+// TestSharedDeadlineDerived checks that contexts derived from a
 // shared deadline end with it: a child of context.WithCancel, and a
 // function of context.AfterFunc, which the shared deadline runs instead
 // of a goroutine per derived context.
-func TestBudgetSharedDeadlineDerived(t *testing.T) {
+func TestSharedDeadlineDerived(t *testing.T) {
 	const timeout = 30 * time.Millisecond
-	b := &budget{timeout: timeout}
-	ctx, _, cancel := b.within(context.Background(), time.Now().Add(timeout))
+	s := New(timeout)
+	ctx, _, cancel := s.Within(context.Background(), time.Now().Add(timeout))
 	defer cancel()
 	child, cancelChild := context.WithCancel(ctx)
 	defer cancelChild()
