@@ -55,6 +55,13 @@
 #               RATELIMIT_BENCH_ROUNDS rounds (default 9), on a Redis of its
 #               own. About 2 minutes.
 #
+#   lease       bench/lease TestLeaseReport: lease TryAcquire + Release beside
+#               bsm/redislock on one Redis, at one goroutine and at 16, where
+#               a cycle's time goes, 32 goroutines contending for one key on
+#               every store, and takeover after a holder stops (about a
+#               minute; bench/lease/run.sh prints the same on the shared
+#               test servers).
+#
 #   localquota  bench/redis TestLocalQuotaReport: one hot key at 32 callers,
 #               the SDK with WithLocalQuota beside the SDK without it and
 #               redis_rate, in RATELIMIT_BENCH_ROUNDS rounds (default 9),
@@ -178,6 +185,19 @@ section_composite() {
 	loadnote
 	echo
 	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
+}
+
+section_lease() {
+	local raw=$OUT/lease.txt
+	echo "Command: \`bash bench/run.sh lease\` (\`TestLeaseReport\` in \`bench/lease\`); $(machine)"
+	echo
+	echo "Load before: $(load)."
+	with_own "REDIS_ADDR VALKEY_ADDR POSTGRES_URL DYNAMODB_ENDPOINT" bash -c 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestLeaseReport$" -v -timeout 30m ./lease/' >"$raw" 2>&1 ||
+		{ cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+	# The report: what the test prints after its last subtest starts.
+	awk '/^=== RUN/ { buf = ""; next } /^--- (PASS|FAIL): TestLeaseReport / { printf "%s", buf; exit } { buf = buf $0 "\n" }' "$raw"
 }
 
 section_localquota() {
@@ -487,7 +507,7 @@ section_cluster() {
 }
 
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost cluster composite localquota)
+[ ${#sections[@]} -gt 0 ] || sections=(memory redis slidinglog postgres dynamo rediscost cluster composite lease localquota)
 for s in "${sections[@]}"; do
 	declare -F "section_$s" >/dev/null || { echo "run.sh: unknown section $s" >&2; exit 2; }
 done
