@@ -129,6 +129,26 @@ with_own() {
 	(cd "$ROOT" && env "${unset[@]}" "${given[@]}" RATELIMIT_CHROMIUM=unused CI=true bash scripts/with-servers.sh "$@")
 }
 
+# measure NAME NOTE SERVERS SCRIPT is a report section's common part: it
+# prints the command (bash bench/run.sh NAME, then NOTE), the machine and
+# the load, runs SCRIPT (bash -c, from the repository root) with servers
+# of its own (with_own SERVERS) into $OUT/NAME.txt, whose output it shows
+# when it fails, and prints the load after and loadnote. The section then
+# prints its tables from $OUT/NAME.txt.
+measure() {
+	local name=$1 note=$2 servers=$3 script=$4 raw=$OUT/$1.txt
+	echo "Command: \`bash bench/run.sh $name\`$note; $(machine)"
+	echo
+	echo "Load before: $(load)."
+	with_own "$servers" bash -c "$script" >"$raw" 2>&1 || { cat "$raw" >&2; return 1; }
+	echo "Load after: $(load)."
+	loadnote
+}
+
+# rounds_note is measure's NOTE for a section that takes
+# RATELIMIT_BENCH_ROUNDS.
+rounds_note() { [ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"; }
+
 section_memory() {
 	local raw=$OUT/memory.txt loads=$OUT/memory-loads.txt
 	: >"$raw"
@@ -175,41 +195,21 @@ section_redis() {
 }
 
 section_composite() {
-	local raw=$OUT/composite.txt
-	echo "Command: \`bash bench/run.sh composite\`$([ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"); $(machine)"
+	measure composite "$(rounds_note)" "REDIS_ADDR" 'cd bench && RATELIMIT_BENCH_COMPOSITE=1 go test -count=1 -run "^TestCompositeReport$" -v -timeout 30m ./redis/' || return 1
 	echo
-	echo "Load before: $(load)."
-	with_own "REDIS_ADDR" bash -c 'cd bench && RATELIMIT_BENCH_COMPOSITE=1 go test -count=1 -run "^TestCompositeReport$" -v -timeout 30m ./redis/' >"$raw" 2>&1 ||
-		{ cat "$raw" >&2; return 1; }
-	echo "Load after: $(load)."
-	loadnote
-	echo
-	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
+	sed -n '/^ *composite_test.go:[0-9]*: *$/,/^--- /p' "$OUT/composite.txt" | sed '1d;$d; s/^        //'
 }
 
 section_lease() {
-	local raw=$OUT/lease.txt
-	echo "Command: \`bash bench/run.sh lease\` (\`TestLeaseReport\` in \`bench/lease\`); $(machine)"
-	echo
-	echo "Load before: $(load)."
-	with_own "REDIS_ADDR VALKEY_ADDR POSTGRES_URL DYNAMODB_ENDPOINT" bash -c 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestLeaseReport$" -v -timeout 30m ./lease/' >"$raw" 2>&1 ||
-		{ cat "$raw" >&2; return 1; }
-	echo "Load after: $(load)."
-	loadnote
+	measure lease ' (`TestLeaseReport` in `bench/lease`)' "REDIS_ADDR VALKEY_ADDR POSTGRES_URL DYNAMODB_ENDPOINT" 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestLeaseReport$" -v -timeout 30m ./lease/' || return 1
 	# The report: what the test prints after its last subtest starts.
-	awk '/^=== RUN/ { buf = ""; next } /^--- (PASS|FAIL): TestLeaseReport / { printf "%s", buf; exit } { buf = buf $0 "\n" }' "$raw"
+	awk '/^=== RUN/ { buf = ""; next } /^--- (PASS|FAIL): TestLeaseReport / { printf "%s", buf; exit } { buf = buf $0 "\n" }' "$OUT/lease.txt"
 }
 
 section_localquota() {
 	local raw=$OUT/localquota.txt
-	echo "Command: \`bash bench/run.sh localquota\`$([ -z "${RATELIMIT_BENCH_ROUNDS:-}" ] || echo " with RATELIMIT_BENCH_ROUNDS=$RATELIMIT_BENCH_ROUNDS"); $(machine)"
-	echo
-	echo "Load before: $(load)."
-	with_own "REDIS_ADDR" bash -c '(cd bench && RATELIMIT_BENCH_LOCALQUOTA=1 go test -count=1 -run "^TestLocalQuotaReport$" -v -timeout 30m ./redis/) &&
-		go test -count=1 -run "^TestLocalQuota(FourProcesses|Windows)$" -v -timeout 10m .' >"$raw" 2>&1 ||
-		{ cat "$raw" >&2; return 1; }
-	echo "Load after: $(load)."
-	loadnote
+	measure localquota "$(rounds_note)" "REDIS_ADDR" '(cd bench && RATELIMIT_BENCH_LOCALQUOTA=1 go test -count=1 -run "^TestLocalQuotaReport$" -v -timeout 30m ./redis/) &&
+		go test -count=1 -run "^TestLocalQuota(FourProcesses|Windows)$" -v -timeout 10m .' || return 1
 	echo
 	sed -n '/^ *localquota_test.go:[0-9]*: *$/,/^--- /p' "$raw" | sed '1d;$d; s/^        //'
 	echo
@@ -336,13 +336,7 @@ section_postgres() {
 
 section_slidinglog() {
 	local raw=$OUT/slidinglog.txt
-	echo "Command: \`bash bench/run.sh slidinglog\`; $(machine)"
-	echo
-	echo "Load before: $(load)."
-	with_own "REDIS_ADDR VALKEY_ADDR" bash -c 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestSlidingLogReport$" -v -timeout 30m ./redis/' >"$raw" 2>&1 ||
-		{ cat "$raw" >&2; return 1; }
-	echo "Load after: $(load)."
-	loadnote
+	measure slidinglog "" "REDIS_ADDR VALKEY_ADDR" 'cd bench && RATELIMIT_BENCH_REPORT=1 go test -count=1 -run "^TestSlidingLogReport$" -v -timeout 30m ./redis/' || return 1
 	# The report is the test's log: its lines are indented by eight spaces.
 	sed -n 's/^        //p' "$raw" | grep -v '^$' | sed 's/^\(Redis, one hot key.*\)$/\n\1\n/; s/^failures: \(.*\)$/\nFailed calls: \1./'
 	echo
