@@ -60,7 +60,8 @@ func (a *fixedWindow) DecideTo(state []byte, req Request) (next []byte, ttl int6
 		}
 		s = fixedWindowState{start: f[0], count: f[1]}
 	}
-	r, ttl0 := a.decide(&s, state != nil, req)
+	var r Decision
+	ttl0 := a.decide(&s, state != nil, req, &r)
 	next, ttl = encodeState(state, ttl0, s.start, s.count)
 	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
@@ -72,12 +73,12 @@ func (a *fixedWindow) DecideTo(state []byte, req Request) (next []byte, ttl int6
 // lies ahead of now, as it does when clocks disagree: counting into it is
 // the conservative choice). Otherwise a new window aligned to period starts
 // with a count of zero.
-func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decision, int64) {
+func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request, d *Decision) int64 {
 	if !live || req.Now >= s.start+a.period {
 		s.start, s.count = req.Now/a.period*a.period, 0
 	}
 	end := s.start + a.period
-	d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
+	*d = Decision{Limit: a.limit, ResetAfter: end - req.Now}
 	if req.Refund {
 		// Only a reservation made in the current window gives back.
 		give := int64(0)
@@ -91,9 +92,9 @@ func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decis
 			d.ResetAfter = 0
 		}
 		if give == 0 {
-			return d, 0
+			return 0
 		}
-		return d, end - req.Now
+		return end - req.Now
 	}
 	if s.count == 0 {
 		d.ResetAfter = 0
@@ -102,14 +103,14 @@ func (a *fixedWindow) decide(s *fixedWindowState, live bool, req Request) (Decis
 	if !d.Allowed {
 		d.Remaining = max(a.limit-s.count, 0)
 		d.RetryAfter = end - req.Now
-		return d, 0
+		return 0
 	}
 	if req.Peek {
 		d.Remaining = max(a.limit-s.count, 0)
-		return d, 0
+		return 0
 	}
 	s.count += req.Cost
 	d.Remaining = a.limit - s.count
 	d.ResetAfter = end - req.Now
-	return d, end - req.Now
+	return end - req.Now
 }

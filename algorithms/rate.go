@@ -160,14 +160,15 @@ func (a *tokenBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 	}
-	r, ttl0 := a.decide(&s, state != nil, req)
+	var r Decision
+	ttl0 := a.decide(&s, state != nil, req, &r)
 	next, ttl = encodeState(state, ttl0, s.level, s.last, s.unit)
 	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the token bucket's transition, in the subset the server-side
 // forms are generated from (internal/formgen).
-func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+func (a *tokenBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 	deficit := int64(0)
 	top := 3 * a.capacity // the capacity and two more of reservations
 	if live {
@@ -178,7 +179,7 @@ func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 		s.last = req.Now
 	}
 	need := req.Cost * a.unit
-	d := Decision{Limit: a.burst}
+	*d = Decision{Limit: a.burst}
 	if req.Refund {
 		// The deficit is as of s.last (the latest time the key has
 		// seen), and so is the reservation's distance.
@@ -188,10 +189,10 @@ func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 		d.Remaining = max(a.capacity-deficit, 0) / a.unit
 		d.ResetAfter = ceilDiv(deficit, a.drip)
 		if give == 0 {
-			return d, 0
+			return 0
 		}
 		s.level, s.unit = deficit, a.unit
-		return d, max(d.ResetAfter, 1)
+		return max(d.ResetAfter, 1)
 	}
 	room := min(a.capacity+a.reach(req.MaxDelay), top)
 	d.Allowed = deficit+need <= room
@@ -205,13 +206,13 @@ func (a *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 	d.ResetAfter = ceilDiv(deficit, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
-		return d, 0
+		return 0
 	}
 	if req.Peek {
-		return d, 0
+		return 0
 	}
 	s.level, s.unit = deficit, a.unit
-	return d, d.ResetAfter
+	return d.ResetAfter
 }
 
 // LeakyBucket is the leaky bucket as a queue: it shapes traffic into a
@@ -257,14 +258,15 @@ func (a *leakyBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 	}
-	r, ttl0 := a.decide(&s, state != nil, req)
+	var r Decision
+	ttl0 := a.decide(&s, state != nil, req, &r)
 	next, ttl = encodeState(state, ttl0, s.level, s.last, s.unit)
 	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
 
 // decide is the leaky bucket's transition, in the subset the server-side
 // forms are generated from (internal/formgen).
-func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+func (a *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 	level := int64(0)
 	if live {
 		level = a.rescale(s.level, s.unit, a.capacity)
@@ -274,7 +276,7 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 		s.last = req.Now
 	}
 	need := req.Cost * a.unit
-	d := Decision{Limit: a.burst}
+	*d = Decision{Limit: a.burst}
 	if req.Refund {
 		give := a.refund(level, need, need, req.Act-s.last)
 		level -= give
@@ -282,10 +284,10 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 		d.Remaining = (a.capacity - level) / a.unit
 		d.ResetAfter = ceilDiv(level, a.drip)
 		if give == 0 {
-			return d, 0
+			return 0
 		}
 		s.level, s.unit = level, a.unit
-		return d, max(d.ResetAfter, 1)
+		return max(d.ResetAfter, 1)
 	}
 	d.Allowed = level+need <= a.capacity
 	if d.Allowed {
@@ -298,13 +300,13 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, 
 	d.ResetAfter = ceilDiv(level, a.drip)
 	if !d.Allowed {
 		d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-		return d, 0
+		return 0
 	}
 	if req.Peek {
-		return d, 0
+		return 0
 	}
 	s.level, s.unit = level, a.unit
-	return d, d.ResetAfter
+	return d.ResetAfter
 }
 
 // GCRA is the generic cell rate algorithm: it keeps one theoretical arrival
@@ -360,7 +362,8 @@ func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allo
 			return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: gcra fraction %d/%d", ErrCorruptState, s.frac, s.drip)
 		}
 	}
-	r, ttl0 := a.decide(&s, state != nil, req)
+	var r Decision
+	ttl0 := a.decide(&s, state != nil, req, &r)
 	next, ttl = encodeState(state, ttl0, s.tat, s.frac, s.drip)
 	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
@@ -376,7 +379,7 @@ func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allo
 // cap stores the capped TAT, so that its RetryAfter holds: otherwise the
 // TAT would stay beyond the cap, and the same request, retried when told,
 // would be denied again.
-func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
+func (a *gcra) decide(s *gcraState, live bool, req Request, d *Decision) int64 {
 	ahead := int64(0)     // units by which the TAT lies ahead of now
 	top := 3 * a.capacity // the capacity and two more of reservations
 	capped := false
@@ -392,7 +395,7 @@ func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 		capped = s.tat-req.Now > 3*a.fill || raw > top
 	}
 	need := req.Cost * a.unit
-	d := Decision{Limit: a.burst}
+	*d = Decision{Limit: a.burst}
 	if req.Refund {
 		give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
 		ahead -= give
@@ -400,11 +403,11 @@ func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 		d.Remaining = max(a.capacity-ahead, 0) / a.unit
 		d.ResetAfter = ceilDiv(ahead, a.drip)
 		if give == 0 {
-			return d, 0
+			return 0
 		}
 		whole := ahead / a.drip
 		s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
-		return d, max(d.ResetAfter, 1)
+		return max(d.ResetAfter, 1)
 	}
 	room := min(a.capacity+a.reach(req.MaxDelay), top)
 	d.Allowed = ahead+need <= room
@@ -420,9 +423,9 @@ func (a *gcra) decide(s *gcraState, live bool, req Request) (Decision, int64) {
 		d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
 	}
 	if req.Peek || !d.Allowed && !capped {
-		return d, 0
+		return 0
 	}
 	whole := ahead / a.drip
 	s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
-	return d, d.ResetAfter
+	return d.ResetAfter
 }

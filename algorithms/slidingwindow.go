@@ -96,7 +96,8 @@ func (a *slidingWindow) DecideTo(state []byte, req Request) (next []byte, ttl in
 		}
 		s = slidingWindowState{start: f[0], curr: f[1], prev: f[2]}
 	}
-	r, ttl0 := a.decide(&s, state != nil, req)
+	var r Decision
+	ttl0 := a.decide(&s, state != nil, req, &r)
 	next, ttl = encodeState(state, ttl0, s.start, s.curr, s.prev)
 	return next, ttl, r.Allowed, r.Limit, r.Remaining, r.RetryAfter, r.ResetAfter, r.Delay, nil
 }
@@ -105,7 +106,7 @@ func (a *slidingWindow) DecideTo(state []byte, req Request) (next []byte, ttl in
 // forms are generated from (internal/formgen). Windows follow each other
 // every period from the first window's start, which is aligned to a
 // multiple of period.
-func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (Decision, int64) {
+func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request, d *Decision) int64 {
 	if !live || req.Now >= s.start+2*a.period {
 		// No state, or older than the previous window.
 		s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
@@ -116,7 +117,7 @@ func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (D
 	}
 	elapsed := max(req.Now-s.start, 0)
 	weighted := a.weighted(s.prev, elapsed)
-	d := Decision{Limit: a.limit}
+	*d = Decision{Limit: a.limit}
 	if req.Refund {
 		// Only a reservation made in the current window gives back.
 		give := int64(0)
@@ -132,9 +133,9 @@ func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (D
 			d.ResetAfter = s.start + a.period - req.Now
 		}
 		if give == 0 {
-			return d, 0
+			return 0
 		}
-		return d, s.start + 2*a.period - req.Now
+		return s.start + 2*a.period - req.Now
 	}
 	d.Allowed = weighted+s.curr+req.Cost <= a.limit
 	if d.Allowed && !req.Peek {
@@ -156,10 +157,10 @@ func (a *slidingWindow) decide(s *slidingWindowState, live bool, req Request) (D
 			next := a.wait(s.curr, a.limit-req.Cost, 0)
 			d.RetryAfter = a.period - elapsed + next
 		}
-		return d, 0
+		return 0
 	}
 	if req.Peek {
-		return d, 0
+		return 0
 	}
-	return d, s.start + 2*a.period - req.Now
+	return s.start + 2*a.period - req.Now
 }

@@ -11,18 +11,18 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, composable: true, args: 2, fields: 2,
-			version: "bcf01d1b", sqlFunction: "ratelimit_fixed_window_bcf01d1b", sqlRowFunction: "ratelimit_fixed_window_row_bcf01d1b"},
+			version: "8381b422", sqlFunction: "ratelimit_fixed_window_8381b422", sqlRowFunction: "ratelimit_fixed_window_row_8381b422"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, composable: true, args: 5, fields: 3,
-			version: "689a4547", sqlFunction: "ratelimit_gcra_689a4547", sqlRowFunction: "ratelimit_gcra_row_689a4547"},
+			version: "caa21851", sqlFunction: "ratelimit_gcra_caa21851", sqlRowFunction: "ratelimit_gcra_row_caa21851"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "e97f320d", sqlFunction: "ratelimit_leaky_bucket_e97f320d", sqlRowFunction: "ratelimit_leaky_bucket_row_e97f320d"},
+			version: "b04cebc9", sqlFunction: "ratelimit_leaky_bucket_b04cebc9", sqlRowFunction: "ratelimit_leaky_bucket_row_b04cebc9"},
 		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "38122358", sqlFunction: "ratelimit_sliding_log_38122358"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, composable: true, args: 2, fields: 3,
-			version: "d2923d16", sqlFunction: "ratelimit_sliding_window_d2923d16", sqlRowFunction: "ratelimit_sliding_window_row_d2923d16"},
+			version: "407b313d", sqlFunction: "ratelimit_sliding_window_407b313d", sqlRowFunction: "ratelimit_sliding_window_row_407b313d"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "01d903cb", sqlFunction: "ratelimit_token_bucket_01d903cb", sqlRowFunction: "ratelimit_token_bucket_row_01d903cb"},
+			version: "ef1e93c3", sqlFunction: "ratelimit_token_bucket_ef1e93c3", sqlRowFunction: "ratelimit_token_bucket_row_ef1e93c3"},
 	},
-	compositeSQLFunction: "ratelimit_all_bc7712b9",
+	compositeSQLFunction: "ratelimit_all_b1f9e439",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

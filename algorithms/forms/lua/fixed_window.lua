@@ -48,43 +48,43 @@ if raw then
 end
 
 -- fixedWindow.decide
--- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+-- fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
 if not live or now >= s_start + period then
-  -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
+  -- fixedwindow.go:78: s.start, s.count = req.Now/a.period*a.period, 0
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
   s_start, s_count = q1 * period, 0
 end
--- fixedwindow.go:79: end := s.start + a.period
+-- fixedwindow.go:80: end := s.start + a.period
 local end_ = s_start + period
--- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
+-- fixedwindow.go:81: *d = Decision{Limit: a.limit, ResetAfter: end - req.Now}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
--- fixedwindow.go:81-97: if req.Refund {
+-- fixedwindow.go:82-98: if req.Refund {
 if refund then
-  -- fixedwindow.go:83: give := int64(0)
+  -- fixedwindow.go:84: give := int64(0)
   local give = 0
-  -- fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act < end {
+  -- fixedwindow.go:85-87: if live && req.Act >= s.start && req.Act < end {
   if live and act >= s_start and act < end_ then
-    -- fixedwindow.go:85: give = min(req.Cost, s.count)
+    -- fixedwindow.go:86: give = min(req.Cost, s.count)
     give = min(cost, s_count)
   end
-  -- fixedwindow.go:87: s.count -= give
+  -- fixedwindow.go:88: s.count -= give
   s_count = s_count - give
-  -- fixedwindow.go:88: d.Allowed = true
+  -- fixedwindow.go:89: d.Allowed = true
   d_allowed = true
-  -- fixedwindow.go:89: d.Remaining = max(a.limit-s.count, 0)
+  -- fixedwindow.go:90: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
-  -- fixedwindow.go:90-92: if s.count == 0 {
+  -- fixedwindow.go:91-93: if s.count == 0 {
   if s_count == 0 then
-    -- fixedwindow.go:91: d.ResetAfter = 0
+    -- fixedwindow.go:92: d.ResetAfter = 0
     d_reset_after = 0
   end
-  -- fixedwindow.go:93-95: if give == 0 {
+  -- fixedwindow.go:94-96: if give == 0 {
   if give == 0 then
-    -- fixedwindow.go:94: return d, 0
+    -- fixedwindow.go:95: return 0
     return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
-  -- fixedwindow.go:96: return d, end - req.Now
+  -- fixedwindow.go:97: return end - req.Now
   local ttl = end_ - now
   local r999 = ttl + 999
   local q2 = floor(r999 / 1000)
@@ -92,36 +92,36 @@ if refund then
   redis.call('SET', KEYS[1], struct.pack('<ddd', now + ttl, s_start, s_count), 'PX', max(q2, 1) + slack)
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- fixedwindow.go:98-100: if s.count == 0 {
+-- fixedwindow.go:99-101: if s.count == 0 {
 if s_count == 0 then
-  -- fixedwindow.go:99: d.ResetAfter = 0
+  -- fixedwindow.go:100: d.ResetAfter = 0
   d_reset_after = 0
 end
--- fixedwindow.go:101: d.Allowed = s.count+req.Cost <= a.limit
+-- fixedwindow.go:102: d.Allowed = s.count+req.Cost <= a.limit
 d_allowed = s_count + cost <= limit
--- fixedwindow.go:102-106: if !d.Allowed {
+-- fixedwindow.go:103-107: if !d.Allowed {
 if not d_allowed then
-  -- fixedwindow.go:103: d.Remaining = max(a.limit-s.count, 0)
+  -- fixedwindow.go:104: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
-  -- fixedwindow.go:104: d.RetryAfter = end - req.Now
+  -- fixedwindow.go:105: d.RetryAfter = end - req.Now
   d_retry_after = end_ - now
-  -- fixedwindow.go:105: return d, 0
+  -- fixedwindow.go:106: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- fixedwindow.go:107-110: if req.Peek {
+-- fixedwindow.go:108-111: if req.Peek {
 if peek then
-  -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
+  -- fixedwindow.go:109: d.Remaining = max(a.limit-s.count, 0)
   d_remaining = max(limit - s_count, 0)
-  -- fixedwindow.go:109: return d, 0
+  -- fixedwindow.go:110: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- fixedwindow.go:111: s.count += req.Cost
+-- fixedwindow.go:112: s.count += req.Cost
 s_count = s_count + cost
--- fixedwindow.go:112: d.Remaining = a.limit - s.count
+-- fixedwindow.go:113: d.Remaining = a.limit - s.count
 d_remaining = limit - s_count
--- fixedwindow.go:113: d.ResetAfter = end - req.Now
+-- fixedwindow.go:114: d.ResetAfter = end - req.Now
 d_reset_after = end_ - now
--- fixedwindow.go:114: return d, end - req.Now
+-- fixedwindow.go:115: return end - req.Now
 local ttl = end_ - now
 local r999 = ttl + 999
 local q3 = floor(r999 / 1000)

@@ -52,11 +52,11 @@ if raw then
 end
 
 -- leakyBucket.decide
--- rate.go:268: level := int64(0)
+-- rate.go:270: level := int64(0)
 local level = 0
--- rate.go:269-275: if live {
+-- rate.go:271-277: if live {
 if live then
-  -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
+  -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
   do -- rescale
     -- rate.go:70-72: if fromUnit == r.unit {
     if s_unit == unit then
@@ -67,7 +67,7 @@ if live then
       level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
     end
   end
-  -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
+  -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
   do -- drain
     local drain_elapsed = now - s_last
     -- rate.go:57-59: if elapsed <= 0 {
@@ -82,19 +82,19 @@ if live then
       level = max(level - drain_elapsed * drip, 0)
     end
   end
-  -- rate.go:272: s.last = max(s.last, req.Now)
+  -- rate.go:274: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
-  -- rate.go:274: s.last = req.Now
+  -- rate.go:276: s.last = req.Now
   s_last = now
 end
--- rate.go:276: need := req.Cost * a.unit
+-- rate.go:278: need := req.Cost * a.unit
 local need = cost * unit
--- rate.go:277: d := Decision{Limit: a.burst}
+-- rate.go:279: *d = Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
--- rate.go:278-289: if req.Refund {
+-- rate.go:280-291: if req.Refund {
 if refund then
-  -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+  -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
   local give
   do -- refund
     local refund_wait = act - s_last
@@ -109,28 +109,28 @@ if refund then
       give = max(min(need - max(refund_later, 0), level), 0)
     end
   end
-  -- rate.go:280: level -= give
+  -- rate.go:282: level -= give
   level = level - give
-  -- rate.go:281: d.Allowed = true
+  -- rate.go:283: d.Allowed = true
   d_allowed = true
-  -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
+  -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
   local t1 = capacity - level
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
-  -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
+  -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
   local q3 = floor(level / drip)
   if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
   if q3 * drip < level then q3 = q3 + 1 end
   d_reset_after = q3
-  -- rate.go:284-286: if give == 0 {
+  -- rate.go:286-288: if give == 0 {
   if give == 0 then
-    -- rate.go:285: return d, 0
+    -- rate.go:287: return 0
     return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
-  -- rate.go:287: s.level, s.unit = level, a.unit
+  -- rate.go:289: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:288: return d, max(d.ResetAfter, 1)
+  -- rate.go:290: return max(d.ResetAfter, 1)
   local ttl = max(d_reset_after, 1)
   local r999 = ttl + 999
   local q4 = floor(r999 / 1000)
@@ -138,50 +138,50 @@ if refund then
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:290: d.Allowed = level+need <= a.capacity
+-- rate.go:292: d.Allowed = level+need <= a.capacity
 d_allowed = level + need <= capacity
--- rate.go:291-296: if d.Allowed {
+-- rate.go:293-298: if d.Allowed {
 if d_allowed then
-  -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
+  -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
   local q5 = floor(level / drip)
   if q5 * drip > level then q5 = q5 - 1 elseif (q5 + 1) * drip <= level then q5 = q5 + 1 end
   if q5 * drip < level then q5 = q5 + 1 end
   d_delay = q5
-  -- rate.go:293-295: if !req.Peek {
+  -- rate.go:295-297: if !req.Peek {
   if not peek then
-    -- rate.go:294: level += need
+    -- rate.go:296: level += need
     level = level + need
   end
 end
--- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
+-- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
 local t6 = capacity - level
 local q7 = floor(t6 / unit)
 if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
 d_remaining = q7
--- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
+-- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
 local q8 = floor(level / drip)
 if q8 * drip > level then q8 = q8 - 1 elseif (q8 + 1) * drip <= level then q8 = q8 + 1 end
 if q8 * drip < level then q8 = q8 + 1 end
 d_reset_after = q8
--- rate.go:299-302: if !d.Allowed {
+-- rate.go:301-304: if !d.Allowed {
 if not d_allowed then
-  -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+  -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
   local t9 = level + need - capacity
   local q10 = floor(t9 / drip)
   if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
   if q10 * drip < t9 then q10 = q10 + 1 end
   d_retry_after = q10
-  -- rate.go:301: return d, 0
+  -- rate.go:303: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:303-305: if req.Peek {
+-- rate.go:305-307: if req.Peek {
 if peek then
-  -- rate.go:304: return d, 0
+  -- rate.go:306: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:306: s.level, s.unit = level, a.unit
+-- rate.go:308: s.level, s.unit = level, a.unit
 s_level, s_unit = level, unit
--- rate.go:307: return d, d.ResetAfter
+-- rate.go:309: return d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
 local q11 = floor(r999 / 1000)

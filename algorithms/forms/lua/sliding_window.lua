@@ -49,53 +49,53 @@ if raw then
 end
 
 -- slidingWindow.decide
--- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
+-- slidingwindow.go:110-117: if !live || req.Now >= s.start+2*a.period {
 if not live or now >= s_start + 2 * period then
-  -- slidingwindow.go:111: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
+  -- slidingwindow.go:112: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
   local q1 = floor(now / period)
   if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
   s_start, s_curr, s_prev = q1 * period, 0, 0
--- slidingwindow.go:112-116: } else if req.Now >= s.start+a.period {
+-- slidingwindow.go:113-117: } else if req.Now >= s.start+a.period {
 elseif now >= s_start + period then
-  -- slidingwindow.go:115: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
+  -- slidingwindow.go:116: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
   s_start, s_curr, s_prev = s_start + period, 0, s_curr
 end
--- slidingwindow.go:117: elapsed := max(req.Now-s.start, 0)
+-- slidingwindow.go:118: elapsed := max(req.Now-s.start, 0)
 local elapsed = max(now - s_start, 0)
--- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
+-- slidingwindow.go:119: weighted := a.weighted(s.prev, elapsed)
 local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
--- slidingwindow.go:119: d := Decision{Limit: a.limit}
+-- slidingwindow.go:120: *d = Decision{Limit: a.limit}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
--- slidingwindow.go:120-138: if req.Refund {
+-- slidingwindow.go:121-139: if req.Refund {
 if refund then
-  -- slidingwindow.go:122: give := int64(0)
+  -- slidingwindow.go:123: give := int64(0)
   local give = 0
-  -- slidingwindow.go:123-125: if live && req.Act >= s.start && req.Act < s.start+a.period {
+  -- slidingwindow.go:124-126: if live && req.Act >= s.start && req.Act < s.start+a.period {
   if live and act >= s_start and act < s_start + period then
-    -- slidingwindow.go:124: give = min(req.Cost, s.curr)
+    -- slidingwindow.go:125: give = min(req.Cost, s.curr)
     give = min(cost, s_curr)
   end
-  -- slidingwindow.go:126: s.curr -= give
+  -- slidingwindow.go:127: s.curr -= give
   s_curr = s_curr - give
-  -- slidingwindow.go:127: d.Allowed = true
+  -- slidingwindow.go:128: d.Allowed = true
   d_allowed = true
-  -- slidingwindow.go:128: d.Remaining = max(a.limit-weighted-s.curr, 0)
+  -- slidingwindow.go:129: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
-  -- slidingwindow.go:129-133: if s.curr > 0 {
+  -- slidingwindow.go:130-134: if s.curr > 0 {
   if s_curr > 0 then
-    -- slidingwindow.go:130: d.ResetAfter = s.start + 2*a.period - req.Now
+    -- slidingwindow.go:131: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
-  -- slidingwindow.go:131-133: } else if s.prev > 0 {
+  -- slidingwindow.go:132-134: } else if s.prev > 0 {
   elseif s_prev > 0 then
-    -- slidingwindow.go:132: d.ResetAfter = s.start + a.period - req.Now
+    -- slidingwindow.go:133: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
-  -- slidingwindow.go:134-136: if give == 0 {
+  -- slidingwindow.go:135-137: if give == 0 {
   if give == 0 then
-    -- slidingwindow.go:135: return d, 0
+    -- slidingwindow.go:136: return 0
     return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
-  -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+  -- slidingwindow.go:138: return s.start + 2*a.period - req.Now
   local ttl = s_start + 2 * period - now
   local r999 = ttl + 999
   local q2 = floor(r999 / 1000)
@@ -103,27 +103,27 @@ if refund then
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_start, s_curr, s_prev), 'PX', max(q2, 1) + slack)
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
+-- slidingwindow.go:140: d.Allowed = weighted+s.curr+req.Cost <= a.limit
 d_allowed = weighted + s_curr + cost <= limit
--- slidingwindow.go:140-142: if d.Allowed && !req.Peek {
+-- slidingwindow.go:141-143: if d.Allowed && !req.Peek {
 if d_allowed and not peek then
-  -- slidingwindow.go:141: s.curr += req.Cost
+  -- slidingwindow.go:142: s.curr += req.Cost
   s_curr = s_curr + cost
 end
--- slidingwindow.go:143: d.Remaining = max(a.limit-weighted-s.curr, 0)
+-- slidingwindow.go:144: d.Remaining = max(a.limit-weighted-s.curr, 0)
 d_remaining = max(limit - weighted - s_curr, 0)
--- slidingwindow.go:144-148: if s.curr > 0 {
+-- slidingwindow.go:145-149: if s.curr > 0 {
 if s_curr > 0 then
-  -- slidingwindow.go:145: d.ResetAfter = s.start + 2*a.period - req.Now
+  -- slidingwindow.go:146: d.ResetAfter = s.start + 2*a.period - req.Now
   d_reset_after = s_start + 2 * period - now
--- slidingwindow.go:146-148: } else if s.prev > 0 {
+-- slidingwindow.go:147-149: } else if s.prev > 0 {
 elseif s_prev > 0 then
-  -- slidingwindow.go:147: d.ResetAfter = s.start + a.period - req.Now
+  -- slidingwindow.go:148: d.ResetAfter = s.start + a.period - req.Now
   d_reset_after = s_start + period - now
 end
--- slidingwindow.go:149-160: if !d.Allowed {
+-- slidingwindow.go:150-161: if !d.Allowed {
 if not d_allowed then
-  -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+  -- slidingwindow.go:153: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
   local e
   do -- wait
     local wait_room = limit - s_curr - cost
@@ -153,12 +153,12 @@ if not d_allowed then
       e = wait_e
     end
   end
-  -- slidingwindow.go:153-158: if e < a.period {
+  -- slidingwindow.go:154-159: if e < a.period {
   if e < period then
-    -- slidingwindow.go:154: d.RetryAfter = e - elapsed
+    -- slidingwindow.go:155: d.RetryAfter = e - elapsed
     d_retry_after = e - elapsed
   else
-    -- slidingwindow.go:156: next := a.wait(s.curr, a.limit-req.Cost, 0)
+    -- slidingwindow.go:157: next := a.wait(s.curr, a.limit-req.Cost, 0)
     local next
     do -- wait
       local wait_room = limit - cost
@@ -188,18 +188,18 @@ if not d_allowed then
         next = wait_e
       end
     end
-    -- slidingwindow.go:157: d.RetryAfter = a.period - elapsed + next
+    -- slidingwindow.go:158: d.RetryAfter = a.period - elapsed + next
     d_retry_after = period - elapsed + next
   end
-  -- slidingwindow.go:159: return d, 0
+  -- slidingwindow.go:160: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- slidingwindow.go:161-163: if req.Peek {
+-- slidingwindow.go:162-164: if req.Peek {
 if peek then
-  -- slidingwindow.go:162: return d, 0
+  -- slidingwindow.go:163: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
+-- slidingwindow.go:165: return s.start + 2*a.period - req.Now
 local ttl = s_start + 2 * period - now
 local r999 = ttl + 999
 local q3 = floor(r999 / 1000)

@@ -52,13 +52,13 @@ if raw then
 end
 
 -- tokenBucket.decide
--- rate.go:171: deficit := int64(0)
+-- rate.go:172: deficit := int64(0)
 local deficit = 0
--- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
+-- rate.go:173: top := 3 * a.capacity // the capacity and two more of reservations
 local top = 3 * capacity
--- rate.go:173-179: if live {
+-- rate.go:174-180: if live {
 if live then
-  -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
+  -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
   do -- rescale
     -- rate.go:70-72: if fromUnit == r.unit {
     if s_unit == unit then
@@ -69,7 +69,7 @@ if live then
       deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
     end
   end
-  -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+  -- rate.go:176: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
   do -- drain
     local drain_elapsed, drain_span = now - s_last, 3 * fill
     -- rate.go:57-59: if elapsed <= 0 {
@@ -84,19 +84,19 @@ if live then
       deficit = max(deficit - drain_elapsed * drip, 0)
     end
   end
-  -- rate.go:176: s.last = max(s.last, req.Now)
+  -- rate.go:177: s.last = max(s.last, req.Now)
   s_last = max(s_last, now)
 else
-  -- rate.go:178: s.last = req.Now
+  -- rate.go:179: s.last = req.Now
   s_last = now
 end
--- rate.go:180: need := req.Cost * a.unit
+-- rate.go:181: need := req.Cost * a.unit
 local need = cost * unit
--- rate.go:181: d := Decision{Limit: a.burst}
+-- rate.go:182: *d = Decision{Limit: a.burst}
 local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
--- rate.go:182-195: if req.Refund {
+-- rate.go:183-196: if req.Refund {
 if refund then
-  -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+  -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
   local give
   do -- refund
     local refund_wait = act - s_last
@@ -111,28 +111,28 @@ if refund then
       give = max(min(need - max(refund_later, 0), deficit), 0)
     end
   end
-  -- rate.go:186: deficit -= give
+  -- rate.go:187: deficit -= give
   deficit = deficit - give
-  -- rate.go:187: d.Allowed = true
+  -- rate.go:188: d.Allowed = true
   d_allowed = true
-  -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  -- rate.go:189: d.Remaining = max(a.capacity-deficit, 0) / a.unit
   local t1 = max(capacity - deficit, 0)
   local q2 = floor(t1 / unit)
   if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
   d_remaining = q2
-  -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
+  -- rate.go:190: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q3 = floor(deficit / drip)
   if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
   if q3 * drip < deficit then q3 = q3 + 1 end
   d_reset_after = q3
-  -- rate.go:190-192: if give == 0 {
+  -- rate.go:191-193: if give == 0 {
   if give == 0 then
-    -- rate.go:191: return d, 0
+    -- rate.go:192: return 0
     return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
   end
-  -- rate.go:193: s.level, s.unit = deficit, a.unit
+  -- rate.go:194: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:194: return d, max(d.ResetAfter, 1)
+  -- rate.go:195: return max(d.ResetAfter, 1)
   local ttl = max(d_reset_after, 1)
   local r999 = ttl + 999
   local q4 = floor(r999 / 1000)
@@ -140,53 +140,53 @@ if refund then
   redis.call('SET', KEYS[1], struct.pack('<dddd', now + ttl, s_level, s_last, s_unit), 'PX', max(q4, 1) + slack)
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+-- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
 local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
--- rate.go:197: d.Allowed = deficit+need <= room
+-- rate.go:198: d.Allowed = deficit+need <= room
 d_allowed = deficit + need <= room
--- rate.go:198-203: if d.Allowed {
+-- rate.go:199-204: if d.Allowed {
 if d_allowed then
-  -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+  -- rate.go:200: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
   local t5 = max(deficit + need - capacity, 0)
   local q6 = floor(t5 / drip)
   if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
   if q6 * drip < t5 then q6 = q6 + 1 end
   d_delay = q6
-  -- rate.go:200-202: if !req.Peek {
+  -- rate.go:201-203: if !req.Peek {
   if not peek then
-    -- rate.go:201: deficit += need
+    -- rate.go:202: deficit += need
     deficit = deficit + need
   end
 end
--- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+-- rate.go:205: d.Remaining = max(a.capacity-deficit, 0) / a.unit
 local t7 = max(capacity - deficit, 0)
 local q8 = floor(t7 / unit)
 if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
 d_remaining = q8
--- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
+-- rate.go:206: d.ResetAfter = ceilDiv(deficit, a.drip)
 local q9 = floor(deficit / drip)
 if q9 * drip > deficit then q9 = q9 - 1 elseif (q9 + 1) * drip <= deficit then q9 = q9 + 1 end
 if q9 * drip < deficit then q9 = q9 + 1 end
 d_reset_after = q9
--- rate.go:206-209: if !d.Allowed {
+-- rate.go:207-210: if !d.Allowed {
 if not d_allowed then
-  -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+  -- rate.go:208: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
   local t10 = deficit + need - room
   local q11 = floor(t10 / drip)
   if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
   if q11 * drip < t10 then q11 = q11 + 1 end
   d_retry_after = q11
-  -- rate.go:208: return d, 0
+  -- rate.go:209: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:210-212: if req.Peek {
+-- rate.go:211-213: if req.Peek {
 if peek then
-  -- rate.go:211: return d, 0
+  -- rate.go:212: return 0
   return struct.pack('<dddddd', d_allowed and 1 or 0, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay)
 end
--- rate.go:213: s.level, s.unit = deficit, a.unit
+-- rate.go:214: s.level, s.unit = deficit, a.unit
 s_level, s_unit = deficit, unit
--- rate.go:214: return d, d.ResetAfter
+-- rate.go:215: return d.ResetAfter
 local ttl = d_reset_after
 local r999 = ttl + 999
 local q12 = floor(r999 / 1000)

@@ -3,8 +3,8 @@
 -- fixed_window: the SQL form of the algorithm in algorithms/fixedwindow.go (fixedWindow.decide).
 --    Calling convention: see algorithms/forms/sql.go. args: [limit, period]. state: [start, count],
 --    or NULL for a key with no live state. A comment before each step names the Go line it comes
---    from (file:line: its text), as here: fixedwindow.go:75-115: func (a *fixedWindow) decide(s
---    *fixedWindowState, live bool, req Request) (Decision, int64) {
+--    from (file:line: its text), as here: fixedwindow.go:76-116: func (a *fixedWindow) decide(s
+--    *fixedWindowState, live bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -22,14 +22,14 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_bcf01d1b(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_8381b422(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_bcf01d1b(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_8381b422(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -42,19 +42,19 @@ DECLARE
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
     -- the stored state's check: every field in 0..2^53
-    -- s_count as this if leaves it: fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+    -- s_count as this if leaves it: fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
     v_s_count_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 2
             OR least(st_start, st_count) < 0
             OR greatest(st_start, st_count) > 9007199254740992)
-            THEN ratelimit_corrupt_bcf01d1b(format('fixed_window state %s', state))
+            THEN ratelimit_corrupt_8381b422(format('fixed_window state %s', state))
         ELSE CASE
             WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0
             ELSE st_count
         END
     END;
-    -- s_start as this if leaves it: fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+    -- s_start as this if leaves it: fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
     v_s_start_2 bigint := CASE
         WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period
             THEN now_us / arg_period * arg_period
@@ -62,18 +62,18 @@ DECLARE
     END;
     v_give_2 bigint;
 BEGIN
-    -- fixedwindow.go:81-97: if req.Refund {
+    -- fixedwindow.go:82-98: if req.Refund {
     IF refund THEN
-        -- give as this if leaves it: fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act
+        -- give as this if leaves it: fixedwindow.go:85-87: if live && req.Act >= s.start && req.Act
         --    < end {
         v_give_2 := CASE
             WHEN (state IS NOT NULL) AND act >= v_s_start_2 AND act < v_s_start_2 + arg_period
                 THEN least(cost, v_s_count_1)
             ELSE 0
         END;
-        -- fixedwindow.go:93-95: if give == 0 {
+        -- fixedwindow.go:94-96: if give == 0 {
         IF v_give_2 = 0 THEN
-            -- fixedwindow.go:94: return d, 0
+            -- fixedwindow.go:95: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
@@ -86,7 +86,7 @@ BEGIN
                 END,
                 0)::ratelimit_step;
         END IF;
-        -- fixedwindow.go:96: return d, end - req.Now
+        -- fixedwindow.go:97: return end - req.Now
         RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 - v_give_2],
             v_s_start_2 + arg_period - now_us,
             true,
@@ -96,9 +96,9 @@ BEGIN
             CASE WHEN v_s_count_1 - v_give_2 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
             0)::ratelimit_step;
     END IF;
-    -- fixedwindow.go:102-106: if !d.Allowed {; fixedwindow.go:107-110: if req.Peek {
+    -- fixedwindow.go:103-107: if !d.Allowed {; fixedwindow.go:108-111: if req.Peek {
     IF NOT v_s_count_1 + cost <= arg_limit OR peek THEN
-        -- fixedwindow.go:105: return d, 0; fixedwindow.go:109: return d, 0
+        -- fixedwindow.go:106: return 0; fixedwindow.go:110: return 0
         RETURN ROW(NULL,
             NULL,
             v_s_count_1 + cost <= arg_limit,
@@ -111,7 +111,7 @@ BEGIN
             CASE WHEN v_s_count_1 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
             0)::ratelimit_step;
     END IF;
-    -- fixedwindow.go:114: return d, end - req.Now
+    -- fixedwindow.go:115: return end - req.Now
     RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 + cost],
         v_s_start_2 + arg_period - now_us,
         v_s_count_1 + cost <= arg_limit,
@@ -123,9 +123,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_fixed_window_row_bcf01d1b is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_fixed_window_row_8381b422 is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_bcf01d1b(
+CREATE OR REPLACE FUNCTION ratelimit_fixed_window_row_8381b422(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -136,19 +136,19 @@ DECLARE
     st_start bigint := state[1];
     st_count bigint := state[2];
     -- the stored state's check: every field in 0..2^53
-    -- s_count as this if leaves it: fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+    -- s_count as this if leaves it: fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
     v_s_count_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 2
             OR least(st_start, st_count) < 0
             OR greatest(st_start, st_count) > 9007199254740992)
-            THEN ratelimit_corrupt_bcf01d1b(format('fixed_window state %s', state))
+            THEN ratelimit_corrupt_8381b422(format('fixed_window state %s', state))
         ELSE CASE
             WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period THEN 0
             ELSE st_count
         END
     END;
-    -- s_start as this if leaves it: fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+    -- s_start as this if leaves it: fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
     v_s_start_2 bigint := CASE
         WHEN NOT (state IS NOT NULL) OR now_us >= st_start + arg_period
             THEN now_us / arg_period * arg_period
@@ -156,18 +156,18 @@ DECLARE
     END;
     v_give_2 bigint;
 BEGIN
-    -- fixedwindow.go:81-97: if req.Refund {
+    -- fixedwindow.go:82-98: if req.Refund {
     IF false THEN
-        -- give as this if leaves it: fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act
+        -- give as this if leaves it: fixedwindow.go:85-87: if live && req.Act >= s.start && req.Act
         --    < end {
         v_give_2 := CASE
             WHEN (state IS NOT NULL) AND 0 >= v_s_start_2 AND 0 < v_s_start_2 + arg_period
                 THEN least(cost, v_s_count_1)
             ELSE 0
         END;
-        -- fixedwindow.go:93-95: if give == 0 {
+        -- fixedwindow.go:94-96: if give == 0 {
         IF v_give_2 = 0 THEN
-            -- fixedwindow.go:94: return d, 0
+            -- fixedwindow.go:95: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
@@ -180,7 +180,7 @@ BEGIN
                     END,
                     0])::ratelimit_row_step;
         END IF;
-        -- fixedwindow.go:96: return d, end - req.Now
+        -- fixedwindow.go:97: return end - req.Now
         RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 - v_give_2],
             now_us + (v_s_start_2 + arg_period - now_us),
             ARRAY[1,
@@ -193,9 +193,9 @@ BEGIN
                 END,
                 0])::ratelimit_row_step;
     END IF;
-    -- fixedwindow.go:102-106: if !d.Allowed {; fixedwindow.go:107-110: if req.Peek {
+    -- fixedwindow.go:103-107: if !d.Allowed {; fixedwindow.go:108-111: if req.Peek {
     IF NOT v_s_count_1 + cost <= arg_limit THEN
-        -- fixedwindow.go:105: return d, 0; fixedwindow.go:109: return d, 0
+        -- fixedwindow.go:106: return 0; fixedwindow.go:110: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -205,7 +205,7 @@ BEGIN
                 CASE WHEN v_s_count_1 = 0 THEN 0 ELSE v_s_start_2 + arg_period - now_us END,
                 0])::ratelimit_row_step;
     END IF;
-    -- fixedwindow.go:114: return d, end - req.Now
+    -- fixedwindow.go:115: return end - req.Now
     RETURN ROW(ARRAY[v_s_start_2, v_s_count_1 + cost],
         now_us + (v_s_start_2 + arg_period - now_us),
         ARRAY[1,

@@ -3,8 +3,8 @@
 -- gcra: the SQL form of the algorithm in algorithms/rate.go (gcra.decide). Calling convention: see
 --    algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state: [tat, frac, drip],
 --    or NULL for a key with no live state. A comment before each step names the Go line it comes
---    from (file:line: its text), as here: rate.go:379-428: func (a *gcra) decide(s *gcraState, live
---    bool, req Request) (Decision, int64) {
+--    from (file:line: its text), as here: rate.go:382-431: func (a *gcra) decide(s *gcraState, live
+--    bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -22,19 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_689a4547(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_caa21851(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra_689a4547(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_caa21851(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:335: type gcraState struct {
+    -- the stored state: rate.go:337: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
@@ -45,16 +45,16 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:342: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:344: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:390: raw := us*a.drip + frac
+    -- rate.go:393: raw := us*a.drip + frac
     v_raw bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_689a4547(format('gcra state %s', state))
+            THEN ratelimit_corrupt_caa21851(format('gcra state %s', state))
         ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
             + CASE
                 WHEN st_drip <> arg_drip
@@ -64,7 +64,7 @@ DECLARE
                 ELSE st_frac
             END
     END;
-    -- ahead as this if leaves it: rate.go:383-393: if live && s.tat >= req.Now {
+    -- ahead as this if leaves it: rate.go:386-396: if live && s.tat >= req.Now {
     v_ahead_2 bigint := CASE
         WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
         ELSE 0
@@ -74,9 +74,9 @@ DECLARE
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:396-408: if req.Refund {
+    -- rate.go:399-411: if req.Refund {
     IF refund THEN
-        -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+        -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
         v_give := CASE
             WHEN act - now_us < 0 THEN 0
             ELSE greatest(
@@ -88,9 +88,9 @@ BEGIN
                     v_ahead_2),
                 0)
         END;
-        -- rate.go:402-404: if give == 0 {
+        -- rate.go:405-407: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:403: return d, 0
+            -- rate.go:406: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
@@ -100,7 +100,7 @@ BEGIN
                 (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:407: return d, max(d.ResetAfter, 1)
+        -- rate.go:410: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 now_us + (v_ahead_2 - v_give) / arg_drip,
                 v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
@@ -113,19 +113,19 @@ BEGIN
             (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
     v_room := least(
         arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
         3 * arg_capacity);
-    -- rate.go:410: d.Allowed = ahead+need <= room
+    -- rate.go:413: d.Allowed = ahead+need <= room
     v_d_allowed := v_ahead_2 + cost * arg_unit <= v_room;
-    -- ahead as this if leaves it: rate.go:411-416: if d.Allowed {
+    -- ahead as this if leaves it: rate.go:414-419: if d.Allowed {
     v_ahead_6 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_ahead_2 + cost * arg_unit ELSE v_ahead_2 END
         ELSE v_ahead_2
     END;
-    -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+    -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
     IF (peek
         OR NOT v_d_allowed
             AND NOT CASE
@@ -133,7 +133,7 @@ BEGIN
                     THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
                 ELSE false
             END) THEN
-        -- rate.go:423: return d, 0
+        -- rate.go:426: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -152,7 +152,7 @@ BEGIN
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:427: return d, d.ResetAfter
+    -- rate.go:430: return d.ResetAfter
     RETURN ROW(ARRAY[
             now_us + v_ahead_6 / arg_drip,
             v_ahead_6 - v_ahead_6 / arg_drip * arg_drip,
@@ -176,29 +176,29 @@ BEGIN
 END
 $$;
 
--- ratelimit_gcra_row_689a4547 is the same decision for a request that consumes (not a peek), in the shape a
+-- ratelimit_gcra_row_caa21851 is the same decision for a request that consumes (not a peek), in the shape a
 --    store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_gcra_row_689a4547(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_row_caa21851(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:335: type gcraState struct {
+    -- the stored state: rate.go:337: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:342: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:344: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:390: raw := us*a.drip + frac
+    -- rate.go:393: raw := us*a.drip + frac
     v_raw bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_689a4547(format('gcra state %s', state))
+            THEN ratelimit_corrupt_caa21851(format('gcra state %s', state))
         ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
             + CASE
                 WHEN st_drip <> arg_drip
@@ -208,7 +208,7 @@ DECLARE
                 ELSE st_frac
             END
     END;
-    -- ahead as this if leaves it: rate.go:383-393: if live && s.tat >= req.Now {
+    -- ahead as this if leaves it: rate.go:386-396: if live && s.tat >= req.Now {
     v_ahead_2 bigint := CASE
         WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
         ELSE 0
@@ -217,9 +217,9 @@ DECLARE
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:396-408: if req.Refund {
+    -- rate.go:399-411: if req.Refund {
     IF false THEN
-        -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+        -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
         v_give := CASE
             WHEN 0 - now_us < 0 THEN 0
             ELSE greatest(
@@ -231,9 +231,9 @@ BEGIN
                     v_ahead_2),
                 0)
         END;
-        -- rate.go:402-404: if give == 0 {
+        -- rate.go:405-407: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:403: return d, 0
+            -- rate.go:406: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
@@ -243,7 +243,7 @@ BEGIN
                     (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:407: return d, max(d.ResetAfter, 1)
+        -- rate.go:410: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 now_us + (v_ahead_2 - v_give) / arg_drip,
                 v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
@@ -256,20 +256,20 @@ BEGIN
                 (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
     v_room := least(
         arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
         3 * arg_capacity);
-    -- rate.go:414: ahead += need
+    -- rate.go:417: ahead += need
     v_ahead_4 := v_ahead_2 + cost * arg_unit;
-    -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+    -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
     IF (NOT v_ahead_4 <= v_room
         AND NOT CASE
             WHEN (state IS NOT NULL) AND st_tat >= now_us
                 THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
             ELSE false
         END) THEN
-        -- rate.go:423: return d, 0
+        -- rate.go:426: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -279,9 +279,9 @@ BEGIN
                 (v_ahead_2 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:410: d.Allowed = ahead+need <= room
+    -- rate.go:413: d.Allowed = ahead+need <= room
     IF v_ahead_4 <= v_room THEN
-        -- rate.go:427: return d, d.ResetAfter
+        -- rate.go:430: return d.ResetAfter
         RETURN ROW(ARRAY[
                 now_us + v_ahead_4 / arg_drip,
                 v_ahead_4 - v_ahead_4 / arg_drip * arg_drip,
@@ -295,7 +295,7 @@ BEGIN
                 (greatest(v_ahead_4 - arg_capacity, 0)
                     + arg_drip - 1) / arg_drip])::ratelimit_row_step;
     END IF;
-    -- rate.go:427: return d, d.ResetAfter
+    -- rate.go:430: return d.ResetAfter
     RETURN ROW(ARRAY[
             now_us + v_ahead_2 / arg_drip,
             v_ahead_2 - v_ahead_2 / arg_drip * arg_drip,

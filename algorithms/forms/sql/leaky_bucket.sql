@@ -3,8 +3,8 @@
 -- leaky_bucket: the SQL form of the algorithm in algorithms/rate.go (leakyBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:267-308: func (a
---    *leakyBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+--    the Go line it comes from (file:line: its text), as here: rate.go:269-310: func (a
+--    *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -22,14 +22,14 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_e97f320d(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_b04cebc9(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_e97f320d(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_b04cebc9(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -47,14 +47,14 @@ DECLARE
     arg_burst bigint := args[5];
     -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- level as this if leaves it: rate.go:269-275: if live {
+    -- level as this if leaves it: rate.go:271-277: if live {
     v_level_3 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_e97f320d(format('leaky_bucket state %s', state))
+            THEN ratelimit_corrupt_b04cebc9(format('leaky_bucket state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL)
                 THEN CASE
@@ -87,9 +87,9 @@ DECLARE
     v_give bigint;
     v_level_7 bigint;
 BEGIN
-    -- rate.go:278-289: if req.Refund {
+    -- rate.go:280-291: if req.Refund {
     IF refund THEN
-        -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+        -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
         v_give := CASE
             WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -112,9 +112,9 @@ BEGIN
                     v_level_3),
                 0)
         END;
-        -- rate.go:284-286: if give == 0 {
+        -- rate.go:286-288: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:285: return d, 0
+            -- rate.go:287: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
@@ -124,7 +124,7 @@ BEGIN
                 (v_level_3 - v_give + arg_drip - 1) / arg_drip,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:288: return d, max(d.ResetAfter, 1)
+        -- rate.go:290: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_level_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -137,17 +137,17 @@ BEGIN
             (v_level_3 - v_give + arg_drip - 1) / arg_drip,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:290: d.Allowed = level+need <= a.capacity
+    -- rate.go:292: d.Allowed = level+need <= a.capacity
     v_d_allowed := v_level_3 + cost * arg_unit <= arg_capacity;
-    -- level as this if leaves it: rate.go:291-296: if d.Allowed {
+    -- level as this if leaves it: rate.go:293-298: if d.Allowed {
     v_level_7 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_level_3 + cost * arg_unit ELSE v_level_3 END
         ELSE v_level_3
     END;
-    -- rate.go:299-302: if !d.Allowed {; rate.go:303-305: if req.Peek {
+    -- rate.go:301-304: if !d.Allowed {; rate.go:305-307: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:301: return d, 0; rate.go:304: return d, 0
+        -- rate.go:303: return 0; rate.go:306: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -164,7 +164,7 @@ BEGIN
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:307: return d, d.ResetAfter
+    -- rate.go:309: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_level_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -182,9 +182,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_leaky_bucket_row_e97f320d is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_leaky_bucket_row_b04cebc9 is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_e97f320d(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_b04cebc9(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -197,14 +197,14 @@ DECLARE
     st_unit bigint := state[3];
     -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
     v_level_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_e97f320d(format('leaky_bucket state %s', state))
+            THEN ratelimit_corrupt_b04cebc9(format('leaky_bucket state %s', state))
         ELSE CASE
             WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
             ELSE least(
@@ -214,7 +214,7 @@ DECLARE
                 arg_capacity)
         END
     END;
-    -- level as this if leaves it: rate.go:269-275: if live {
+    -- level as this if leaves it: rate.go:271-277: if live {
     v_level_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
@@ -227,9 +227,9 @@ DECLARE
     v_give bigint;
     v_level_5 bigint;
 BEGIN
-    -- rate.go:278-289: if req.Refund {
+    -- rate.go:280-291: if req.Refund {
     IF false THEN
-        -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+        -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
         v_give := CASE
             WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -252,9 +252,9 @@ BEGIN
                     v_level_3),
                 0)
         END;
-        -- rate.go:284-286: if give == 0 {
+        -- rate.go:286-288: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:285: return d, 0
+            -- rate.go:287: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
@@ -264,7 +264,7 @@ BEGIN
                     (v_level_3 - v_give + arg_drip - 1) / arg_drip,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:288: return d, max(d.ResetAfter, 1)
+        -- rate.go:290: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_level_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -277,11 +277,11 @@ BEGIN
                 (v_level_3 - v_give + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:294: level += need
+    -- rate.go:296: level += need
     v_level_5 := v_level_3 + cost * arg_unit;
-    -- rate.go:299-302: if !d.Allowed {; rate.go:303-305: if req.Peek {
+    -- rate.go:301-304: if !d.Allowed {; rate.go:305-307: if req.Peek {
     IF NOT v_level_5 <= arg_capacity THEN
-        -- rate.go:301: return d, 0; rate.go:304: return d, 0
+        -- rate.go:303: return 0; rate.go:306: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -291,7 +291,7 @@ BEGIN
                 (v_level_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:307: return d, d.ResetAfter
+    -- rate.go:309: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_level_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,

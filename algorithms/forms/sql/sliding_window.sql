@@ -4,8 +4,8 @@
 --    (slidingWindow.decide). Calling convention: see algorithms/forms/sql.go. args: [limit,
 --    period]. state: [start, curr, prev], or NULL for a key with no live state. A comment before
 --    each step names the Go line it comes from (file:line: its text), as here:
---    slidingwindow.go:108-165: func (a *slidingWindow) decide(s *slidingWindowState, live bool, req
---    Request) (Decision, int64) {
+--    slidingwindow.go:109-166: func (a *slidingWindow) decide(s *slidingWindowState, live bool, req
+--    Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -23,16 +23,16 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_d2923d16(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_407b313d(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_sliding_window_wait_d2923d16 is the Go form's helper wait: slidingwindow.go:62-81: func (a
+-- ratelimit_sliding_window_wait_407b313d is the Go form's helper wait: slidingwindow.go:62-81: func (a
 --    *slidingWindow) wait(prev, room, from int64) int64 {
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_d2923d16(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_wait_407b313d(
     wait_prev bigint,
     wait_room bigint,
     wait_from bigint,
@@ -81,7 +81,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_d2923d16(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_407b313d(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -95,30 +95,30 @@ DECLARE
     arg_limit bigint := args[1];
     arg_period bigint := args[2];
     -- the stored state's check: every field in 0..2^53
-    -- the condition of slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
+    -- the condition of slidingwindow.go:110-117: if !live || req.Now >= s.start+2*a.period {
     v_if_1 boolean := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_start, st_curr, st_prev) < 0
             OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
-            THEN ratelimit_corrupt_d2923d16(format('sliding_window state %s', state)) IS NULL
+            THEN ratelimit_corrupt_407b313d(format('sliding_window state %s', state)) IS NULL
         ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period
     END;
-    -- s_prev as this if leaves it: slidingwindow.go:109-116: if !live || req.Now >=
+    -- s_prev as this if leaves it: slidingwindow.go:110-117: if !live || req.Now >=
     --    s.start+2*a.period {
     v_s_prev_2 bigint := CASE
         WHEN v_if_1 THEN 0
         WHEN now_us >= st_start + arg_period THEN st_curr
         ELSE st_prev
     END;
-    -- s_start as this if leaves it: slidingwindow.go:109-116: if !live || req.Now >=
+    -- s_start as this if leaves it: slidingwindow.go:110-117: if !live || req.Now >=
     --    s.start+2*a.period {
     v_s_start_4 bigint := CASE
         WHEN v_if_1 THEN now_us / arg_period * arg_period
         WHEN now_us >= st_start + arg_period THEN st_start + arg_period
         ELSE st_start
     END;
-    -- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
+    -- slidingwindow.go:119: weighted := a.weighted(s.prev, elapsed)
     v_weighted bigint := least(
         floor(v_s_prev_2::float8
             * (arg_period - greatest(now_us - v_s_start_4, 0))::float8
@@ -130,9 +130,9 @@ DECLARE
     v_s_curr_3 bigint;
     v_s_curr_5 bigint;
 BEGIN
-    -- slidingwindow.go:120-138: if req.Refund {
+    -- slidingwindow.go:121-139: if req.Refund {
     IF refund THEN
-        -- give as this if leaves it: slidingwindow.go:123-125: if live && req.Act >= s.start &&
+        -- give as this if leaves it: slidingwindow.go:124-126: if live && req.Act >= s.start &&
         --    req.Act < s.start+a.period {
         v_give_2 := CASE
             WHEN (state IS NOT NULL) AND act >= v_s_start_4 AND act < v_s_start_4 + arg_period
@@ -145,16 +145,16 @@ BEGIN
                     END)
             ELSE 0
         END;
-        -- slidingwindow.go:126: s.curr -= give
+        -- slidingwindow.go:127: s.curr -= give
         v_s_curr_3 := CASE
             WHEN v_if_1 THEN 0
             WHEN now_us >= st_start + arg_period THEN 0
             ELSE st_curr
         END
             - v_give_2;
-        -- slidingwindow.go:134-136: if give == 0 {
+        -- slidingwindow.go:135-137: if give == 0 {
         IF v_give_2 = 0 THEN
-            -- slidingwindow.go:135: return d, 0
+            -- slidingwindow.go:136: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
@@ -168,7 +168,7 @@ BEGIN
                 END,
                 0)::ratelimit_step;
         END IF;
-        -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+        -- slidingwindow.go:138: return s.start + 2*a.period - req.Now
         RETURN ROW(ARRAY[v_s_start_4, v_s_curr_3, v_s_prev_2],
             v_s_start_4 + 2 * arg_period - now_us,
             true,
@@ -182,12 +182,12 @@ BEGIN
             END,
             0)::ratelimit_step;
     END IF;
-    -- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
+    -- slidingwindow.go:140: d.Allowed = weighted+s.curr+req.Cost <= a.limit
     v_d_allowed := v_weighted
         + CASE WHEN v_if_1 THEN 0 WHEN now_us >= st_start + arg_period THEN 0 ELSE st_curr END
         + cost
         <= arg_limit;
-    -- s_curr as this if leaves it: slidingwindow.go:140-142: if d.Allowed && !req.Peek {
+    -- s_curr as this if leaves it: slidingwindow.go:141-143: if d.Allowed && !req.Peek {
     v_s_curr_5 := CASE
         WHEN v_d_allowed AND NOT peek
             THEN CASE
@@ -200,15 +200,15 @@ BEGIN
         WHEN now_us >= st_start + arg_period THEN 0
         ELSE st_curr
     END;
-    -- slidingwindow.go:149-160: if !d.Allowed {
+    -- slidingwindow.go:150-161: if !d.Allowed {
     IF NOT v_d_allowed THEN
-        -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
-        v_e := ratelimit_sliding_window_wait_d2923d16(
+        -- slidingwindow.go:153: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+        v_e := ratelimit_sliding_window_wait_407b313d(
             v_s_prev_2,
             arg_limit - v_s_curr_5 - cost,
             greatest(now_us - v_s_start_4, 0),
             args);
-        -- slidingwindow.go:159: return d, 0
+        -- slidingwindow.go:160: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -218,7 +218,7 @@ BEGIN
                 WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start_4, 0)
                 ELSE arg_period
                     - greatest(now_us - v_s_start_4, 0)
-                    + ratelimit_sliding_window_wait_d2923d16(v_s_curr_5, arg_limit - cost, 0, args)
+                    + ratelimit_sliding_window_wait_407b313d(v_s_curr_5, arg_limit - cost, 0, args)
             END,
             CASE
                 WHEN v_s_curr_5 > 0 THEN v_s_start_4 + 2 * arg_period - now_us
@@ -227,9 +227,9 @@ BEGIN
             END,
             0)::ratelimit_step;
     END IF;
-    -- slidingwindow.go:161-163: if req.Peek {
+    -- slidingwindow.go:162-164: if req.Peek {
     IF peek THEN
-        -- slidingwindow.go:162: return d, 0
+        -- slidingwindow.go:163: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -243,7 +243,7 @@ BEGIN
             END,
             0)::ratelimit_step;
     END IF;
-    -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
+    -- slidingwindow.go:165: return s.start + 2*a.period - req.Now
     RETURN ROW(ARRAY[v_s_start_4, v_s_curr_5, v_s_prev_2],
         v_s_start_4 + 2 * arg_period - now_us,
         v_d_allowed,
@@ -259,9 +259,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_sliding_window_row_d2923d16 is the same decision for a request that consumes (not a peek), in
+-- ratelimit_sliding_window_row_407b313d is the same decision for a request that consumes (not a peek), in
 --    the shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_sliding_window_row_d2923d16(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_window_row_407b313d(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -273,37 +273,37 @@ DECLARE
     st_curr bigint := state[2];
     st_prev bigint := state[3];
     -- the stored state's check: every field in 0..2^53
-    -- the condition of slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
+    -- the condition of slidingwindow.go:110-117: if !live || req.Now >= s.start+2*a.period {
     v_if_1 boolean := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_start, st_curr, st_prev) < 0
             OR greatest(st_start, st_curr, st_prev) > 9007199254740992)
-            THEN ratelimit_corrupt_d2923d16(format('sliding_window state %s', state)) IS NULL
+            THEN ratelimit_corrupt_407b313d(format('sliding_window state %s', state)) IS NULL
         ELSE NOT (state IS NOT NULL) OR now_us >= st_start + 2 * arg_period
     END;
-    -- s_curr as this if leaves it: slidingwindow.go:109-116: if !live || req.Now >=
+    -- s_curr as this if leaves it: slidingwindow.go:110-117: if !live || req.Now >=
     --    s.start+2*a.period {
     v_s_curr_2 bigint := CASE
         WHEN v_if_1 THEN 0
         WHEN now_us >= st_start + arg_period THEN 0
         ELSE st_curr
     END;
-    -- s_prev as this if leaves it: slidingwindow.go:109-116: if !live || req.Now >=
+    -- s_prev as this if leaves it: slidingwindow.go:110-117: if !live || req.Now >=
     --    s.start+2*a.period {
     v_s_prev_2 bigint := CASE
         WHEN v_if_1 THEN 0
         WHEN now_us >= st_start + arg_period THEN st_curr
         ELSE st_prev
     END;
-    -- s_start as this if leaves it: slidingwindow.go:109-116: if !live || req.Now >=
+    -- s_start as this if leaves it: slidingwindow.go:110-117: if !live || req.Now >=
     --    s.start+2*a.period {
     v_s_start_4 bigint := CASE
         WHEN v_if_1 THEN now_us / arg_period * arg_period
         WHEN now_us >= st_start + arg_period THEN st_start + arg_period
         ELSE st_start
     END;
-    -- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
+    -- slidingwindow.go:119: weighted := a.weighted(s.prev, elapsed)
     v_weighted bigint := least(
         floor(v_s_prev_2::float8
             * (arg_period - greatest(now_us - v_s_start_4, 0))::float8
@@ -312,18 +312,18 @@ DECLARE
     v_e bigint;
     v_give_2 bigint;
 BEGIN
-    -- slidingwindow.go:120-138: if req.Refund {
+    -- slidingwindow.go:121-139: if req.Refund {
     IF false THEN
-        -- give as this if leaves it: slidingwindow.go:123-125: if live && req.Act >= s.start &&
+        -- give as this if leaves it: slidingwindow.go:124-126: if live && req.Act >= s.start &&
         --    req.Act < s.start+a.period {
         v_give_2 := CASE
             WHEN (state IS NOT NULL) AND 0 >= v_s_start_4 AND 0 < v_s_start_4 + arg_period
                 THEN least(cost, v_s_curr_2)
             ELSE 0
         END;
-        -- slidingwindow.go:134-136: if give == 0 {
+        -- slidingwindow.go:135-137: if give == 0 {
         IF v_give_2 = 0 THEN
-            -- slidingwindow.go:135: return d, 0
+            -- slidingwindow.go:136: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
@@ -337,7 +337,7 @@ BEGIN
                     END,
                     0])::ratelimit_row_step;
         END IF;
-        -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+        -- slidingwindow.go:138: return s.start + 2*a.period - req.Now
         RETURN ROW(ARRAY[v_s_start_4, v_s_curr_2 - v_give_2, v_s_prev_2],
             now_us + (v_s_start_4 + 2 * arg_period - now_us),
             ARRAY[1,
@@ -351,15 +351,15 @@ BEGIN
                 END,
                 0])::ratelimit_row_step;
     END IF;
-    -- slidingwindow.go:149-160: if !d.Allowed {
+    -- slidingwindow.go:150-161: if !d.Allowed {
     IF NOT v_weighted + v_s_curr_2 + cost <= arg_limit THEN
-        -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
-        v_e := ratelimit_sliding_window_wait_d2923d16(
+        -- slidingwindow.go:153: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+        v_e := ratelimit_sliding_window_wait_407b313d(
             v_s_prev_2,
             arg_limit - v_s_curr_2 - cost,
             greatest(now_us - v_s_start_4, 0),
             ARRAY[arg_limit, arg_period]);
-        -- slidingwindow.go:159: return d, 0
+        -- slidingwindow.go:160: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -369,7 +369,7 @@ BEGIN
                     WHEN v_e < arg_period THEN v_e - greatest(now_us - v_s_start_4, 0)
                     ELSE arg_period
                         - greatest(now_us - v_s_start_4, 0)
-                        + ratelimit_sliding_window_wait_d2923d16(
+                        + ratelimit_sliding_window_wait_407b313d(
                             v_s_curr_2,
                             arg_limit - cost,
                             0,
@@ -382,9 +382,9 @@ BEGIN
                 END,
                 0])::ratelimit_row_step;
     END IF;
-    -- slidingwindow.go:161-163: if req.Peek {
+    -- slidingwindow.go:162-164: if req.Peek {
     IF false THEN
-        -- slidingwindow.go:162: return d, 0
+        -- slidingwindow.go:163: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[1,
@@ -398,7 +398,7 @@ BEGIN
                 END,
                 0])::ratelimit_row_step;
     END IF;
-    -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
+    -- slidingwindow.go:165: return s.start + 2*a.period - req.Now
     RETURN ROW(ARRAY[v_s_start_4, v_s_curr_2 + cost, v_s_prev_2],
         now_us + (v_s_start_4 + 2 * arg_period - now_us),
         ARRAY[1,

@@ -3,8 +3,8 @@
 -- token_bucket: the SQL form of the algorithm in algorithms/rate.go (tokenBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:170-215: func (a
---    *tokenBucket) decide(s *bucketState, live bool, req Request) (Decision, int64) {
+--    the Go line it comes from (file:line: its text), as here: rate.go:171-216: func (a
+--    *tokenBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -22,14 +22,14 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_01d903cb(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_ef1e93c3(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_01d903cb(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_ef1e93c3(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -47,14 +47,14 @@ DECLARE
     arg_burst bigint := args[5];
     -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- deficit as this if leaves it: rate.go:173-179: if live {
+    -- deficit as this if leaves it: rate.go:174-180: if live {
     v_deficit_3 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_01d903cb(format('token_bucket state %s', state))
+            THEN ratelimit_corrupt_ef1e93c3(format('token_bucket state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL)
                 THEN CASE
@@ -88,9 +88,9 @@ DECLARE
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:182-195: if req.Refund {
+    -- rate.go:183-196: if req.Refund {
     IF refund THEN
-        -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
         v_give := CASE
             WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -113,9 +113,9 @@ BEGIN
                     v_deficit_3),
                 0)
         END;
-        -- rate.go:190-192: if give == 0 {
+        -- rate.go:191-193: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:191: return d, 0
+            -- rate.go:192: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
@@ -125,7 +125,7 @@ BEGIN
                 (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:194: return d, max(d.ResetAfter, 1)
+        -- rate.go:195: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_deficit_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -138,21 +138,21 @@ BEGIN
             (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
     v_room := least(
         arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
         3 * arg_capacity);
-    -- rate.go:197: d.Allowed = deficit+need <= room
+    -- rate.go:198: d.Allowed = deficit+need <= room
     v_d_allowed := v_deficit_3 + cost * arg_unit <= v_room;
-    -- deficit as this if leaves it: rate.go:198-203: if d.Allowed {
+    -- deficit as this if leaves it: rate.go:199-204: if d.Allowed {
     v_deficit_7 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_deficit_3 + cost * arg_unit ELSE v_deficit_3 END
         ELSE v_deficit_3
     END;
-    -- rate.go:206-209: if !d.Allowed {; rate.go:210-212: if req.Peek {
+    -- rate.go:207-210: if !d.Allowed {; rate.go:211-213: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:208: return d, 0; rate.go:211: return d, 0
+        -- rate.go:209: return 0; rate.go:212: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -173,7 +173,7 @@ BEGIN
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:214: return d, d.ResetAfter
+    -- rate.go:215: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_deficit_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -193,9 +193,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_token_bucket_row_01d903cb is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_token_bucket_row_ef1e93c3 is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_01d903cb(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_ef1e93c3(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -208,14 +208,14 @@ DECLARE
     st_unit bigint := state[3];
     -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
     v_deficit_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_01d903cb(format('token_bucket state %s', state))
+            THEN ratelimit_corrupt_ef1e93c3(format('token_bucket state %s', state))
         ELSE CASE
             WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
             ELSE least(
@@ -225,7 +225,7 @@ DECLARE
                 3 * arg_capacity)
         END
     END;
-    -- deficit as this if leaves it: rate.go:173-179: if live {
+    -- deficit as this if leaves it: rate.go:174-180: if live {
     v_deficit_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
@@ -239,9 +239,9 @@ DECLARE
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:182-195: if req.Refund {
+    -- rate.go:183-196: if req.Refund {
     IF false THEN
-        -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
         v_give := CASE
             WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -264,9 +264,9 @@ BEGIN
                     v_deficit_3),
                 0)
         END;
-        -- rate.go:190-192: if give == 0 {
+        -- rate.go:191-193: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:191: return d, 0
+            -- rate.go:192: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
@@ -276,7 +276,7 @@ BEGIN
                     (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:194: return d, max(d.ResetAfter, 1)
+        -- rate.go:195: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_deficit_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
@@ -289,15 +289,15 @@ BEGIN
                 (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+    -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
     v_room := least(
         arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
         3 * arg_capacity);
-    -- rate.go:201: deficit += need
+    -- rate.go:202: deficit += need
     v_deficit_5 := v_deficit_3 + cost * arg_unit;
-    -- rate.go:206-209: if !d.Allowed {; rate.go:210-212: if req.Peek {
+    -- rate.go:207-210: if !d.Allowed {; rate.go:211-213: if req.Peek {
     IF NOT v_deficit_5 <= v_room THEN
-        -- rate.go:208: return d, 0; rate.go:211: return d, 0
+        -- rate.go:209: return 0; rate.go:212: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
@@ -307,7 +307,7 @@ BEGIN
                 (v_deficit_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:214: return d, d.ResetAfter
+    -- rate.go:215: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_deficit_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,

@@ -218,10 +218,14 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	f := &form{goType: tn.Name(), file: filepath.Base(l.fset.Position(fd.Pos()).Filename), at: l.at(fd), goNames: map[string]string{}}
 	sig := m.Type().(*types.Signature)
 	p, r := sig.Params(), sig.Results()
-	if p.Len() != 3 || r.Len() != 2 || !l.isNamed(p.At(2).Type(), "Request") ||
-		!l.isNamed(r.At(0).Type(), "Decision") || types.Typ[types.Bool] != p.At(1).Type() ||
-		types.Typ[types.Int64] != r.At(1).Type() {
-		return nil, l.errorAt(fd, "%s.decide must be func(s *State, live bool, req Request) (Decision, int64)", tn.Name())
+	var dptr *types.Pointer
+	if p.Len() == 4 {
+		dptr, _ = p.At(3).Type().(*types.Pointer)
+	}
+	if p.Len() != 4 || r.Len() != 1 || !l.isNamed(p.At(2).Type(), "Request") ||
+		dptr == nil || !l.isNamed(dptr.Elem(), "Decision") || types.Typ[types.Bool] != p.At(1).Type() ||
+		types.Typ[types.Int64] != r.At(0).Type() {
+		return nil, l.errorAt(fd, "%s.decide must be func(s *State, live bool, req Request, d *Decision) int64", tn.Name())
 	}
 	ptr, ok := p.At(0).Type().(*types.Pointer)
 	if !ok {
@@ -231,7 +235,7 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	if f.state, err = l.structFields(fd, ptr.Elem(), false); err != nil {
 		return nil, err
 	}
-	if f.decision, err = l.structFields(fd, r.At(0).Type(), true); err != nil {
+	if f.decision, err = l.structFields(fd, dptr.Elem(), true); err != nil {
 		return nil, err
 	}
 
@@ -275,13 +279,14 @@ func (l *loader) form(tn *types.TypeName, m *types.Func) (*form, error) {
 	for _, n := range []string{"now", "cost", "peek", "max_delay", "refund", "act", "live", "slack", "raw", "expires", "ttl", "px"} {
 		c.used[n] = true
 	}
-	if len(fd.Type.Params.List) != 3 || len(fd.Recv.List[0].Names) != 1 {
-		return nil, l.errorAt(fd, "decide must name its receiver and its parameters: (s *State, live bool, req Request)")
+	if len(fd.Type.Params.List) != 4 || len(fd.Recv.List[0].Names) != 1 {
+		return nil, l.errorAt(fd, "decide must name its receiver and its parameters: (s *State, live bool, req Request, d *Decision)")
 	}
 	c.recv = l.info.Defs[fd.Recv.List[0].Names[0]]
 	c.live = l.info.Defs[fd.Type.Params.List[1].Names[0]]
 	c.req = l.info.Defs[fd.Type.Params.List[2].Names[0]]
 	c.state = l.info.Defs[fd.Type.Params.List[0].Names[0]]
+	c.dec = l.info.Defs[fd.Type.Params.List[3].Names[0]]
 
 	// The state's validity check: valid() on *State, one return.
 	if vd := l.method(ptr.Elem(), "valid"); vd != nil {
@@ -316,6 +321,7 @@ type conv struct {
 	f                 *form
 	argIndex          map[types.Object]int
 	recv, req, live   types.Object
+	dec               types.Object // decide's *Decision parameter
 	state             types.Object
 	names             map[types.Object]eVar // variables → their names
 	used              map[string]bool       // names taken in the form
@@ -538,18 +544,17 @@ func (c *conv) ret(s *ast.ReturnStmt) ([]stmt, error) {
 		}
 		return []stmt{sReturn{val: v, at: c.l.at(s)}}, nil
 	}
-	if len(s.Results) != 2 {
-		return nil, c.l.errorAt(s, "decide returns a Decision variable and a TTL")
+	if len(s.Results) != 1 {
+		return nil, c.l.errorAt(s, "decide returns a TTL")
 	}
-	id, ok := s.Results[0].(*ast.Ident)
-	if !ok || !c.decisions[c.l.info.Uses[id]] {
-		return nil, c.l.errorAt(s.Results[0], "decide must return a Decision variable declared with d := Decision{...}")
+	if !c.decisions[c.dec] {
+		return nil, c.l.errorAt(s, "decide must set its Decision with *d = Decision{...} before it returns")
 	}
-	ttl, err := c.expr(s.Results[1])
+	ttl, err := c.expr(s.Results[0])
 	if err != nil {
 		return nil, err
 	}
-	return []stmt{sReturn{val: ttl, dec: c.names[c.l.info.Uses[id]].name, at: c.l.at(s)}}, nil
+	return []stmt{sReturn{val: ttl, dec: c.names[c.dec].name, at: c.l.at(s)}}, nil
 }
 
 // target converts an assignment's left-hand side.
@@ -604,17 +609,21 @@ func (c *conv) decisionField(e *ast.SelectorExpr, prefix string) (eVar, error) {
 
 func (c *conv) assign(s *ast.AssignStmt) ([]stmt, error) {
 	decl := s.Tok == token.DEFINE
-	// d := Decision{...}
+	// *d = Decision{...}
 	if len(s.Lhs) == 1 && len(s.Rhs) == 1 {
 		if lit, ok := s.Rhs[0].(*ast.CompositeLit); ok {
-			id, ok := s.Lhs[0].(*ast.Ident)
-			if !ok || !decl || !c.l.isNamed(c.l.info.Types[lit].Type, "Decision") || c.helper != nil {
-				return nil, c.l.errorAt(s, "a composite literal is in the subset only as d := Decision{...} in decide")
+			star, _ := s.Lhs[0].(*ast.StarExpr)
+			var id *ast.Ident
+			if star != nil {
+				id, _ = star.X.(*ast.Ident)
+			}
+			if id == nil || decl || c.l.info.Uses[id] != c.dec || !c.l.isNamed(c.l.info.Types[lit].Type, "Decision") || c.helper != nil {
+				return nil, c.l.errorAt(s, "a composite literal is in the subset only as *d = Decision{...} in decide")
 			}
 			if c.decisionVarPrefix != "" {
-				return nil, c.l.errorAt(s, "decide declares one Decision")
+				return nil, c.l.errorAt(s, "decide sets its Decision once")
 			}
-			obj := c.l.info.Defs[id]
+			obj := c.dec
 			c.decisions[obj] = true
 			c.decisionVarPrefix = id.Name
 			c.names[obj] = eVar{name: id.Name}

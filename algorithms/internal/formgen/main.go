@@ -11,12 +11,14 @@
 //
 // Every type of the package with a method
 //
-//	func (a *T) decide(s *State, live bool, req Request) (Decision, int64)
+//	func (a *T) decide(s *State, live bool, req Request, d *Decision) int64
 //
 // is a form, named by the constant its Name method returns. decide applies
 // req to the state s (live reports whether the key had state; when it is
-// false s holds zeros, and decide must not read it before assigning it) and
-// returns the decision and a TTL in microseconds: a return whose TTL is the
+// false s holds zeros, and decide must not read it before assigning it),
+// writes the decision through d (it sets all of *d once, with
+// *d = Decision{...}, before any return, then its fields) and returns a TTL
+// in microseconds: a return whose TTL is the
 // constant 0 stores nothing, and any other stores the new contents of s
 // with its TTL, which must then be positive (the Go form stores nothing on
 // a TTL that is not, so the forms would disagree, which the differential
@@ -41,7 +43,7 @@
 //     state's fields (s.x), local variables and a Decision's fields;
 //   - statements: x := e, x = e (also several at once, evaluated before
 //     any is assigned), x += e, x -= e, x *= e, x++, x--, assignments to
-//     the fields of s and of the Decision, d := Decision{Field: e, ...}
+//     the fields of s and of the Decision, *d = Decision{Field: e, ...}
 //     (once), if/else (no init statement), and return;
 //   - a return is the last statement of its block, and an if that holds a
 //     return in one branch either always returns in that branch or holds

@@ -20,76 +20,76 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 local function decide_fixed_window(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_count = sv_[1], sv_[2]
   local limit, period = av_[1], av_[2]
-  -- fixedwindow.go:76-78: if !live || req.Now >= s.start+a.period {
+  -- fixedwindow.go:77-79: if !live || req.Now >= s.start+a.period {
   if not live or now >= s_start + period then
-    -- fixedwindow.go:77: s.start, s.count = req.Now/a.period*a.period, 0
+    -- fixedwindow.go:78: s.start, s.count = req.Now/a.period*a.period, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_count = q1 * period, 0
   end
-  -- fixedwindow.go:79: end := s.start + a.period
+  -- fixedwindow.go:80: end := s.start + a.period
   local end_ = s_start + period
-  -- fixedwindow.go:80: d := Decision{Limit: a.limit, ResetAfter: end - req.Now}
+  -- fixedwindow.go:81: *d = Decision{Limit: a.limit, ResetAfter: end - req.Now}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, end_ - now, 0
-  -- fixedwindow.go:81-97: if req.Refund {
+  -- fixedwindow.go:82-98: if req.Refund {
   if refund then
-    -- fixedwindow.go:83: give := int64(0)
+    -- fixedwindow.go:84: give := int64(0)
     local give = 0
-    -- fixedwindow.go:84-86: if live && req.Act >= s.start && req.Act < end {
+    -- fixedwindow.go:85-87: if live && req.Act >= s.start && req.Act < end {
     if live and act >= s_start and act < end_ then
-      -- fixedwindow.go:85: give = min(req.Cost, s.count)
+      -- fixedwindow.go:86: give = min(req.Cost, s.count)
       give = min(cost, s_count)
     end
-    -- fixedwindow.go:87: s.count -= give
+    -- fixedwindow.go:88: s.count -= give
     s_count = s_count - give
-    -- fixedwindow.go:88: d.Allowed = true
+    -- fixedwindow.go:89: d.Allowed = true
     d_allowed = true
-    -- fixedwindow.go:89: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:90: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:90-92: if s.count == 0 {
+    -- fixedwindow.go:91-93: if s.count == 0 {
     if s_count == 0 then
-      -- fixedwindow.go:91: d.ResetAfter = 0
+      -- fixedwindow.go:92: d.ResetAfter = 0
       d_reset_after = 0
     end
-    -- fixedwindow.go:93-95: if give == 0 {
+    -- fixedwindow.go:94-96: if give == 0 {
     if give == 0 then
-      -- fixedwindow.go:94: return d, 0
+      -- fixedwindow.go:95: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- fixedwindow.go:96: return d, end - req.Now
+    -- fixedwindow.go:97: return end - req.Now
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       end_ - now, {s_start, s_count}
   end
-  -- fixedwindow.go:98-100: if s.count == 0 {
+  -- fixedwindow.go:99-101: if s.count == 0 {
   if s_count == 0 then
-    -- fixedwindow.go:99: d.ResetAfter = 0
+    -- fixedwindow.go:100: d.ResetAfter = 0
     d_reset_after = 0
   end
-  -- fixedwindow.go:101: d.Allowed = s.count+req.Cost <= a.limit
+  -- fixedwindow.go:102: d.Allowed = s.count+req.Cost <= a.limit
   d_allowed = s_count + cost <= limit
-  -- fixedwindow.go:102-106: if !d.Allowed {
+  -- fixedwindow.go:103-107: if !d.Allowed {
   if not d_allowed then
-    -- fixedwindow.go:103: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:104: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:104: d.RetryAfter = end - req.Now
+    -- fixedwindow.go:105: d.RetryAfter = end - req.Now
     d_retry_after = end_ - now
-    -- fixedwindow.go:105: return d, 0
+    -- fixedwindow.go:106: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- fixedwindow.go:107-110: if req.Peek {
+  -- fixedwindow.go:108-111: if req.Peek {
   if peek then
-    -- fixedwindow.go:108: d.Remaining = max(a.limit-s.count, 0)
+    -- fixedwindow.go:109: d.Remaining = max(a.limit-s.count, 0)
     d_remaining = max(limit - s_count, 0)
-    -- fixedwindow.go:109: return d, 0
+    -- fixedwindow.go:110: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- fixedwindow.go:111: s.count += req.Cost
+  -- fixedwindow.go:112: s.count += req.Cost
   s_count = s_count + cost
-  -- fixedwindow.go:112: d.Remaining = a.limit - s.count
+  -- fixedwindow.go:113: d.Remaining = a.limit - s.count
   d_remaining = limit - s_count
-  -- fixedwindow.go:113: d.ResetAfter = end - req.Now
+  -- fixedwindow.go:114: d.ResetAfter = end - req.Now
   d_reset_after = end_ - now
-  -- fixedwindow.go:114: return d, end - req.Now
+  -- fixedwindow.go:115: return end - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     end_ - now, {s_start, s_count}
 end
@@ -98,37 +98,37 @@ end
 local function decide_gcra(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:380: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:383: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
-  -- rate.go:381: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:384: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:382: capped := false
+  -- rate.go:385: capped := false
   local capped = false
-  -- rate.go:383-393: if live && s.tat >= req.Now {
+  -- rate.go:386-396: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:385: us := max(min(s.tat-req.Now, 3*a.fill), 0)
+    -- rate.go:388: us := max(min(s.tat-req.Now, 3*a.fill), 0)
     local us = max(min(s_tat - now, 3 * fill), 0)
-    -- rate.go:386: frac := s.frac
+    -- rate.go:389: frac := s.frac
     local frac = s_frac
-    -- rate.go:387-389: if s.drip != a.drip {
+    -- rate.go:390-392: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:388: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:391: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:390: raw := us*a.drip + frac
+    -- rate.go:393: raw := us*a.drip + frac
     local raw2 = us * drip + frac
-    -- rate.go:391: ahead = min(raw, top)
+    -- rate.go:394: ahead = min(raw, top)
     ahead = min(raw2, top)
-    -- rate.go:392: capped = s.tat-req.Now > 3*a.fill || raw > top
+    -- rate.go:395: capped = s.tat-req.Now > 3*a.fill || raw > top
     capped = s_tat - now > 3 * fill or raw2 > top
   end
-  -- rate.go:394: need := req.Cost * a.unit
+  -- rate.go:397: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:395: d := Decision{Limit: a.burst}
+  -- rate.go:398: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:396-408: if req.Refund {
+  -- rate.go:399-411: if req.Refund {
   if refund then
-    -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
     local give
     do -- refund
       local refund_wait = act - now
@@ -143,84 +143,84 @@ local function decide_gcra(now, cost, peek, live, sv_, av_, max_delay, refund, a
         give = max(min(need - max(refund_later, 0), ahead), 0)
       end
     end
-    -- rate.go:398: ahead -= give
+    -- rate.go:401: ahead -= give
     ahead = ahead - give
-    -- rate.go:399: d.Allowed = true
+    -- rate.go:402: d.Allowed = true
     d_allowed = true
-    -- rate.go:400: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    -- rate.go:403: d.Remaining = max(a.capacity-ahead, 0) / a.unit
     local t1 = max(capacity - ahead, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:401: d.ResetAfter = ceilDiv(ahead, a.drip)
+    -- rate.go:404: d.ResetAfter = ceilDiv(ahead, a.drip)
     local q3 = floor(ahead / drip)
     if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
     if q3 * drip < ahead then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:402-404: if give == 0 {
+    -- rate.go:405-407: if give == 0 {
     if give == 0 then
-      -- rate.go:403: return d, 0
+      -- rate.go:406: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:405: whole := ahead / a.drip
+    -- rate.go:408: whole := ahead / a.drip
     local q4 = floor(ahead / drip)
     if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
     local whole = q4
-    -- rate.go:406: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    -- rate.go:409: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
     s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-    -- rate.go:407: return d, max(d.ResetAfter, 1)
+    -- rate.go:410: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_tat, s_frac, s_drip}
   end
-  -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:410: d.Allowed = ahead+need <= room
+  -- rate.go:413: d.Allowed = ahead+need <= room
   d_allowed = ahead + need <= room
-  -- rate.go:411-416: if d.Allowed {
+  -- rate.go:414-419: if d.Allowed {
   if d_allowed then
-    -- rate.go:412: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    -- rate.go:415: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
     local t5 = max(ahead + need - capacity, 0)
     local q6 = floor(t5 / drip)
     if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
     if q6 * drip < t5 then q6 = q6 + 1 end
     d_delay = q6
-    -- rate.go:413-415: if !req.Peek {
+    -- rate.go:416-418: if !req.Peek {
     if not peek then
-      -- rate.go:414: ahead += need
+      -- rate.go:417: ahead += need
       ahead = ahead + need
     end
   end
-  -- rate.go:417: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  -- rate.go:420: d.Remaining = max(a.capacity-ahead, 0) / a.unit
   local t7 = max(capacity - ahead, 0)
   local q8 = floor(t7 / unit)
   if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
   d_remaining = q8
-  -- rate.go:418: d.ResetAfter = ceilDiv(ahead, a.drip)
+  -- rate.go:421: d.ResetAfter = ceilDiv(ahead, a.drip)
   local q9 = floor(ahead / drip)
   if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
   if q9 * drip < ahead then q9 = q9 + 1 end
   d_reset_after = q9
-  -- rate.go:419-421: if !d.Allowed {
+  -- rate.go:422-424: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:420: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+    -- rate.go:423: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
     local t10 = ahead + need - room
     local q11 = floor(t10 / drip)
     if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
     if q11 * drip < t10 then q11 = q11 + 1 end
     d_retry_after = q11
   end
-  -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+  -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
-    -- rate.go:423: return d, 0
+    -- rate.go:426: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:425: whole := ahead / a.drip
+  -- rate.go:428: whole := ahead / a.drip
   local q12 = floor(ahead / drip)
   if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
   local whole2 = q12
-  -- rate.go:426: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  -- rate.go:429: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
-  -- rate.go:427: return d, d.ResetAfter
+  -- rate.go:430: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_tat, s_frac, s_drip}
 end
@@ -229,11 +229,11 @@ end
 local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:268: level := int64(0)
+  -- rate.go:270: level := int64(0)
   local level = 0
-  -- rate.go:269-275: if live {
+  -- rate.go:271-277: if live {
   if live then
-    -- rate.go:270: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -244,7 +244,7 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:271: level = a.drain(level, req.Now-s.last, a.fill)
+    -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
       -- rate.go:57-59: if elapsed <= 0 {
@@ -259,19 +259,19 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:272: s.last = max(s.last, req.Now)
+    -- rate.go:274: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:274: s.last = req.Now
+    -- rate.go:276: s.last = req.Now
     s_last = now
   end
-  -- rate.go:276: need := req.Cost * a.unit
+  -- rate.go:278: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:277: d := Decision{Limit: a.burst}
+  -- rate.go:279: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:278-289: if req.Refund {
+  -- rate.go:280-291: if req.Refund {
   if refund then
-    -- rate.go:279: give := a.refund(level, need, need, req.Act-s.last)
+    -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
@@ -286,75 +286,75 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         give = max(min(need - max(refund_later, 0), level), 0)
       end
     end
-    -- rate.go:280: level -= give
+    -- rate.go:282: level -= give
     level = level - give
-    -- rate.go:281: d.Allowed = true
+    -- rate.go:283: d.Allowed = true
     d_allowed = true
-    -- rate.go:282: d.Remaining = (a.capacity - level) / a.unit
+    -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
     local t1 = capacity - level
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:283: d.ResetAfter = ceilDiv(level, a.drip)
+    -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
     local q3 = floor(level / drip)
     if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
     if q3 * drip < level then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:284-286: if give == 0 {
+    -- rate.go:286-288: if give == 0 {
     if give == 0 then
-      -- rate.go:285: return d, 0
+      -- rate.go:287: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:287: s.level, s.unit = level, a.unit
+    -- rate.go:289: s.level, s.unit = level, a.unit
     s_level, s_unit = level, unit
-    -- rate.go:288: return d, max(d.ResetAfter, 1)
+    -- rate.go:290: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:290: d.Allowed = level+need <= a.capacity
+  -- rate.go:292: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:291-296: if d.Allowed {
+  -- rate.go:293-298: if d.Allowed {
   if d_allowed then
-    -- rate.go:292: d.Delay = ceilDiv(level, a.drip)
+    -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
     local q4 = floor(level / drip)
     if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
     if q4 * drip < level then q4 = q4 + 1 end
     d_delay = q4
-    -- rate.go:293-295: if !req.Peek {
+    -- rate.go:295-297: if !req.Peek {
     if not peek then
-      -- rate.go:294: level += need
+      -- rate.go:296: level += need
       level = level + need
     end
   end
-  -- rate.go:297: d.Remaining = (a.capacity - level) / a.unit
+  -- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
   local t5 = capacity - level
   local q6 = floor(t5 / unit)
   if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
   d_remaining = q6
-  -- rate.go:298: d.ResetAfter = ceilDiv(level, a.drip)
+  -- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
   local q7 = floor(level / drip)
   if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
   if q7 * drip < level then q7 = q7 + 1 end
   d_reset_after = q7
-  -- rate.go:299-302: if !d.Allowed {
+  -- rate.go:301-304: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:300: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+    -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
     local t8 = level + need - capacity
     local q9 = floor(t8 / drip)
     if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
     if q9 * drip < t8 then q9 = q9 + 1 end
     d_retry_after = q9
-    -- rate.go:301: return d, 0
+    -- rate.go:303: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:303-305: if req.Peek {
+  -- rate.go:305-307: if req.Peek {
   if peek then
-    -- rate.go:304: return d, 0
+    -- rate.go:306: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:306: s.level, s.unit = level, a.unit
+  -- rate.go:308: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:307: return d, d.ResetAfter
+  -- rate.go:309: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
@@ -363,77 +363,77 @@ end
 local function decide_sliding_window(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_start, s_curr, s_prev = sv_[1], sv_[2], sv_[3]
   local limit, period = av_[1], av_[2]
-  -- slidingwindow.go:109-116: if !live || req.Now >= s.start+2*a.period {
+  -- slidingwindow.go:110-117: if !live || req.Now >= s.start+2*a.period {
   if not live or now >= s_start + 2 * period then
-    -- slidingwindow.go:111: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
+    -- slidingwindow.go:112: s.start, s.curr, s.prev = req.Now/a.period*a.period, 0, 0
     local q1 = floor(now / period)
     if q1 * period > now then q1 = q1 - 1 elseif (q1 + 1) * period <= now then q1 = q1 + 1 end
     s_start, s_curr, s_prev = q1 * period, 0, 0
-  -- slidingwindow.go:112-116: } else if req.Now >= s.start+a.period {
+  -- slidingwindow.go:113-117: } else if req.Now >= s.start+a.period {
   elseif now >= s_start + period then
-    -- slidingwindow.go:115: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
+    -- slidingwindow.go:116: s.start, s.curr, s.prev = s.start+a.period, 0, s.curr
     s_start, s_curr, s_prev = s_start + period, 0, s_curr
   end
-  -- slidingwindow.go:117: elapsed := max(req.Now-s.start, 0)
+  -- slidingwindow.go:118: elapsed := max(req.Now-s.start, 0)
   local elapsed = max(now - s_start, 0)
-  -- slidingwindow.go:118: weighted := a.weighted(s.prev, elapsed)
+  -- slidingwindow.go:119: weighted := a.weighted(s.prev, elapsed)
   local weighted = min(floor(s_prev * (period - elapsed) / period), MAX)
-  -- slidingwindow.go:119: d := Decision{Limit: a.limit}
+  -- slidingwindow.go:120: *d = Decision{Limit: a.limit}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, 0
-  -- slidingwindow.go:120-138: if req.Refund {
+  -- slidingwindow.go:121-139: if req.Refund {
   if refund then
-    -- slidingwindow.go:122: give := int64(0)
+    -- slidingwindow.go:123: give := int64(0)
     local give = 0
-    -- slidingwindow.go:123-125: if live && req.Act >= s.start && req.Act < s.start+a.period {
+    -- slidingwindow.go:124-126: if live && req.Act >= s.start && req.Act < s.start+a.period {
     if live and act >= s_start and act < s_start + period then
-      -- slidingwindow.go:124: give = min(req.Cost, s.curr)
+      -- slidingwindow.go:125: give = min(req.Cost, s.curr)
       give = min(cost, s_curr)
     end
-    -- slidingwindow.go:126: s.curr -= give
+    -- slidingwindow.go:127: s.curr -= give
     s_curr = s_curr - give
-    -- slidingwindow.go:127: d.Allowed = true
+    -- slidingwindow.go:128: d.Allowed = true
     d_allowed = true
-    -- slidingwindow.go:128: d.Remaining = max(a.limit-weighted-s.curr, 0)
+    -- slidingwindow.go:129: d.Remaining = max(a.limit-weighted-s.curr, 0)
     d_remaining = max(limit - weighted - s_curr, 0)
-    -- slidingwindow.go:129-133: if s.curr > 0 {
+    -- slidingwindow.go:130-134: if s.curr > 0 {
     if s_curr > 0 then
-      -- slidingwindow.go:130: d.ResetAfter = s.start + 2*a.period - req.Now
+      -- slidingwindow.go:131: d.ResetAfter = s.start + 2*a.period - req.Now
       d_reset_after = s_start + 2 * period - now
-    -- slidingwindow.go:131-133: } else if s.prev > 0 {
+    -- slidingwindow.go:132-134: } else if s.prev > 0 {
     elseif s_prev > 0 then
-      -- slidingwindow.go:132: d.ResetAfter = s.start + a.period - req.Now
+      -- slidingwindow.go:133: d.ResetAfter = s.start + a.period - req.Now
       d_reset_after = s_start + period - now
     end
-    -- slidingwindow.go:134-136: if give == 0 {
+    -- slidingwindow.go:135-137: if give == 0 {
     if give == 0 then
-      -- slidingwindow.go:135: return d, 0
+      -- slidingwindow.go:136: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- slidingwindow.go:137: return d, s.start + 2*a.period - req.Now
+    -- slidingwindow.go:138: return s.start + 2*a.period - req.Now
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       s_start + 2 * period - now, {s_start, s_curr, s_prev}
   end
-  -- slidingwindow.go:139: d.Allowed = weighted+s.curr+req.Cost <= a.limit
+  -- slidingwindow.go:140: d.Allowed = weighted+s.curr+req.Cost <= a.limit
   d_allowed = weighted + s_curr + cost <= limit
-  -- slidingwindow.go:140-142: if d.Allowed && !req.Peek {
+  -- slidingwindow.go:141-143: if d.Allowed && !req.Peek {
   if d_allowed and not peek then
-    -- slidingwindow.go:141: s.curr += req.Cost
+    -- slidingwindow.go:142: s.curr += req.Cost
     s_curr = s_curr + cost
   end
-  -- slidingwindow.go:143: d.Remaining = max(a.limit-weighted-s.curr, 0)
+  -- slidingwindow.go:144: d.Remaining = max(a.limit-weighted-s.curr, 0)
   d_remaining = max(limit - weighted - s_curr, 0)
-  -- slidingwindow.go:144-148: if s.curr > 0 {
+  -- slidingwindow.go:145-149: if s.curr > 0 {
   if s_curr > 0 then
-    -- slidingwindow.go:145: d.ResetAfter = s.start + 2*a.period - req.Now
+    -- slidingwindow.go:146: d.ResetAfter = s.start + 2*a.period - req.Now
     d_reset_after = s_start + 2 * period - now
-  -- slidingwindow.go:146-148: } else if s.prev > 0 {
+  -- slidingwindow.go:147-149: } else if s.prev > 0 {
   elseif s_prev > 0 then
-    -- slidingwindow.go:147: d.ResetAfter = s.start + a.period - req.Now
+    -- slidingwindow.go:148: d.ResetAfter = s.start + a.period - req.Now
     d_reset_after = s_start + period - now
   end
-  -- slidingwindow.go:149-160: if !d.Allowed {
+  -- slidingwindow.go:150-161: if !d.Allowed {
   if not d_allowed then
-    -- slidingwindow.go:152: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
+    -- slidingwindow.go:153: e := a.wait(s.prev, a.limit-s.curr-req.Cost, elapsed)
     local e
     do -- wait
       local wait_room = limit - s_curr - cost
@@ -463,12 +463,12 @@ local function decide_sliding_window(now, cost, peek, live, sv_, av_, max_delay,
         e = wait_e
       end
     end
-    -- slidingwindow.go:153-158: if e < a.period {
+    -- slidingwindow.go:154-159: if e < a.period {
     if e < period then
-      -- slidingwindow.go:154: d.RetryAfter = e - elapsed
+      -- slidingwindow.go:155: d.RetryAfter = e - elapsed
       d_retry_after = e - elapsed
     else
-      -- slidingwindow.go:156: next := a.wait(s.curr, a.limit-req.Cost, 0)
+      -- slidingwindow.go:157: next := a.wait(s.curr, a.limit-req.Cost, 0)
       local next
       do -- wait
         local wait_room = limit - cost
@@ -498,18 +498,18 @@ local function decide_sliding_window(now, cost, peek, live, sv_, av_, max_delay,
           next = wait_e
         end
       end
-      -- slidingwindow.go:157: d.RetryAfter = a.period - elapsed + next
+      -- slidingwindow.go:158: d.RetryAfter = a.period - elapsed + next
       d_retry_after = period - elapsed + next
     end
-    -- slidingwindow.go:159: return d, 0
+    -- slidingwindow.go:160: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- slidingwindow.go:161-163: if req.Peek {
+  -- slidingwindow.go:162-164: if req.Peek {
   if peek then
-    -- slidingwindow.go:162: return d, 0
+    -- slidingwindow.go:163: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- slidingwindow.go:164: return d, s.start + 2*a.period - req.Now
+  -- slidingwindow.go:165: return s.start + 2*a.period - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     s_start + 2 * period - now, {s_start, s_curr, s_prev}
 end
@@ -518,13 +518,13 @@ end
 local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:171: deficit := int64(0)
+  -- rate.go:172: deficit := int64(0)
   local deficit = 0
-  -- rate.go:172: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:173: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:173-179: if live {
+  -- rate.go:174-180: if live {
   if live then
-    -- rate.go:174: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -535,7 +535,7 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:175: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+    -- rate.go:176: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
     do -- drain
       local drain_elapsed, drain_span = now - s_last, 3 * fill
       -- rate.go:57-59: if elapsed <= 0 {
@@ -550,19 +550,19 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:176: s.last = max(s.last, req.Now)
+    -- rate.go:177: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:178: s.last = req.Now
+    -- rate.go:179: s.last = req.Now
     s_last = now
   end
-  -- rate.go:180: need := req.Cost * a.unit
+  -- rate.go:181: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:181: d := Decision{Limit: a.burst}
+  -- rate.go:182: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:182-195: if req.Refund {
+  -- rate.go:183-196: if req.Refund {
   if refund then
-    -- rate.go:185: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
@@ -577,78 +577,78 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         give = max(min(need - max(refund_later, 0), deficit), 0)
       end
     end
-    -- rate.go:186: deficit -= give
+    -- rate.go:187: deficit -= give
     deficit = deficit - give
-    -- rate.go:187: d.Allowed = true
+    -- rate.go:188: d.Allowed = true
     d_allowed = true
-    -- rate.go:188: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    -- rate.go:189: d.Remaining = max(a.capacity-deficit, 0) / a.unit
     local t1 = max(capacity - deficit, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:189: d.ResetAfter = ceilDiv(deficit, a.drip)
+    -- rate.go:190: d.ResetAfter = ceilDiv(deficit, a.drip)
     local q3 = floor(deficit / drip)
     if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
     if q3 * drip < deficit then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:190-192: if give == 0 {
+    -- rate.go:191-193: if give == 0 {
     if give == 0 then
-      -- rate.go:191: return d, 0
+      -- rate.go:192: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:193: s.level, s.unit = deficit, a.unit
+    -- rate.go:194: s.level, s.unit = deficit, a.unit
     s_level, s_unit = deficit, unit
-    -- rate.go:194: return d, max(d.ResetAfter, 1)
+    -- rate.go:195: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:196: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:197: d.Allowed = deficit+need <= room
+  -- rate.go:198: d.Allowed = deficit+need <= room
   d_allowed = deficit + need <= room
-  -- rate.go:198-203: if d.Allowed {
+  -- rate.go:199-204: if d.Allowed {
   if d_allowed then
-    -- rate.go:199: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+    -- rate.go:200: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
     local t4 = max(deficit + need - capacity, 0)
     local q5 = floor(t4 / drip)
     if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
     if q5 * drip < t4 then q5 = q5 + 1 end
     d_delay = q5
-    -- rate.go:200-202: if !req.Peek {
+    -- rate.go:201-203: if !req.Peek {
     if not peek then
-      -- rate.go:201: deficit += need
+      -- rate.go:202: deficit += need
       deficit = deficit + need
     end
   end
-  -- rate.go:204: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  -- rate.go:205: d.Remaining = max(a.capacity-deficit, 0) / a.unit
   local t6 = max(capacity - deficit, 0)
   local q7 = floor(t6 / unit)
   if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
   d_remaining = q7
-  -- rate.go:205: d.ResetAfter = ceilDiv(deficit, a.drip)
+  -- rate.go:206: d.ResetAfter = ceilDiv(deficit, a.drip)
   local q8 = floor(deficit / drip)
   if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
   if q8 * drip < deficit then q8 = q8 + 1 end
   d_reset_after = q8
-  -- rate.go:206-209: if !d.Allowed {
+  -- rate.go:207-210: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:207: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+    -- rate.go:208: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
     local t9 = deficit + need - room
     local q10 = floor(t9 / drip)
     if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
     if q10 * drip < t9 then q10 = q10 + 1 end
     d_retry_after = q10
-    -- rate.go:208: return d, 0
+    -- rate.go:209: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:210-212: if req.Peek {
+  -- rate.go:211-213: if req.Peek {
   if peek then
-    -- rate.go:211: return d, 0
+    -- rate.go:212: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:213: s.level, s.unit = deficit, a.unit
+  -- rate.go:214: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:214: return d, d.ResetAfter
+  -- rate.go:215: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end

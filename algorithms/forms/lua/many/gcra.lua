@@ -19,37 +19,37 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 -- gcra.decide (rate.go)
 local function decide_gcra(now, cost, peek, live, s_tat, s_frac, s_drip, unit, drip, capacity, fill,
     burst, max_delay, refund, act)
-  -- rate.go:380: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:383: ahead := int64(0) // units by which the TAT lies ahead of now
   local ahead = 0
-  -- rate.go:381: top := 3 * a.capacity // the capacity and two more of reservations
+  -- rate.go:384: top := 3 * a.capacity // the capacity and two more of reservations
   local top = 3 * capacity
-  -- rate.go:382: capped := false
+  -- rate.go:385: capped := false
   local capped = false
-  -- rate.go:383-393: if live && s.tat >= req.Now {
+  -- rate.go:386-396: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:385: us := max(min(s.tat-req.Now, 3*a.fill), 0)
+    -- rate.go:388: us := max(min(s.tat-req.Now, 3*a.fill), 0)
     local us = max(min(s_tat - now, 3 * fill), 0)
-    -- rate.go:386: frac := s.frac
+    -- rate.go:389: frac := s.frac
     local frac = s_frac
-    -- rate.go:387-389: if s.drip != a.drip {
+    -- rate.go:390-392: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:388: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:391: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:390: raw := us*a.drip + frac
+    -- rate.go:393: raw := us*a.drip + frac
     local raw2 = us * drip + frac
-    -- rate.go:391: ahead = min(raw, top)
+    -- rate.go:394: ahead = min(raw, top)
     ahead = min(raw2, top)
-    -- rate.go:392: capped = s.tat-req.Now > 3*a.fill || raw > top
+    -- rate.go:395: capped = s.tat-req.Now > 3*a.fill || raw > top
     capped = s_tat - now > 3 * fill or raw2 > top
   end
-  -- rate.go:394: need := req.Cost * a.unit
+  -- rate.go:397: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:395: d := Decision{Limit: a.burst}
+  -- rate.go:398: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:396-408: if req.Refund {
+  -- rate.go:399-411: if req.Refund {
   if refund then
-    -- rate.go:397: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
     local give
     do -- refund
       local refund_wait = act - now
@@ -64,84 +64,84 @@ local function decide_gcra(now, cost, peek, live, s_tat, s_frac, s_drip, unit, d
         give = max(min(need - max(refund_later, 0), ahead), 0)
       end
     end
-    -- rate.go:398: ahead -= give
+    -- rate.go:401: ahead -= give
     ahead = ahead - give
-    -- rate.go:399: d.Allowed = true
+    -- rate.go:402: d.Allowed = true
     d_allowed = true
-    -- rate.go:400: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    -- rate.go:403: d.Remaining = max(a.capacity-ahead, 0) / a.unit
     local t1 = max(capacity - ahead, 0)
     local q2 = floor(t1 / unit)
     if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
     d_remaining = q2
-    -- rate.go:401: d.ResetAfter = ceilDiv(ahead, a.drip)
+    -- rate.go:404: d.ResetAfter = ceilDiv(ahead, a.drip)
     local q3 = floor(ahead / drip)
     if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
     if q3 * drip < ahead then q3 = q3 + 1 end
     d_reset_after = q3
-    -- rate.go:402-404: if give == 0 {
+    -- rate.go:405-407: if give == 0 {
     if give == 0 then
-      -- rate.go:403: return d, 0
+      -- rate.go:406: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
     end
-    -- rate.go:405: whole := ahead / a.drip
+    -- rate.go:408: whole := ahead / a.drip
     local q4 = floor(ahead / drip)
     if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
     local whole = q4
-    -- rate.go:406: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    -- rate.go:409: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
     s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-    -- rate.go:407: return d, max(d.ResetAfter, 1)
+    -- rate.go:410: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), true, s_tat, s_frac, s_drip
   end
-  -- rate.go:409: room := min(a.capacity+a.reach(req.MaxDelay), top)
+  -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
   local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:410: d.Allowed = ahead+need <= room
+  -- rate.go:413: d.Allowed = ahead+need <= room
   d_allowed = ahead + need <= room
-  -- rate.go:411-416: if d.Allowed {
+  -- rate.go:414-419: if d.Allowed {
   if d_allowed then
-    -- rate.go:412: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    -- rate.go:415: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
     local t5 = max(ahead + need - capacity, 0)
     local q6 = floor(t5 / drip)
     if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
     if q6 * drip < t5 then q6 = q6 + 1 end
     d_delay = q6
-    -- rate.go:413-415: if !req.Peek {
+    -- rate.go:416-418: if !req.Peek {
     if not peek then
-      -- rate.go:414: ahead += need
+      -- rate.go:417: ahead += need
       ahead = ahead + need
     end
   end
-  -- rate.go:417: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  -- rate.go:420: d.Remaining = max(a.capacity-ahead, 0) / a.unit
   local t7 = max(capacity - ahead, 0)
   local q8 = floor(t7 / unit)
   if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
   d_remaining = q8
-  -- rate.go:418: d.ResetAfter = ceilDiv(ahead, a.drip)
+  -- rate.go:421: d.ResetAfter = ceilDiv(ahead, a.drip)
   local q9 = floor(ahead / drip)
   if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
   if q9 * drip < ahead then q9 = q9 + 1 end
   d_reset_after = q9
-  -- rate.go:419-421: if !d.Allowed {
+  -- rate.go:422-424: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:420: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+    -- rate.go:423: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
     local t10 = ahead + need - room
     local q11 = floor(t10 / drip)
     if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
     if q11 * drip < t10 then q11 = q11 + 1 end
     d_retry_after = q11
   end
-  -- rate.go:422-424: if req.Peek || !d.Allowed && !capped {
+  -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
   if peek or not d_allowed and not capped then
-    -- rate.go:423: return d, 0
+    -- rate.go:426: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:425: whole := ahead / a.drip
+  -- rate.go:428: whole := ahead / a.drip
   local q12 = floor(ahead / drip)
   if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
   local whole2 = q12
-  -- rate.go:426: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  -- rate.go:429: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
-  -- rate.go:427: return d, d.ResetAfter
+  -- rate.go:430: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_tat, s_frac, s_drip
 end

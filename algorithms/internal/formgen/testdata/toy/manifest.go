@@ -11,9 +11,9 @@ var manifest = struct {
 }{
 	forms: []formEntry{
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, composable: true, args: 2, fields: 3,
-			version: "be5229df", sqlFunction: "ratelimit_counter_be5229df", sqlRowFunction: "ratelimit_counter_row_be5229df"},
+			version: "7f352c6d", sqlFunction: "ratelimit_counter_7f352c6d", sqlRowFunction: "ratelimit_counter_row_7f352c6d"},
 	},
-	compositeSQLFunction: "ratelimit_all_95bb7933",
+	compositeSQLFunction: "ratelimit_all_1cfe55f4",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

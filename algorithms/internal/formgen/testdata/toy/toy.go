@@ -54,7 +54,7 @@ func (a *counter) search(from int64) int64 {
 	return e
 }
 
-func (a *counter) decide(s *counterState, live bool, req Request) (Decision, int64) {
+func (a *counter) decide(s *counterState, live bool, req Request, d *Decision) int64 {
 	start, used, seen := req.Now-req.Now%a.period, int64(0), int64(0)
 	if live {
 		seen = s.seen
@@ -66,14 +66,14 @@ func (a *counter) decide(s *counterState, live bool, req Request) (Decision, int
 	} else {
 		used = 0
 	}
-	d := Decision{Limit: a.limit, Delay: -1}
+	*d = Decision{Limit: a.limit, Delay: -1}
 	d.Delay = 0
 	room := a.clamp(a.limit-used, 0)
 	d.Allowed = req.Cost <= room && !(req.Peek && used > 0)
 	if !d.Allowed {
 		wait := a.search(req.Now - start)
 		d.RetryAfter = ceilDiv(wait, 7)
-		return d, 0
+		return 0
 	}
 	d.Remaining = room - req.Cost
 	used += req.Cost
@@ -81,5 +81,5 @@ func (a *counter) decide(s *counterState, live bool, req Request) (Decision, int
 	used++
 	used--
 	s.start, s.used, s.seen = start, used, seen+1
-	return d, start + a.period - req.Now
+	return start + a.period - req.Now
 }

@@ -4,7 +4,7 @@
 --    see algorithms/forms/sql.go. args: [limit, period]. state: [start, used, seen], or NULL for a
 --    key with no live state. A comment before each step names the Go line it comes from (file:line:
 --    its text), as here: toy.go:57-85: func (a *counter) decide(s *counterState, live bool, req
---    Request) (Decision, int64) {
+--    Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
 -- (ratelimit_row_step), and the error raised for state a form cannot read.
@@ -22,16 +22,16 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_be5229df(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_7f352c6d(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
--- ratelimit_counter_search_be5229df is the Go form's helper search: toy.go:49-55: func (a *counter)
+-- ratelimit_counter_search_7f352c6d is the Go form's helper search: toy.go:49-55: func (a *counter)
 --    search(from int64) int64 {
-CREATE OR REPLACE FUNCTION ratelimit_counter_search_be5229df(search_from bigint, args bigint[])
+CREATE OR REPLACE FUNCTION ratelimit_counter_search_7f352c6d(search_from bigint, args bigint[])
 RETURNS bigint LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     search_e bigint;
@@ -52,7 +52,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_counter_be5229df(
+CREATE OR REPLACE FUNCTION ratelimit_counter_7f352c6d(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -74,7 +74,7 @@ DECLARE
             OR least(st_start, st_used, st_seen) < 0
             OR greatest(st_start, st_used, st_seen) > 9007199254740992
             OR NOT (st_used <= st_seen OR st_seen = 0))
-            THEN ratelimit_corrupt_be5229df(format('counter state %s', state))
+            THEN ratelimit_corrupt_7f352c6d(format('counter state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start
             ELSE now_us - now_us % arg_period
@@ -96,17 +96,17 @@ DECLARE
 BEGIN
     -- toy.go:73-77: if !d.Allowed {
     IF NOT (cost <= v_room AND NOT (peek AND v_used_3 > 0)) THEN
-        -- toy.go:76: return d, 0
+        -- toy.go:76: return 0
         RETURN ROW(NULL,
             NULL,
             cost <= v_room AND NOT (peek AND v_used_3 > 0),
             arg_limit,
             0,
-            (ratelimit_counter_search_be5229df(now_us - v_start_2, args) + 7 - 1) / 7,
+            (ratelimit_counter_search_7f352c6d(now_us - v_start_2, args) + 7 - 1) / 7,
             0,
             0)::ratelimit_step;
     END IF;
-    -- toy.go:84: return d, start + a.period - req.Now
+    -- toy.go:84: return start + a.period - req.Now
     RETURN ROW(ARRAY[
             v_start_2,
             (v_used_3 + cost) * 1 + 1 - 1,
@@ -121,9 +121,9 @@ BEGIN
 END
 $$;
 
--- ratelimit_counter_row_be5229df is the same decision for a request that consumes (not a peek), in the shape
+-- ratelimit_counter_row_7f352c6d is the same decision for a request that consumes (not a peek), in the shape
 --    a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_counter_row_be5229df(
+CREATE OR REPLACE FUNCTION ratelimit_counter_row_7f352c6d(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_limit bigint, arg_period bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
@@ -143,7 +143,7 @@ DECLARE
             OR least(st_start, st_used, st_seen) < 0
             OR greatest(st_start, st_used, st_seen) > 9007199254740992
             OR NOT (st_used <= st_seen OR st_seen = 0))
-            THEN ratelimit_corrupt_be5229df(format('counter state %s', state))
+            THEN ratelimit_corrupt_7f352c6d(format('counter state %s', state))
         ELSE CASE
             WHEN (state IS NOT NULL) AND now_us < st_start + arg_period THEN st_start
             ELSE now_us - now_us % arg_period
@@ -165,18 +165,18 @@ DECLARE
 BEGIN
     -- toy.go:73-77: if !d.Allowed {
     IF NOT cost <= v_room THEN
-        -- toy.go:76: return d, 0
+        -- toy.go:76: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_limit,
                 0,
-                (ratelimit_counter_search_be5229df(now_us - v_start_2, ARRAY[arg_limit, arg_period])
+                (ratelimit_counter_search_7f352c6d(now_us - v_start_2, ARRAY[arg_limit, arg_period])
                     + 7 - 1) / 7,
                 0,
                 0])::ratelimit_row_step;
     END IF;
-    -- toy.go:84: return d, start + a.period - req.Now
+    -- toy.go:84: return start + a.period - req.Now
     RETURN ROW(ARRAY[
             v_start_2,
             (v_used_3 + cost) * 1 + 1 - 1,

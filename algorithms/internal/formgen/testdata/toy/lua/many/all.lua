@@ -41,7 +41,7 @@ local function decide_counter(now, cost, peek, live, sv_, av_, max_delay, refund
     -- toy.go:67: used = 0
     used = 0
   end
-  -- toy.go:69: d := Decision{Limit: a.limit, Delay: -1}
+  -- toy.go:69: *d = Decision{Limit: a.limit, Delay: -1}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, limit, 0, 0, 0, -1
   -- toy.go:70: d.Delay = 0
   d_delay = 0
@@ -93,7 +93,7 @@ local function decide_counter(now, cost, peek, live, sv_, av_, max_delay, refund
     if q4 * 7 > wait then q4 = q4 - 1 elseif (q4 + 1) * 7 <= wait then q4 = q4 + 1 end
     if q4 * 7 < wait then q4 = q4 + 1 end
     d_retry_after = q4
-    -- toy.go:76: return d, 0
+    -- toy.go:76: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
   -- toy.go:78: d.Remaining = room - req.Cost
@@ -108,7 +108,7 @@ local function decide_counter(now, cost, peek, live, sv_, av_, max_delay, refund
   used = used - 1
   -- toy.go:83: s.start, s.used, s.seen = start, used, seen+1
   s_start, s_used, s_seen = start, used, seen + 1
-  -- toy.go:84: return d, start + a.period - req.Now
+  -- toy.go:84: return start + a.period - req.Now
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     start + period - now, {s_start, s_used, s_seen}
 end
