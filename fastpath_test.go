@@ -18,9 +18,9 @@ type wrapped struct{ store.Store }
 // TestFastPath holds the memory store's in-process path, which the
 // limiter finds by the store's type (internal/fastpath) rather than by an
 // exported method that exists for it alone: a limiter on the memory store
-// takes it for every algorithm with a fixed-size state, not for the
-// sliding log, and not through a user's wrapper; and the memory store
-// exports no DecideTo.
+// takes it for every built-in algorithm, the sliding log included, not for
+// a user's algorithm, and not through a user's wrapper; and the memory
+// store exports no DecideTo.
 func TestFastPath(t *testing.T) {
 	for _, c := range []struct {
 		name  string
@@ -30,7 +30,8 @@ func TestFastPath(t *testing.T) {
 	}{
 		{"memory, GCRA", memory.MustNew(), algorithms.GCRA(10, time.Second, 10), true},
 		{"memory, fixed window", memory.MustNew(), algorithms.FixedWindow(10, time.Second), true},
-		{"memory, sliding log", memory.MustNew(), algorithms.SlidingLog(10, time.Second), false},
+		{"memory, sliding log", memory.MustNew(), algorithms.SlidingLog(10, time.Second), true},
+		{"memory, a user's algorithm", memory.MustNew(), opaqueAlg{algorithms.FixedWindow(10, time.Second)}, false},
 		{"wrapped memory, GCRA", wrapped{memory.MustNew()}, algorithms.GCRA(10, time.Second, 10), false},
 	} {
 		l, err := ratelimit.New(c.store, c.alg)

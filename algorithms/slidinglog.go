@@ -84,12 +84,18 @@ func logEntry(entries []byte, i int) (at, cost int64, err error) {
 // to grow. A state of length 0 is no state; its capacity is used if it has
 // room. See DecideInPlace.
 func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
+	return decideBy(a, state, req)
+}
+
+// DecideTo implements forms.ToDecider, with InPlaceDecider's promises:
+// see Decide.
+func (a *slidingLog) DecideTo(state []byte, req Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error) {
 	if req.Refund {
 		// The log gives nothing back: a refund is answered as a peek.
 		req.Peek = true
 	}
 	if len(state)%logEntrySize != 0 {
-		return Step{}, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
+		return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log of %d bytes", ErrCorruptState, len(state))
 	}
 	entries := state // the log's entries
 	used := int64(0) // their total cost
@@ -98,17 +104,17 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 		legacy, entries = false, state[logHeaderSize:]
 		used = int64(binary.LittleEndian.Uint64(state[8:]))
 		if used < int64(len(entries)/logEntrySize) || used > MaxExact {
-			return Step{}, fmt.Errorf("%w: sliding log of %d entries with total %d", ErrCorruptState, len(entries)/logEntrySize, used)
+			return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log of %d entries with total %d", ErrCorruptState, len(entries)/logEntrySize, used)
 		}
 	} else {
 		// A log without its header: sum it once.
 		for i := range len(entries) / logEntrySize {
 			_, cost, err := logEntry(entries, i)
 			if err != nil {
-				return Step{}, err
+				return nil, 0, false, 0, 0, 0, 0, 0, err
 			}
 			if used += cost; used > MaxExact {
-				return Step{}, fmt.Errorf("%w: sliding log total above %d", ErrCorruptState, int64(MaxExact))
+				return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log total above %d", ErrCorruptState, int64(MaxExact))
 			}
 		}
 	}
@@ -120,25 +126,25 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	for first < n {
 		at, cost, err := logEntry(entries, first)
 		if err != nil {
-			return Step{}, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		if req.Now < at+a.period {
 			break
 		}
 		first++
 		if used -= cost; used < int64(n-first) {
-			return Step{}, fmt.Errorf("%w: sliding log total %d below its entries' costs", ErrCorruptState, used)
+			return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log total %d below its entries' costs", ErrCorruptState, used)
 		}
 	}
 	newest := int64(-1)
 	if first < n {
 		at, _, err := logEntry(entries, n-1)
 		if err != nil {
-			return Step{}, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		newest = at
 	} else if used != 0 {
-		return Step{}, fmt.Errorf("%w: sliding log total %d with no live entry", ErrCorruptState, used)
+		return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log total %d with no live entry", ErrCorruptState, used)
 	}
 	d := Decision{Limit: a.limit}
 	if newest >= 0 {
@@ -152,20 +158,20 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 		for i := first; i < n && excess > 0; i++ {
 			at, cost, err := logEntry(entries, i)
 			if err != nil {
-				return Step{}, err
+				return nil, 0, false, 0, 0, 0, 0, 0, err
 			}
 			if excess -= cost; excess <= 0 {
 				d.RetryAfter = at + a.period - req.Now
 			}
 		}
 		if excess > 0 && req.Cost <= a.limit {
-			return Step{}, fmt.Errorf("%w: sliding log total %d above its entries' costs", ErrCorruptState, used)
+			return nil, 0, false, 0, 0, 0, 0, 0, fmt.Errorf("%w: sliding log total %d above its entries' costs", ErrCorruptState, used)
 		}
-		return Step{Decision: d}, nil
+		return nil, 0, d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 	}
 	if req.Peek {
 		d.Remaining = nonNeg(a.limit - used)
-		return Step{Decision: d}, nil
+		return nil, 0, d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 	}
 	d.Remaining = nonNeg(a.limit - used - req.Cost)
 	used += req.Cost
@@ -174,14 +180,13 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	for pos > first {
 		at, _, err := logEntry(entries, pos-1)
 		if err != nil {
-			return Step{}, err
+			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
 		if at <= req.Now {
 			break
 		}
 		pos--
 	}
-	var next []byte
 	switch {
 	case n == 0 && cap(state) >= logHeaderSize+logEntrySize:
 		// No entries, and room for the first one: an expired log's
@@ -222,13 +227,13 @@ func (a *slidingLog) Decide(state []byte, req Request) (Step, error) {
 	}
 	newest = max(newest, req.Now)
 	d.ResetAfter = newest + a.period - req.Now
-	return Step{Decision: d, Next: next, TTL: d.ResetAfter}, nil
+	return next, d.ResetAfter, d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay, nil
 }
 
 // DecideInPlace implements forms.InPlaceDecider: Decide writes into state
 // only when it admits a request.
 func (a *slidingLog) DecideInPlace(state []byte, req Request) (Step, error) {
-	return a.Decide(state, req)
+	return decideBy(a, state, req)
 }
 
 func appendLogEntry(b []byte, at, cost int64) []byte {

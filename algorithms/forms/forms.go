@@ -140,9 +140,9 @@ type InPlaceDecider interface {
 	DecideInPlace(state []byte, req algorithms.Request) (algorithms.Step, error)
 }
 
-// ToDecider is implemented by the built-in algorithms whose state is a few
-// integers (all but the sliding log): Decide with the Step's Next and TTL
-// and the Decision's fields returned as separate results, so that a store
+// ToDecider is implemented by the built-in algorithms: Decide with the
+// Step's Next and TTL and the Decision's fields returned as separate
+// results, so that a store
 // deciding in process (the memory store) copies no Step and needs no memory
 // of its own to receive the decision (a pointer passed through an interface
 // would be moved to the heap), and the results travel in registers (a
@@ -152,9 +152,12 @@ type InPlaceDecider interface {
 //
 // DecideTo makes InPlaceDecider's promises: it writes into state's memory
 // only when it returns a nil error and a non-nil next (a denied request, a
-// peek or an error leaves state exactly as it was), and a non-nil state
-// has room for the next one, which DecideTo then writes there, so that a
-// store can decide on the state where it keeps it.
+// peek or an error leaves state exactly as it was), so that a store can
+// decide on the state where it keeps it. For an algorithm whose state is a
+// few integers, a non-nil state has room for the next one, which DecideTo
+// then writes there; for one that is also an InPlaceDecider (the sliding
+// log, whose state grows), next may be anywhere in state's memory or new
+// memory, the caller's to keep either way.
 type ToDecider interface {
 	algorithms.Algorithm
 	DecideTo(state []byte, req algorithms.Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)

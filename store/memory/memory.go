@@ -439,9 +439,9 @@ func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algori
 	return step.Decision, nil
 }
 
-// decideTo is Decide for an forms.ToDecider (every built-in but the
-// sliding log), with the decision's fields as its results, which a Limiter
-// calls (fastpath.go registers it): they travel in registers, where Decide's Decision and the
+// decideTo is Decide for an forms.ToDecider (every built-in), with the
+// decision's fields as its results, which a Limiter calls (fastpath.go
+// registers it): they travel in registers, where Decide's Decision and the
 // algorithm's Step are copied through memory, a noticeable part of a
 // decision made in process. The Decision's Parts, which only a composite
 // sets, is always nil for a ToDecider.
@@ -479,7 +479,10 @@ func (s *Store) decideLocked(h uint64, sh *shard, key store.Key, alg forms.ToDec
 		return false, 0, 0, 0, 0, 0, err
 	}
 	if next != nil && !req.Peek {
-		if err := s.put(sh, h, key, nil, next, req.Now, ttl, false); err != nil {
+		// An InPlaceDecider's next state is its own memory, the store's to
+		// keep; another's is copied into the entry.
+		_, owned := alg.(forms.InPlaceDecider)
+		if err := s.put(sh, h, key, nil, next, req.Now, ttl, owned); err != nil {
 			return false, 0, 0, 0, 0, 0, err
 		}
 	}
@@ -489,11 +492,20 @@ func (s *Store) decideLocked(h uint64, sh *shard, key store.Key, alg forms.ToDec
 // decideEntry decides on e, key's entry, which the caller has locked and
 // found not removed, and unlocks it. The state is decided where it is
 // stored, not copied first: a ToDecider writes into it only when it
-// returns a next state.
+// returns a next state. An expired state is passed as nil, except to an
+// InPlaceDecider (the sliding log), whose state outgrows an entry's inline
+// bytes: it is passed the state's buffer emptied, to reuse, and its next
+// state, in that buffer at any offset or in memory of its own, is kept as
+// it is.
 func (s *Store) decideEntry(sh *shard, e *entry, key store.Key, alg forms.ToDecider, req algorithms.Request) (bool, int64, int64, int64, int64, int64, error) {
-	var cur []byte
-	if e.expires > req.Now {
-		cur = e.state
+	cur := e.state
+	if e.expires <= req.Now {
+		cur = nil
+		if len(e.state) > inlineState {
+			if _, ok := alg.(forms.InPlaceDecider); ok {
+				cur = e.state[:0]
+			}
+		}
 	}
 	next, ttl, allowed, limit, remaining, retryAfter, resetAfter, delay, err := alg.DecideTo(cur, req)
 	if err != nil {
@@ -506,7 +518,9 @@ func (s *Store) decideEntry(sh *shard, e *entry, key store.Key, alg forms.ToDeci
 			e.mu.Unlock()
 			return false, 0, 0, 0, 0, 0, ttlError(key, ttl)
 		}
-		// next is cur's memory, written in place, or new when cur is nil.
+		// next is cur's memory, written in place, or new when cur is nil
+		// (an InPlaceDecider's may also be new, or at an offset in cur's
+		// memory: the store's to keep all the same).
 		if cur != nil && cap(next) <= maxScratch {
 			// Unchanged, the slice is not written again: see entry.
 			if len(next) != len(cur) || unsafe.SliceData(next) != unsafe.SliceData(cur) {
