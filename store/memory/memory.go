@@ -5,7 +5,9 @@
 // mutex, with no allocation per decision on a key it already holds. A
 // built-in algorithm's decision on a key the store holds finds the key
 // without a lock (shards publish their index for lock-free reads), so
-// decisions on different keys share no memory they write. Its memory is
+// decisions on different keys share no memory they write; a hot key is
+// found before its key is hashed (the store remembers, now and then, an
+// entry a decision found). Its memory is
 // bounded: expired state is reclaimed as new keys arrive (and by Sweep),
 // and a cap on keys evicts live state when reached, from the limiter that
 // inserts (or the one that holds the most), never from a limiter holding
@@ -104,7 +106,11 @@ type Store struct {
 	// key0, key1 and key2 seed the hash of short IDs (hashShort).
 	key0, key1, key2 uint64
 	maxPerShard      int
-	shards           [shardCount]shard
+	// hot is the shard of the entry a decision found last, written only
+	// now and then (see remember): with that shard's hot, it lets a
+	// decision on a hot key skip hashing its key and the lookup.
+	hot    atomic.Pointer[shard]
+	shards [shardCount]shard
 }
 
 // A shard is one mutex and the entries whose key hashes select it. Its
@@ -144,7 +150,10 @@ type shard struct {
 	// it leaves the entry untouched until put. Guarded by mu.
 	buf     [inlineState]byte
 	scratch []byte
-	_       [152]byte
+	// hot is an entry of this shard that a decision found (see
+	// Store.hot); only ever one of this shard's.
+	hot atomic.Pointer[entry]
+	_   [144]byte
 }
 
 // nowSlack is how far, in microseconds, a shard's now may lag the latest
@@ -451,11 +460,21 @@ func (s *Store) decideTo(ctx context.Context, key store.Key, alg forms.ToDecider
 	if err := ctx.Err(); err != nil {
 		return false, 0, 0, 0, 0, 0, err
 	}
+	if sh := s.hot.Load(); sh != nil {
+		if e := sh.hot.Load(); e != nil && sameKey(e.key, key) {
+			e.mu.Lock()
+			if !e.removed() {
+				return s.decideEntry(sh, e, key, alg, req)
+			}
+			e.mu.Unlock()
+		}
+	}
 	h := s.hash(key)
 	sh := &s.shards[h>>(64-shardBits)]
 	if e := sh.find(h, key); e != nil {
 		e.mu.Lock()
 		if !e.removed() {
+			s.remember(sh, e, req.Now)
 			return s.decideEntry(sh, e, key, alg, req)
 		}
 		// Removed since find saw it: look again under the shard's lock.
@@ -463,6 +482,43 @@ func (s *Store) decideTo(ctx context.Context, key store.Key, alg forms.ToDecider
 	}
 	return s.decideLocked(h, sh, key, alg, req)
 }
+
+// remember makes e, of shard sh, the entry a decision looks at before
+// hashing its key, in one microsecond of every hotEvery (by the request
+// time now): often enough that a hot key is soon found there, and rarely
+// enough that decisions on many keys, each of which misses it, seldom
+// write the line every core reads.
+func (s *Store) remember(sh *shard, e *entry, now int64) {
+	if now%hotEvery == 0 {
+		sh.hot.Store(e)
+		s.hot.Store(sh)
+	}
+}
+
+// sameKey reports whether a and b are the same key. It is a == b, first
+// comparing the IDs' lengths and last bytes (up to 8, read at once), which
+// tell most IDs of one length apart (their numbers usually end them), so
+// that a decision on one of many keys, which compares its key with the hot
+// entry's, rarely calls the runtime to compare the strings.
+func sameKey(a, b store.Key) bool {
+	n := len(a.ID)
+	if n != len(b.ID) {
+		return false
+	}
+	if n >= 8 && lastWord(a.ID) != lastWord(b.ID) {
+		return false
+	}
+	return a == b
+}
+
+// lastWord returns the last 8 bytes of id, which has at least 8, as one
+// integer.
+func lastWord(id string) uint64 {
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(id[len(id)-8:]), 8))
+}
+
+// hotEvery is remember's period in microseconds.
+const hotEvery = 256
 
 // decideLocked is decideTo under the shard's mutex, for a key that find
 // did not see: a new key, or one just removed or moved by a rehash.
