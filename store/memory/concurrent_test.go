@@ -150,7 +150,10 @@ func TestExactUnderChurn(t *testing.T) {
 // the admissions are only bounded: each deletion lets a key start afresh,
 // so a key admits at most the limit once more per deletion. Once the race
 // is over, every key's state is whole again: a peek's remaining count is
-// exactly what is then admitted, and a deletion starts it afresh.
+// exactly what is then admitted, and a deletion starts it afresh. Its
+// time, epoch, is a multiple of 256 µs, so every decision the index finds
+// also makes its entry the store's hot one, and decisions race deletions
+// through the hot entry too.
 func TestDeleteRacingDecisions(t *testing.T) {
 	const (
 		limit   = 5
