@@ -400,8 +400,9 @@ func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algori
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, err
 	}
-	// Other algorithms decide under the shard's mutex too: the copy of
-	// the state they decide on is the shard's (copyState).
+	// Other algorithms (a user's own, a composite) decide under the
+	// shard's mutex too: the copy of the state they decide on is the
+	// shard's (copyState).
 	h, sh := s.lock(key)
 	defer sh.mu.Unlock()
 	sh.advance(req.Now)
@@ -416,8 +417,9 @@ func (s *Store) Decide(ctx context.Context, key store.Key, alg algorithms.Algori
 		err  error
 		ip   forms.InPlaceDecider
 	)
-	// Only a large state (a sliding log) is decided in place: an inline
-	// one is cheaper to copy than to ask alg.
+	// Only a large state (of an algorithm that implements InPlaceDecider
+	// but not ToDecider) is decided in place: an inline one is cheaper to
+	// copy than to ask alg.
 	inPlace := false
 	if e == nil || len(e.state) > inlineState {
 		ip, inPlace = alg.(forms.InPlaceDecider)
