@@ -79,7 +79,8 @@ type Decision struct {
 	// nothing else happens.
 	ResetAfter time.Duration
 	// Delay is how long an admitted request should wait before it
-	// proceeds. Only the leaky bucket sets it; Wait sleeps it for you.
+	// proceeds: the leaky bucket's turn in its queue, or a reservation's
+	// time to act (Reserve). Wait sleeps it for you.
 	Delay time.Duration
 	// Source says where the decision came from: the store, the local
 	// fallback, the deny cache or the failure policy.
@@ -383,47 +384,106 @@ func (l *Limiter) Wait(ctx context.Context, key string) (Decision, error) {
 }
 
 // WaitN blocks until key may make a request of cost n, consumes it, and
-// returns the decision. For the leaky bucket it also sleeps the admitted
-// request's Delay, so the caller proceeds at its turn.
+// returns the decision.
+//
+// It books the request's turn first, as golang.org/x/time/rate's Wait
+// does: a reservation (Reserve) that may act as late as ctx's deadline
+// allows, or at most a minute ahead when ctx has none, and then
+// sleeps the reservation's Delay. A timer that fires late therefore delays
+// this request but not the next one's turn, and a caller pacing itself
+// with Wait reaches the configured rate. For the leaky bucket the Delay is
+// the request's turn in the queue. The algorithms that serve only now (the
+// fixed and sliding windows, the sliding log) cannot book a turn ahead:
+// for them, and for a request further out than the reservation may reach,
+// WaitN sleeps the decision's RetryAfter and asks again.
 //
 // It returns at once with an error when the request can never succeed (a
-// cost above the algorithm's MaxCost), when the store fails, or when the
-// wait would outlast ctx's deadline (an error that errors.Is reports as
-// context.DeadlineExceeded, its message saying "would exceed"); and with
-// ctx's error when ctx ends while waiting.
+// cost above the algorithm's MaxCost); when the store fails, with the
+// store's error and the failure policy's decision; and when the wait
+// would outlast ctx's deadline, with an error that errors.Is reports as
+// context.DeadlineExceeded, its message saying "would exceed", having
+// taken nothing (a turn the leaky bucket queued past the deadline is
+// given back). When ctx ends while waiting it returns ctx's error and
+// cancels the booked turn (Reservation.Cancel, one more store call, of at
+// most a second), so a waiter that gives up costs the limit what Cancel
+// cannot give back and nothing more.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int) (Decision, error) {
 	return l.wait(ctx, &l.own, key, n)
 }
 
+// waitAhead is how far ahead Wait books a turn when its context has no
+// deadline. A request whose turn is further out sleeps until it is within
+// waitAhead and books it then, so a waiter never holds more than a
+// minute's worth of the limit ahead of time; the bucket algorithms bound
+// how far a reservation may book in their own way (docs/reservations.md).
+const waitAhead = time.Minute
+
 // wait is WaitN at tier t.
 func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decision, error) {
 	for {
-		var d Decision
-		if err := l.decide(ctx, t, key, n, false, &d); err != nil {
-			return d, err
+		// How long the wait may last: ctx's deadline is on the system
+		// clock, the limiter's delays on its own, so they meet as
+		// durations.
+		ahead := waitAhead
+		deadline, bounded := ctx.Deadline()
+		if bounded {
+			ahead = max(time.Until(deadline), 0)
 		}
-		wait := d.RetryAfter
+		r, err := l.reserve(ctx, t, key, n, ahead)
+		if r == nil {
+			return Decision{}, err // bad input: nothing was asked
+		}
+		d := r.d
+		if err != nil {
+			return d, err // the store failed: the failure policy's decision
+		}
 		if d.Allowed {
-			wait = d.Delay
-		}
-		if wait > 0 {
-			if deadline, ok := ctx.Deadline(); ok && l.clock.Now().Add(wait).After(deadline) {
-				if d.Allowed {
-					// The slot is taken; the caller proceeds late.
-					return d, fmt.Errorf("%w: delay %v", errWouldExceedDeadline, wait)
-				}
-				return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, wait)
+			// The turn is booked; sleep until it comes.
+			delay := r.Delay()
+			if delay <= 0 {
+				return d, nil
+			}
+			if bounded && delay > time.Until(deadline) {
+				// Only the leaky bucket, which queues whatever the
+				// max delay, books a turn past it.
+				l.cancelWait(ctx, r)
+				return d, fmt.Errorf("%w: delay %v", errWouldExceedDeadline, delay)
 			}
 			select {
-			case <-l.clock.After(wait):
+			case <-l.clock.After(delay):
+				return d, nil
 			case <-ctx.Done():
+				l.cancelWait(ctx, r)
 				return d, ctx.Err()
 			}
 		}
-		if d.Allowed {
-			return d, nil
+		// Not within reach: an algorithm that serves only now, or a turn
+		// further out than ahead. Ask again once it may be.
+		wait := d.RetryAfter
+		if bounded && wait > time.Until(deadline) {
+			return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, wait)
+		}
+		select {
+		case <-l.clock.After(wait):
+		case <-ctx.Done():
+			return d, ctx.Err()
 		}
 	}
+}
+
+// cancelWaitTimeout bounds the refund of a turn a Wait will not use, which
+// runs after the waiter's context has ended.
+const cancelWaitTimeout = time.Second
+
+// cancelWait gives back the turn a Wait booked and will not use. The
+// waiter's context may have ended, so the refund runs without its
+// cancellation, for at most cancelWaitTimeout (and within the limiter's
+// store budget); its error is dropped, since the caller is told why the
+// wait ended instead.
+func (l *Limiter) cancelWait(ctx context.Context, r *Reservation) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelWaitTimeout)
+	defer cancel()
+	_ = r.Cancel(ctx)
 }
 
 // decide makes the decision for a request of cost n on key, with tier t's
