@@ -458,13 +458,17 @@ func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decisio
 			}
 		}
 		// Not within reach: an algorithm that serves only now, or a turn
-		// further out than ahead. Ask again once it may be.
+		// further out than ahead. Ask again once it may be: RetryAfter
+		// counts from when the request read the clock, before its round
+		// trip, so the time the answer took to come back is not slept
+		// again (on a store deciding by its server's clock the next
+		// request then reaches the server as the turn opens).
 		wait := d.RetryAfter
 		if bounded && wait > time.Until(deadline) {
 			return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, wait)
 		}
 		select {
-		case <-l.clock.After(wait):
+		case <-l.clock.After(wait - time.Duration(l.now()-r.made)*time.Microsecond):
 		case <-ctx.Done():
 			return d, ctx.Err()
 		}

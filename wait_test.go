@@ -129,6 +129,47 @@ func TestWaitReachesRateWithLateTimers(t *testing.T) {
 	}
 }
 
+// slowStore is a store whose every call takes rtt of c's time to answer,
+// after the store decided: a round trip on the limiter's clock.
+type slowStore struct {
+	store.Store
+	c   *lateClock
+	rtt time.Duration
+}
+
+func (s slowStore) Update(ctx context.Context, k store.Key, now int64, f store.UpdateFunc) error {
+	err := s.Store.Update(ctx, k, now, f)
+	s.c.mu.Lock()
+	s.c.now = s.c.now.Add(s.rtt)
+	s.c.mu.Unlock()
+	return err
+}
+
+// TestWaitRetryCountsFromTheAsk paces one caller with Wait on the
+// algorithms that serve only now, through a store that takes 2ms to
+// answer, on timers that fire on time. Wait sleeps a denial's RetryAfter
+// from when the request read the clock, so the answer's way back is not
+// slept again: before, each turn of SlidingLog(1, 20ms) cost 22ms (0.91 of
+// the rate).
+func TestWaitRetryCountsFromTheAsk(t *testing.T) {
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.SlidingLog(1, 20*time.Millisecond),
+		algorithms.LeakyBucket(50, time.Second, 1),
+		algorithms.FixedWindow(1, 20*time.Millisecond),
+		algorithms.SlidingWindow(1, 20*time.Millisecond),
+	} {
+		clk := &lateClock{now: epoch}
+		lim, err := ratelimit.New(slowStore{memory.MustNew(), clk, 2 * time.Millisecond}, alg, ratelimit.WithClock(clk))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := paced(t, clk, time.Second, func() error { _, err := lim.Wait(context.Background(), "k"); return err })
+		if share := float64(got) / 50; share < waitBar {
+			t.Errorf("%v through a store answering in 2ms: %d Waits in 1s, %.3f of the rate; want at least %.2f", alg, got, share, waitBar)
+		}
+	}
+}
+
 // TestTierWaitReachesRate checks that a Tier's Wait books its turn too,
 // at the tier's numbers.
 func TestTierWaitReachesRate(t *testing.T) {
