@@ -322,8 +322,10 @@ func (c laggingClock) After(d time.Duration) <-chan time.Time {
 // can hold it for tens of milliseconds) loses those turns whatever Wait
 // does, at burst 1, as x/time/rate's Wait does: the share is taken of the
 // turns the process was awake for, a gap of g between two returns
-// excusing the g/20ms-1 turns it held beyond one. A gap shorter than two
-// turns excuses nothing, so the old Wait's late timers are never excused.
+// excusing g/20ms-2 turns (rounded down): the turns the stall held beyond
+// the one it ended in, less the one the bucket admits at once after it.
+// A gap shorter than three turns excuses nothing, so the old Wait's late
+// timers are never excused.
 func TestWaitRateRealClock(t *testing.T) {
 	if testing.Short() {
 		t.Skip("paces for two seconds")
@@ -356,7 +358,7 @@ func TestWaitRateRealClock(t *testing.T) {
 				}
 				now := time.Now()
 				if n > 0 {
-					excused += max(int(now.Sub(last)/turn)-1, 0)
+					excused += max(int(now.Sub(last)/turn)-2, 0)
 				}
 				n, last = n+1, now
 			}
