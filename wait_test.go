@@ -170,6 +170,29 @@ func TestWaitRetryCountsFromTheAsk(t *testing.T) {
 	}
 }
 
+// TestWaitLocalQuota paces one caller with Wait on a limiter with
+// WithLocalQuota, on timers 5ms late: Wait books through Reserve, so it
+// keeps whatever promise reservations keep under local quota, and here
+// reaches the rate without going over it (the burst, and the rate over the
+// span).
+func TestWaitLocalQuota(t *testing.T) {
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.GCRA(50, time.Second, 5),
+		algorithms.TokenBucket(50, time.Second, 5),
+		algorithms.FixedWindow(5, 100*time.Millisecond),
+	} {
+		clk := &lateClock{now: epoch, late: 5 * time.Millisecond}
+		lim, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithLocalQuota(100, 100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := paced(t, clk, time.Second, func() error { _, err := lim.Wait(context.Background(), "k"); return err })
+		if got < 49 || got > 5+50+1 {
+			t.Errorf("%v with WithLocalQuota, timers 5ms late: %d Waits in 1s; want 49 (0.97 of the rate) to 56 (the burst and the rate)", alg, got)
+		}
+	}
+}
+
 // TestTierWaitReachesRate checks that a Tier's Wait books its turn too,
 // at the tier's numbers.
 func TestTierWaitReachesRate(t *testing.T) {
