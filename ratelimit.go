@@ -463,12 +463,12 @@ func (l *Limiter) wait(ctx context.Context, t *Tier, key string, n int) (Decisio
 		// trip, so the time the answer took to come back is not slept
 		// again (on a store deciding by its server's clock the next
 		// request then reaches the server as the turn opens).
-		wait := d.RetryAfter
+		wait := d.RetryAfter - time.Duration(l.now()-r.made)*time.Microsecond
 		if bounded && wait > time.Until(deadline) {
-			return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, wait)
+			return d, fmt.Errorf("%w: retry after %v", errWouldExceedDeadline, d.RetryAfter)
 		}
 		select {
-		case <-l.clock.After(wait - time.Duration(l.now()-r.made)*time.Microsecond):
+		case <-l.clock.After(wait):
 		case <-ctx.Done():
 			return d, ctx.Err()
 		}
