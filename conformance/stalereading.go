@@ -228,6 +228,7 @@ func staleContended(t *testing.T, s store.Store, alg algorithms.Algorithm, rate,
 		t.Fatalf("lim.Allow(%q): %v", id, msg)
 	}
 	most := burst + int64(float64(rate)*span.Seconds())
+	t.Logf("%v: 48 goroutines for %v: %d admitted of %d calls; at most %d", alg, span.Round(time.Millisecond), admitted.Load(), calls.Load(), most)
 	if n := admitted.Load(); n > most {
 		t.Errorf("%v: 48 goroutines for %v admitted %d of %d; at most %d = burst %d + %d/s × the span (rule: readings that reach the key out of order never give back)",
 			alg, span, n, calls.Load(), most, burst, rate)
