@@ -1,6 +1,7 @@
 package algorithms_test
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 	"time"
@@ -190,6 +191,42 @@ func TestStaleReadingInvariants(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// TestGCRARetryAfterAcrossNumbers is what GCRA's old cap was for: after
+// numbers change to a shorter refill (the TAT written under the old ones
+// lies far ahead, even beyond the state's bound, where it is read as
+// capped), a denied request retried when its RetryAfter says is admitted,
+// and not a microsecond before; and the denial writes nothing, so nothing
+// is handed back.
+func TestGCRARetryAfterAcrossNumbers(t *testing.T) {
+	const T = int64(1_800_000_000_000_000)
+	for _, c := range []struct{ from, to algorithms.Algorithm }{
+		{algorithms.GCRA(10, time.Hour, 10), algorithms.GCRA(10, time.Minute, 10)},
+		{algorithms.GCRA(1, 24*time.Hour, 7), algorithms.GCRA(1000, 3*time.Second, 11)},
+		// A TAT hours ahead is beyond the bound of a rate this fast.
+		{algorithms.GCRA(1, time.Hour, 10), algorithms.GCRA(algorithms.MaxExact/1024, time.Microsecond, 3)},
+	} {
+		var k keyed
+		for range c.from.MaxCost() {
+			k.do(t, c.from, algorithms.Request{Now: T, Cost: 1})
+		}
+		now := T + 90_000_000
+		before := clone(k.state)
+		d := k.do(t, c.to, algorithms.Request{Now: now, Cost: 1})
+		if d.Allowed || d.RetryAfter <= 0 {
+			t.Fatalf("%v then %v: %s, retry after %d; want denied", c.from, c.to, verdict(d.Allowed), d.RetryAfter)
+		}
+		if !bytes.Equal(k.state, before) {
+			t.Fatalf("%v then %v: a denial wrote state", c.from, c.to)
+		}
+		if early := k.do(t, c.to, algorithms.Request{Now: now + d.RetryAfter - 1, Cost: 1}); early.Allowed {
+			t.Fatalf("%v then %v: admitted a microsecond before its RetryAfter %d", c.from, c.to, d.RetryAfter)
+		}
+		if late := k.do(t, c.to, algorithms.Request{Now: now + d.RetryAfter, Cost: 1}); !late.Allowed {
+			t.Fatalf("%v then %v: denied when its RetryAfter %d had passed (rule: a RetryAfter holds after a change of numbers)", c.from, c.to, d.RetryAfter)
 		}
 	}
 }
