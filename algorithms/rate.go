@@ -75,9 +75,9 @@ func (r rate) rescale(level, fromUnit, top int64) int64 {
 
 // top is the most a token bucket or GCRA holds, in fixed-point units: its
 // capacity and two more of reservations, or 2^52 units where that is more
-// (2^52 units are at least a second of the rate, and ten years
-// of it for most numbers), so that every value the arithmetic reaches
-// (top plus a request's need) stays at most MaxExact.
+// (ten years of the rate for every limit that divides its period in
+// microseconds), so that every value the arithmetic reaches (top plus a
+// request's need) stays at most MaxExact.
 func (r rate) top() int64 { return max(3*r.capacity, MaxExact/2) }
 
 // maxReach is the longest a reservation may book ahead, in microseconds:
