@@ -68,8 +68,10 @@ type Request struct {
 	// admitted when it can be served within MaxDelay from now, consuming
 	// now, and Decision.Delay says how long to wait before acting on it.
 	// Zero asks for what can be served now. The token bucket and GCRA
-	// reserve into the future, at most two refills of the burst beyond a
-	// full bucket (the bound that keeps their arithmetic exact); the
+	// reserve into the future as far as MaxDelay says, at most MaxPeriod
+	// beyond a full bucket and at most 2^52 fixed-point units of debt (or
+	// three bursts where that is more), the bounds that keep every value
+	// of their state below MaxExact; the
 	// leaky bucket queues within its capacity whatever MaxDelay says; the
 	// window algorithms and the sliding log serve only now (see
 	// docs/reservations.md).

@@ -73,6 +73,30 @@ func (r rate) rescale(level, fromUnit, top int64) int64 {
 	return min(divMulFloor(level, fromUnit, r.unit), top)
 }
 
+// top is the most a token bucket or GCRA holds, in fixed-point units: its
+// capacity and two more of reservations, or 2^52 units where that is more
+// (ten years of the rate for every limit that divides its period in
+// microseconds), so that every value the arithmetic reaches (top plus a
+// request's need) stays at most MaxExact.
+func (r rate) top() int64 { return max(3*r.capacity, MaxExact/2) }
+
+// maxReach is the longest a reservation may book ahead, in microseconds:
+// MaxPeriod, the longest maxDelay Limiter.Reserve passes. It keeps every
+// time a state stores (GCRA's TAT) below MaxExact for any now a Limiter
+// passes (below MaxExact/2).
+const maxReach = int64(MaxPeriod / time.Microsecond)
+
+// horizon is how far beyond a full bucket, in microseconds, a reservation
+// may book: maxReach, or as far as top reaches where that is less.
+func (r rate) horizon() int64 { return min(maxReach, (r.top()-r.capacity)/r.drip) }
+
+// after returns how long from now a level, measured at the state's latest
+// time, takes to drain, when now lies behind microseconds before that
+// time (a reading older than the state): nothing for an empty level.
+func (r rate) after(behind, level int64) int64 {
+	return min(level, 1)*behind + ceilDiv(level, r.drip)
+}
+
 // refund returns how many units a refund of need units gives back to a
 // bucket ahead units deep, for a reservation whose time to act is wait
 // microseconds from now (negative once it has passed: nothing), where
@@ -85,15 +109,15 @@ func (r rate) refund(ahead, need, edge, wait int64) int64 {
 	if wait < 0 {
 		return 0
 	}
-	later := ahead - edge - min(wait, 4*r.fill)*r.drip
+	later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
 	return max(min(need-max(later, 0), ahead), 0)
 }
 
 // reach is how far beyond the burst's capacity a reservation of maxDelay
-// microseconds may take a bucket: maxDelay's worth of drip, at most two
-// whole capacities (so that every value stays below 2^53).
+// microseconds may take a bucket: maxDelay's worth of drip, as far as the
+// horizon.
 func (r rate) reach(maxDelay int64) int64 {
-	return min(max(maxDelay, 0), 2*r.fill) * r.drip
+	return min(max(maxDelay, 0), r.horizon()) * r.drip
 }
 
 // bucketState is the stored state of the token and the leaky bucket, field
@@ -168,12 +192,21 @@ func (a *tokenBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 
 // decide is the token bucket's transition, in the subset the server-side
 // forms are generated from (internal/formgen).
+//
+// A reading older than the state's last update (req.Now < s.last: clocks
+// that disagree, or a request that read the clock before it queued for
+// the key) is served as of s.last: nothing drains, and what it takes is
+// taken at s.last. Every duration it answers (ResetAfter, RetryAfter,
+// Delay, the TTL) is measured from its own now, so they include the time
+// it lies behind: the state never expires before it is back to rest.
 func (a *tokenBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 	deficit := int64(0)
-	top := 3 * a.capacity // the capacity and two more of reservations
+	top := a.top()
+	behind := int64(0) // how long before s.last the reading lies
 	if live {
 		deficit = a.rescale(s.level, s.unit, top)
-		deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+		deficit = a.drain(deficit, req.Now-s.last, top/a.drip+1)
+		behind = max(s.last-req.Now, 0)
 		s.last = max(s.last, req.Now)
 	} else {
 		s.last = req.Now
@@ -187,25 +220,26 @@ func (a *tokenBucket) decide(s *bucketState, live bool, req Request, d *Decision
 		deficit -= give
 		d.Allowed = true
 		d.Remaining = max(a.capacity-deficit, 0) / a.unit
-		d.ResetAfter = ceilDiv(deficit, a.drip)
+		d.ResetAfter = a.after(behind, deficit)
 		if give == 0 {
 			return 0
 		}
 		s.level, s.unit = deficit, a.unit
 		return max(d.ResetAfter, 1)
 	}
-	room := min(a.capacity+a.reach(req.MaxDelay), top)
+	// A reservation acts within MaxDelay of its own now.
+	room := a.capacity + a.reach(req.MaxDelay-behind)
 	d.Allowed = deficit+need <= room
 	if d.Allowed {
-		d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
+		d.Delay = a.after(behind, max(deficit+need-a.capacity, 0))
 		if !req.Peek {
 			deficit += need
 		}
 	}
 	d.Remaining = max(a.capacity-deficit, 0) / a.unit
-	d.ResetAfter = ceilDiv(deficit, a.drip)
+	d.ResetAfter = a.after(behind, deficit)
 	if !d.Allowed {
-		d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
+		d.RetryAfter = behind + ceilDiv(deficit+need-room, a.drip)
 		return 0
 	}
 	if req.Peek {
@@ -266,11 +300,17 @@ func (a *leakyBucket) DecideTo(state []byte, req Request) (next []byte, ttl int6
 
 // decide is the leaky bucket's transition, in the subset the server-side
 // forms are generated from (internal/formgen).
+//
+// A reading older than the state's last update is served as of s.last, as
+// the token bucket serves it: its Delay, ResetAfter, RetryAfter and TTL
+// include the time it lies behind.
 func (a *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 	level := int64(0)
+	behind := int64(0) // how long before s.last the reading lies
 	if live {
 		level = a.rescale(s.level, s.unit, a.capacity)
 		level = a.drain(level, req.Now-s.last, a.fill)
+		behind = max(s.last-req.Now, 0)
 		s.last = max(s.last, req.Now)
 	} else {
 		s.last = req.Now
@@ -282,7 +322,7 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision
 		level -= give
 		d.Allowed = true
 		d.Remaining = (a.capacity - level) / a.unit
-		d.ResetAfter = ceilDiv(level, a.drip)
+		d.ResetAfter = a.after(behind, level)
 		if give == 0 {
 			return 0
 		}
@@ -291,15 +331,15 @@ func (a *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision
 	}
 	d.Allowed = level+need <= a.capacity
 	if d.Allowed {
-		d.Delay = ceilDiv(level, a.drip)
+		d.Delay = a.after(behind, level)
 		if !req.Peek {
 			level += need
 		}
 	}
 	d.Remaining = (a.capacity - level) / a.unit
-	d.ResetAfter = ceilDiv(level, a.drip)
+	d.ResetAfter = a.after(behind, level)
 	if !d.Allowed {
-		d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
+		d.RetryAfter = behind + ceilDiv(level+need-a.capacity, a.drip)
 		return 0
 	}
 	if req.Peek {
@@ -371,37 +411,48 @@ func (a *gcra) DecideTo(state []byte, req Request) (next []byte, ttl int64, allo
 // decide is GCRA's transition, in the subset the server-side forms are
 // generated from (internal/formgen). Everything is compared in units
 // relative to now, where the TAT's distance ahead of now is at most
-// capacity.
+// capacity, plus the reservations (Request.MaxDelay) booked beyond it.
 //
-// A TAT further ahead than three capacities (the bucket and two more of
-// reservations: a clock behind the one that stored it, or numbers changed
-// to a shorter refill than before) is capped; a request denied under the
-// cap stores the capped TAT, so that its RetryAfter holds: otherwise the
-// TAT would stay beyond the cap, and the same request, retried when told,
-// would be denied again.
+// A request never moves the TAT back but to refund its own reservation.
+// A reading older than the state (clocks that disagree, or a request that
+// read the clock before it queued for the key) sees the TAT further
+// ahead, as the time it lies behind: it is judged more strictly, never
+// less, and what it takes is added to the TAT. A TAT further ahead than
+// top (a reading very far behind, or numbers changed to a shorter refill
+// than the ones that wrote it) is read as top, which no request fits:
+// it is denied, writes nothing, and its RetryAfter is computed from the
+// TAT itself, so that the same request, retried when told, is admitted.
 func (a *gcra) decide(s *gcraState, live bool, req Request, d *Decision) int64 {
-	ahead := int64(0)     // units by which the TAT lies ahead of now
-	top := 3 * a.capacity // the capacity and two more of reservations
-	capped := false
+	ahead := int64(0) // units by which the TAT lies ahead of now, at most top
+	top := a.top()
+	over := int64(0) // microseconds by which the TAT lies ahead of now
+	frac := int64(0) // the TAT's fraction, in 1/drip of a microsecond
+	capped := false  // the TAT lies further ahead than top
 	if live && s.tat >= req.Now {
-		// (max: the server forms may compute raw before the test above.)
-		us := max(min(s.tat-req.Now, 3*a.fill), 0)
-		frac := s.frac
+		over = s.tat - req.Now
+		frac = s.frac
 		if s.drip != a.drip {
 			frac = divMulFloor(s.frac, s.drip, a.drip)
 		}
-		raw := us*a.drip + frac
+		// (max: the server forms may compute raw before the test above.)
+		raw := max(min(over, top/a.drip+1), 0)*a.drip + frac
 		ahead = min(raw, top)
-		capped = s.tat-req.Now > 3*a.fill || raw > top
+		capped = raw > top
 	}
 	need := req.Cost * a.unit
 	*d = Decision{Limit: a.burst}
 	if req.Refund {
 		give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+		if capped {
+			give = 0
+		}
 		ahead -= give
 		d.Allowed = true
 		d.Remaining = max(a.capacity-ahead, 0) / a.unit
 		d.ResetAfter = ceilDiv(ahead, a.drip)
+		if capped {
+			d.ResetAfter = over + ceilDiv(frac, a.drip)
+		}
 		if give == 0 {
 			return 0
 		}
@@ -409,8 +460,8 @@ func (a *gcra) decide(s *gcraState, live bool, req Request, d *Decision) int64 {
 		s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
 		return max(d.ResetAfter, 1)
 	}
-	room := min(a.capacity+a.reach(req.MaxDelay), top)
-	d.Allowed = ahead+need <= room
+	room := a.capacity + a.reach(req.MaxDelay)
+	d.Allowed = ahead+need <= room && !capped
 	if d.Allowed {
 		d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
 		if !req.Peek {
@@ -419,10 +470,17 @@ func (a *gcra) decide(s *gcraState, live bool, req Request, d *Decision) int64 {
 	}
 	d.Remaining = max(a.capacity-ahead, 0) / a.unit
 	d.ResetAfter = ceilDiv(ahead, a.drip)
-	if !d.Allowed {
-		d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
+	if capped {
+		d.ResetAfter = over + ceilDiv(frac, a.drip)
 	}
-	if req.Peek || !d.Allowed && !capped {
+	if !d.Allowed {
+		// The first time at which the TAT is within room − need of now:
+		// over − ⌊(room − need − frac) / drip⌋, written so that the
+		// dividend is positive (room − need ≥ 0 > frac − drip).
+		d.RetryAfter = over + 1 - (room-need-frac+a.drip)/a.drip
+		return 0
+	}
+	if req.Peek {
 		return 0
 	}
 	whole := ahead / a.drip

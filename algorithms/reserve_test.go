@@ -93,3 +93,67 @@ func clone(b []byte) []byte {
 	}
 	return append([]byte(nil), b...)
 }
+
+// TestReserveHonoursMaxDelay checks that the token bucket and GCRA book as
+// far ahead as MaxDelay says, as golang.org/x/time/rate's ReserveN does:
+// at 10/s with a burst of 1, reservations at one instant with a 2 s
+// MaxDelay are admitted with delays 0, 100 ms, …, 2 s (21 of them; the
+// 22nd would wait 2.1 s and is denied). Issue 29 measured 3 of 20 when
+// the reach stopped at two bursts.
+func TestReserveHonoursMaxDelay(t *testing.T) {
+	const T = int64(1_800_000_000_000_000)
+	for _, alg := range []algorithms.Algorithm{algorithms.TokenBucket(10, time.Second, 1), algorithms.GCRA(10, time.Second, 1)} {
+		var k keyed
+		for i := int64(0); i < 22; i++ {
+			d := k.do(t, alg, algorithms.Request{Now: T, Cost: 1, MaxDelay: 2_000_000})
+			want := i <= 20
+			if d.Allowed != want || want && d.Delay != i*100_000 {
+				t.Fatalf("%v: reservation %d of cost 1 at one instant, MaxDelay 2s = %s, delay %v; want %s, delay %v (as x/time/rate's ReserveN)",
+					alg, i+1, verdict(d.Allowed), time.Duration(d.Delay)*time.Microsecond, verdict(want), time.Duration(i*100_000)*time.Microsecond)
+			}
+		}
+		// A refund of the last one gives it back exactly.
+		d := k.do(t, alg, algorithms.Request{Now: T, Cost: 1, Refund: true, Act: T + 2_000_000})
+		if !d.Allowed {
+			t.Fatalf("%v: refund denied", alg)
+		}
+		if d := k.do(t, alg, algorithms.Request{Now: T, Cost: 1, MaxDelay: 2_000_000}); !d.Allowed || d.Delay != 2_000_000 {
+			t.Fatalf("%v: after the last reservation was given back, the next = %s, delay %v; want admitted, delay 2s", alg, verdict(d.Allowed), time.Duration(d.Delay)*time.Microsecond)
+		}
+	}
+}
+
+// TestReserveStateBounded books as far as a reservation may (MaxDelay of
+// MaxPeriod, the most Limiter.Reserve passes, and far beyond it) at numbers
+// at the parameter checks' bounds, and checks that every state written
+// decodes again: every field stays at most MaxExact.
+func TestReserveStateBounded(t *testing.T) {
+	const bigN = algorithms.MaxExact / 1024
+	T := int64(algorithms.MaxExact/2 - 1) // the latest time a Limiter passes
+	for _, n := range []struct {
+		limit  int64
+		period time.Duration
+		burst  int64
+	}{{1, algorithms.MaxPeriod, 7}, {999983, algorithms.MaxPeriod, 7}, {bigN, time.Microsecond, bigN}, {bigN, algorithms.MaxPeriod, 1}, {1, 1 << 48 * time.Microsecond, 8}, {10, time.Second, 1}} {
+		for _, alg := range []algorithms.Algorithm{algorithms.TokenBucket(n.limit, n.period, n.burst), algorithms.GCRA(n.limit, n.period, n.burst)} {
+			if alg.Validate() != nil {
+				continue
+			}
+			for _, md := range []int64{int64(algorithms.MaxPeriod / time.Microsecond), algorithms.MaxExact} {
+				var k keyed
+				for i := 0; i < 200; i++ {
+					d := k.do(t, alg, algorithms.Request{Now: T, Cost: alg.MaxCost(), MaxDelay: md})
+					if !d.Allowed {
+						break
+					}
+					if d.Delay > md || d.Delay > int64(algorithms.MaxPeriod/time.Microsecond)+int64(n.period/time.Microsecond)*n.burst {
+						t.Fatalf("%v: delay %d beyond MaxDelay %d or MaxPeriod", alg, d.Delay, md)
+					}
+				}
+				if _, err := alg.Decide(k.at(T), algorithms.Request{Now: T, Cost: 1, Peek: true}); err != nil {
+					t.Fatalf("%v: after booking with MaxDelay %d: %v (rule: every field of the state stays at most MaxExact)", alg, md, err)
+				}
+			}
+		}
+	}
+}

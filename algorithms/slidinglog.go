@@ -175,14 +175,19 @@ func (a *slidingLog) DecideTo(state []byte, req Request) (next []byte, ttl int64
 	}
 	d.Remaining = nonNeg(a.limit - used - req.Cost)
 	used += req.Cost
-	// The request's place: behind every entry timed at or before now.
+	// The request's time: now, or the newest entry's time when now lies
+	// behind it (a reading older than the log: clocks that disagree, or a
+	// request that read the clock before it queued for the key), so that
+	// its entry never leaves the window before the entries it was judged
+	// against. Its place: behind every entry timed at or before that.
+	stamp := max(req.Now, newest)
 	pos := n
 	for pos > first {
 		at, _, err := logEntry(entries, pos-1)
 		if err != nil {
 			return nil, 0, false, 0, 0, 0, 0, 0, err
 		}
-		if at <= req.Now {
+		if at <= stamp {
 			break
 		}
 		pos--
@@ -192,12 +197,12 @@ func (a *slidingLog) DecideTo(state []byte, req Request) (next []byte, ttl int64
 		// No entries, and room for the first one: an expired log's
 		// buffer, which the memory store passes emptied.
 		next = appendLogEntry(state[:0], logMarker, used)
-		next = appendLogEntry(next, req.Now, req.Cost)
+		next = appendLogEntry(next, stamp, req.Cost)
 	case legacy:
 		next = make([]byte, 0, logHeaderSize+(n-first+1)*logEntrySize)
 		next = appendLogEntry(next, logMarker, used)
 		next = append(next, entries[first*logEntrySize:pos*logEntrySize]...)
-		next = appendLogEntry(next, req.Now, req.Cost)
+		next = appendLogEntry(next, stamp, req.Cost)
 		next = append(next, entries[pos*logEntrySize:]...)
 	default:
 		if first > 0 && first >= n-first {
@@ -222,7 +227,7 @@ func (a *slidingLog) DecideTo(state []byte, req Request) (next []byte, ttl int64
 		at := logHeaderSize + (pos-first)*logEntrySize
 		next = next[:len(next)+logEntrySize]
 		copy(next[at+logEntrySize:], next[at:])
-		binary.LittleEndian.PutUint64(next[at:], uint64(req.Now))
+		binary.LittleEndian.PutUint64(next[at:], uint64(stamp))
 		binary.LittleEndian.PutUint64(next[at+8:], uint64(req.Cost))
 	}
 	newest = max(newest, req.Now)

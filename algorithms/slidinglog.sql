@@ -127,18 +127,20 @@ BEGIN
         RETURN r;
     END IF;
     r.remaining := greatest(a_limit - used - cost, 0);
-    -- The request's place: behind every entry timed at or before now.
+    -- The request's time: now, or the newest entry's time when now lies
+    -- behind it (slidingLog.Decide). Its place: behind every entry timed
+    -- at or before that.
+    newest := greatest(newest, now_us);
     pos := n;
     WHILE pos > lo LOOP
         t := log[b + 2*pos - 1];
         c := log[b + 2*pos];
         PERFORM ratelimit_sliding_log_entry(t, c);
-        EXIT WHEN t <= now_us;
+        EXIT WHEN t <= newest;
         pos := pos - 1;
     END LOOP;
     r.next_state := ARRAY[-1, used + cost] || log[b + 2*lo + 1 : b + 2*pos]
-        || ARRAY[now_us, cost] || log[b + 2*pos + 1 : b + 2*n];
-    newest := greatest(newest, now_us);
+        || ARRAY[newest, cost] || log[b + 2*pos + 1 : b + 2*n];
     r.reset_after := newest + a_period - now_us;
     r.ttl := r.reset_after;
     RETURN r;

@@ -56,14 +56,15 @@ local function decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, re
   end
   local remaining = max(limit - used - cost, 0)
   used = used + cost
-  -- The request's place: behind every entry timed at or before now.
+  -- The request's time: now, or the newest entry's time when now lies
+  -- behind it. Its place: behind every entry timed at or before that.
+  newest = max(newest, now)
   local pos = n
-  while pos > first and sv_[b + 2 * pos - 1] > now do pos = pos - 1 end
+  while pos > first and sv_[b + 2 * pos - 1] > newest do pos = pos - 1 end
   local nxt, k = {-1, used}, 2
   for j = b + 2 * first + 1, b + 2 * pos do k = k + 1; nxt[k] = sv_[j] end
-  nxt[k + 1], nxt[k + 2], k = now, cost, k + 2
+  nxt[k + 1], nxt[k + 2], k = newest, cost, k + 2
   for j = b + 2 * pos + 1, nf do k = k + 1; nxt[k] = sv_[j] end
-  newest = max(newest, now)
   reset = newest + period - now
   return true, limit, remaining, 0, reset, 0, reset, nxt
 end

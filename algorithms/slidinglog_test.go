@@ -14,7 +14,9 @@ import (
 )
 
 // logModel is the sliding log as the rule states it: every admitted
-// request's (time, cost), kept until now >= time+period, summed in full.
+// request's (time, cost), kept until now >= time+period, summed in full; a
+// request whose reading is older than the newest live entry is logged at
+// that entry's time.
 type logModel struct {
 	at, cost []int64
 }
@@ -58,7 +60,8 @@ func (m *logModel) decide(limit, period int64, req algorithms.Request) algorithm
 		return d
 	}
 	d.Remaining = max(limit-used-req.Cost, 0)
-	m.at, m.cost = append(at, req.Now), append(cost, req.Cost)
+	// A reading older than the newest entry is logged at its time.
+	m.at, m.cost = append(at, max(newest, req.Now)), append(cost, req.Cost)
 	d.ResetAfter = max(newest, req.Now) + period - req.Now
 	return d
 }

@@ -57,6 +57,7 @@ var cases = []testCase{
 	{"DifferentialServerClock", testDifferentialServerClock},
 	{"Expiry", testExpiry},
 	{"StaleState", testStaleState},
+	{"StaleReading", testStaleReading},
 	{"Keys", testKeys},
 	{"Cost", testCost},
 	{"Peek", testPeek},

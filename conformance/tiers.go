@@ -72,7 +72,7 @@ func tierMoves() []tierMove {
 		},
 		{
 			name: "shorter-period", from: numbers{10, h, 10}, spend: 10, advance: 90 * time.Second, to: small,
-			rule: "windows keep their start and end at the new period; buckets refill at the new rate from the last update; GCRA caps its time to rest at the new refill",
+			rule: "windows keep their start and end at the new period; buckets refill at the new rate from the last update; GCRA keeps its time to rest",
 			want: map[string]peekWant{
 				"fixed_window": {true, 10}, "sliding_log": {true, 10}, "sliding_window": {true, 5},
 				"token_bucket": {true, 10}, "leaky_bucket": {true, 10}, "gcra": {false, 0},

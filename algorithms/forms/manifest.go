@@ -13,16 +13,16 @@ var manifest = struct {
 		{name: "fixed_window", source: "fixedwindow.go", goType: "fixedWindow", generated: true, composable: true, args: 2, fields: 2,
 			version: "8381b422", sqlFunction: "ratelimit_fixed_window_8381b422", sqlRowFunction: "ratelimit_fixed_window_row_8381b422"},
 		{name: "gcra", source: "rate.go", goType: "gcra", generated: true, composable: true, args: 5, fields: 3,
-			version: "caa21851", sqlFunction: "ratelimit_gcra_caa21851", sqlRowFunction: "ratelimit_gcra_row_caa21851"},
+			version: "a4c3bcfd", sqlFunction: "ratelimit_gcra_a4c3bcfd", sqlRowFunction: "ratelimit_gcra_row_a4c3bcfd"},
 		{name: "leaky_bucket", source: "rate.go", goType: "leakyBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "b04cebc9", sqlFunction: "ratelimit_leaky_bucket_b04cebc9", sqlRowFunction: "ratelimit_leaky_bucket_row_b04cebc9"},
-		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "38122358", sqlFunction: "ratelimit_sliding_log_38122358"},
+			version: "c8c0788c", sqlFunction: "ratelimit_leaky_bucket_c8c0788c", sqlRowFunction: "ratelimit_leaky_bucket_row_c8c0788c"},
+		{name: "sliding_log", source: "slidinglog.sql", composable: true, args: 2, version: "50cf5ce3", sqlFunction: "ratelimit_sliding_log_50cf5ce3"},
 		{name: "sliding_window", source: "slidingwindow.go", goType: "slidingWindow", generated: true, composable: true, args: 2, fields: 3,
 			version: "407b313d", sqlFunction: "ratelimit_sliding_window_407b313d", sqlRowFunction: "ratelimit_sliding_window_row_407b313d"},
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
-			version: "ef1e93c3", sqlFunction: "ratelimit_token_bucket_ef1e93c3", sqlRowFunction: "ratelimit_token_bucket_row_ef1e93c3"},
+			version: "0556e675", sqlFunction: "ratelimit_token_bucket_0556e675", sqlRowFunction: "ratelimit_token_bucket_row_0556e675"},
 	},
-	compositeSQLFunction: "ratelimit_all_b1f9e439",
+	compositeSQLFunction: "ratelimit_all_36fb76e6",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

@@ -100,129 +100,163 @@ end
 local function decide_gcra(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_tat, s_frac, s_drip = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:383: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:426: ahead := int64(0) // units by which the TAT lies ahead of now, at most top
   local ahead = 0
-  -- rate.go:384: top := 3 * a.capacity // the capacity and two more of reservations
-  local top = 3 * capacity
-  -- rate.go:385: capped := false
+  -- rate.go:427: top := a.top()
+  local top = max(3 * capacity, 4503599627370496)
+  -- rate.go:428: over := int64(0) // microseconds by which the TAT lies ahead of now
+  local over = 0
+  -- rate.go:429: frac := int64(0) // the TAT's fraction, in 1/drip of a microsecond
+  local frac = 0
+  -- rate.go:430: capped := false // the TAT lies further ahead than top
   local capped = false
-  -- rate.go:386-396: if live && s.tat >= req.Now {
+  -- rate.go:431-441: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:388: us := max(min(s.tat-req.Now, 3*a.fill), 0)
-    local us = max(min(s_tat - now, 3 * fill), 0)
-    -- rate.go:389: frac := s.frac
-    local frac = s_frac
-    -- rate.go:390-392: if s.drip != a.drip {
+    -- rate.go:432: over = s.tat - req.Now
+    over = s_tat - now
+    -- rate.go:433: frac = s.frac
+    frac = s_frac
+    -- rate.go:434-436: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:391: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:435: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:393: raw := us*a.drip + frac
-    local raw2 = us * drip + frac
-    -- rate.go:394: ahead = min(raw, top)
+    -- rate.go:438: raw := max(min(over, top/a.drip+1), 0)*a.drip + frac
+    local q1 = floor(top / drip)
+    if q1 * drip > top then q1 = q1 - 1 elseif (q1 + 1) * drip <= top then q1 = q1 + 1 end
+    local raw2 = max(min(over, q1 + 1), 0) * drip + frac
+    -- rate.go:439: ahead = min(raw, top)
     ahead = min(raw2, top)
-    -- rate.go:395: capped = s.tat-req.Now > 3*a.fill || raw > top
-    capped = s_tat - now > 3 * fill or raw2 > top
+    -- rate.go:440: capped = raw > top
+    capped = raw2 > top
   end
-  -- rate.go:397: need := req.Cost * a.unit
+  -- rate.go:442: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:398: *d = Decision{Limit: a.burst}
+  -- rate.go:443: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:399-411: if req.Refund {
+  -- rate.go:444-462: if req.Refund {
   if refund then
-    -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    -- rate.go:445: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
     local give
     do -- refund
       local refund_wait = act - now
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = ahead - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t2 = max(3 * capacity, 4503599627370496)
+        local q3 = floor(t2 / drip)
+        if q3 * drip > t2 then q3 = q3 - 1 elseif (q3 + 1) * drip <= t2 then q3 = q3 + 1 end
+        local refund_later = ahead - capacity - min(refund_wait, q3 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), ahead), 0)
       end
     end
-    -- rate.go:401: ahead -= give
+    -- rate.go:446-448: if capped {
+    if capped then
+      -- rate.go:447: give = 0
+      give = 0
+    end
+    -- rate.go:449: ahead -= give
     ahead = ahead - give
-    -- rate.go:402: d.Allowed = true
+    -- rate.go:450: d.Allowed = true
     d_allowed = true
-    -- rate.go:403: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-    local t1 = max(capacity - ahead, 0)
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:404: d.ResetAfter = ceilDiv(ahead, a.drip)
-    local q3 = floor(ahead / drip)
-    if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
-    if q3 * drip < ahead then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:405-407: if give == 0 {
+    -- rate.go:451: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    local t4 = max(capacity - ahead, 0)
+    local q5 = floor(t4 / unit)
+    if q5 * unit > t4 then q5 = q5 - 1 elseif (q5 + 1) * unit <= t4 then q5 = q5 + 1 end
+    d_remaining = q5
+    -- rate.go:452: d.ResetAfter = ceilDiv(ahead, a.drip)
+    local q6 = floor(ahead / drip)
+    if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
+    if q6 * drip < ahead then q6 = q6 + 1 end
+    d_reset_after = q6
+    -- rate.go:453-455: if capped {
+    if capped then
+      -- rate.go:454: d.ResetAfter = over + ceilDiv(frac, a.drip)
+      local q7 = floor(frac / drip)
+      if q7 * drip > frac then q7 = q7 - 1 elseif (q7 + 1) * drip <= frac then q7 = q7 + 1 end
+      if q7 * drip < frac then q7 = q7 + 1 end
+      d_reset_after = over + q7
+    end
+    -- rate.go:456-458: if give == 0 {
     if give == 0 then
-      -- rate.go:406: return 0
+      -- rate.go:457: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:408: whole := ahead / a.drip
-    local q4 = floor(ahead / drip)
-    if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
-    local whole = q4
-    -- rate.go:409: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    -- rate.go:459: whole := ahead / a.drip
+    local q8 = floor(ahead / drip)
+    if q8 * drip > ahead then q8 = q8 - 1 elseif (q8 + 1) * drip <= ahead then q8 = q8 + 1 end
+    local whole = q8
+    -- rate.go:460: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
     s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-    -- rate.go:410: return max(d.ResetAfter, 1)
+    -- rate.go:461: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_tat, s_frac, s_drip}
   end
-  -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
-  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:413: d.Allowed = ahead+need <= room
-  d_allowed = ahead + need <= room
-  -- rate.go:414-419: if d.Allowed {
+  -- rate.go:463: room := a.capacity + a.reach(req.MaxDelay)
+  local t9 = max(3 * capacity, 4503599627370496) - capacity
+  local q10 = floor(t9 / drip)
+  if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
+  local room = capacity + min(max(max_delay, 0), min(315360000000000, q10)) * drip
+  -- rate.go:464: d.Allowed = ahead+need <= room && !capped
+  d_allowed = ahead + need <= room and not capped
+  -- rate.go:465-470: if d.Allowed {
   if d_allowed then
-    -- rate.go:415: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
-    local t5 = max(ahead + need - capacity, 0)
-    local q6 = floor(t5 / drip)
-    if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
-    if q6 * drip < t5 then q6 = q6 + 1 end
-    d_delay = q6
-    -- rate.go:416-418: if !req.Peek {
+    -- rate.go:466: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    local t11 = max(ahead + need - capacity, 0)
+    local q12 = floor(t11 / drip)
+    if q12 * drip > t11 then q12 = q12 - 1 elseif (q12 + 1) * drip <= t11 then q12 = q12 + 1 end
+    if q12 * drip < t11 then q12 = q12 + 1 end
+    d_delay = q12
+    -- rate.go:467-469: if !req.Peek {
     if not peek then
-      -- rate.go:417: ahead += need
+      -- rate.go:468: ahead += need
       ahead = ahead + need
     end
   end
-  -- rate.go:420: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-  local t7 = max(capacity - ahead, 0)
-  local q8 = floor(t7 / unit)
-  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
-  d_remaining = q8
-  -- rate.go:421: d.ResetAfter = ceilDiv(ahead, a.drip)
-  local q9 = floor(ahead / drip)
-  if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
-  if q9 * drip < ahead then q9 = q9 + 1 end
-  d_reset_after = q9
-  -- rate.go:422-424: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:423: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
-    local t10 = ahead + need - room
-    local q11 = floor(t10 / drip)
-    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
-    if q11 * drip < t10 then q11 = q11 + 1 end
-    d_retry_after = q11
+  -- rate.go:471: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  local t13 = max(capacity - ahead, 0)
+  local q14 = floor(t13 / unit)
+  if q14 * unit > t13 then q14 = q14 - 1 elseif (q14 + 1) * unit <= t13 then q14 = q14 + 1 end
+  d_remaining = q14
+  -- rate.go:472: d.ResetAfter = ceilDiv(ahead, a.drip)
+  local q15 = floor(ahead / drip)
+  if q15 * drip > ahead then q15 = q15 - 1 elseif (q15 + 1) * drip <= ahead then q15 = q15 + 1 end
+  if q15 * drip < ahead then q15 = q15 + 1 end
+  d_reset_after = q15
+  -- rate.go:473-475: if capped {
+  if capped then
+    -- rate.go:474: d.ResetAfter = over + ceilDiv(frac, a.drip)
+    local q16 = floor(frac / drip)
+    if q16 * drip > frac then q16 = q16 - 1 elseif (q16 + 1) * drip <= frac then q16 = q16 + 1 end
+    if q16 * drip < frac then q16 = q16 + 1 end
+    d_reset_after = over + q16
   end
-  -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
-  if peek or not d_allowed and not capped then
-    -- rate.go:426: return 0
+  -- rate.go:476-482: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:480: d.RetryAfter = over + 1 - (room-need-frac+a.drip)/a.drip
+    local t17 = room - need - frac + drip
+    local q18 = floor(t17 / drip)
+    if q18 * drip > t17 then q18 = q18 - 1 elseif (q18 + 1) * drip <= t17 then q18 = q18 + 1 end
+    d_retry_after = over + 1 - q18
+    -- rate.go:481: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:428: whole := ahead / a.drip
-  local q12 = floor(ahead / drip)
-  if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
-  local whole2 = q12
-  -- rate.go:429: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  -- rate.go:483-485: if req.Peek {
+  if peek then
+    -- rate.go:484: return 0
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
+  end
+  -- rate.go:486: whole := ahead / a.drip
+  local q19 = floor(ahead / drip)
+  if q19 * drip > ahead then q19 = q19 - 1 elseif (q19 + 1) * drip <= ahead then q19 = q19 + 1 end
+  local whole2 = q19
+  -- rate.go:487: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
-  -- rate.go:430: return d.ResetAfter
+  -- rate.go:488: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_tat, s_frac, s_drip}
 end
@@ -231,11 +265,13 @@ end
 local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:270: level := int64(0)
+  -- rate.go:308: level := int64(0)
   local level = 0
-  -- rate.go:271-277: if live {
+  -- rate.go:309: behind := int64(0) // how long before s.last the reading lies
+  local behind = 0
+  -- rate.go:310-317: if live {
   if live then
-    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:311: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -246,7 +282,7 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
+    -- rate.go:312: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
       -- rate.go:57-59: if elapsed <= 0 {
@@ -261,102 +297,107 @@ local function decide_leaky_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:274: s.last = max(s.last, req.Now)
+    -- rate.go:313: behind = max(s.last-req.Now, 0)
+    behind = max(s_last - now, 0)
+    -- rate.go:314: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:276: s.last = req.Now
+    -- rate.go:316: s.last = req.Now
     s_last = now
   end
-  -- rate.go:278: need := req.Cost * a.unit
+  -- rate.go:318: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:279: *d = Decision{Limit: a.burst}
+  -- rate.go:319: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:280-291: if req.Refund {
+  -- rate.go:320-331: if req.Refund {
   if refund then
-    -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+    -- rate.go:321: give := a.refund(level, need, need, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = level - need - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t1 = max(3 * capacity, 4503599627370496)
+        local q2 = floor(t1 / drip)
+        if q2 * drip > t1 then q2 = q2 - 1 elseif (q2 + 1) * drip <= t1 then q2 = q2 + 1 end
+        local refund_later = level - need - min(refund_wait, q2 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), level), 0)
       end
     end
-    -- rate.go:282: level -= give
+    -- rate.go:322: level -= give
     level = level - give
-    -- rate.go:283: d.Allowed = true
+    -- rate.go:323: d.Allowed = true
     d_allowed = true
-    -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
-    local t1 = capacity - level
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
-    local q3 = floor(level / drip)
-    if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
-    if q3 * drip < level then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:286-288: if give == 0 {
+    -- rate.go:324: d.Remaining = (a.capacity - level) / a.unit
+    local t3 = capacity - level
+    local q4 = floor(t3 / unit)
+    if q4 * unit > t3 then q4 = q4 - 1 elseif (q4 + 1) * unit <= t3 then q4 = q4 + 1 end
+    d_remaining = q4
+    -- rate.go:325: d.ResetAfter = a.after(behind, level)
+    local q5 = floor(level / drip)
+    if q5 * drip > level then q5 = q5 - 1 elseif (q5 + 1) * drip <= level then q5 = q5 + 1 end
+    if q5 * drip < level then q5 = q5 + 1 end
+    d_reset_after = min(level, 1) * behind + q5
+    -- rate.go:326-328: if give == 0 {
     if give == 0 then
-      -- rate.go:287: return 0
+      -- rate.go:327: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:289: s.level, s.unit = level, a.unit
+    -- rate.go:329: s.level, s.unit = level, a.unit
     s_level, s_unit = level, unit
-    -- rate.go:290: return max(d.ResetAfter, 1)
+    -- rate.go:330: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:292: d.Allowed = level+need <= a.capacity
+  -- rate.go:332: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:293-298: if d.Allowed {
+  -- rate.go:333-338: if d.Allowed {
   if d_allowed then
-    -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
-    local q4 = floor(level / drip)
-    if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
-    if q4 * drip < level then q4 = q4 + 1 end
-    d_delay = q4
-    -- rate.go:295-297: if !req.Peek {
+    -- rate.go:334: d.Delay = a.after(behind, level)
+    local q6 = floor(level / drip)
+    if q6 * drip > level then q6 = q6 - 1 elseif (q6 + 1) * drip <= level then q6 = q6 + 1 end
+    if q6 * drip < level then q6 = q6 + 1 end
+    d_delay = min(level, 1) * behind + q6
+    -- rate.go:335-337: if !req.Peek {
     if not peek then
-      -- rate.go:296: level += need
+      -- rate.go:336: level += need
       level = level + need
     end
   end
-  -- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
-  local t5 = capacity - level
-  local q6 = floor(t5 / unit)
-  if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
-  d_remaining = q6
-  -- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
-  local q7 = floor(level / drip)
-  if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
-  if q7 * drip < level then q7 = q7 + 1 end
-  d_reset_after = q7
-  -- rate.go:301-304: if !d.Allowed {
+  -- rate.go:339: d.Remaining = (a.capacity - level) / a.unit
+  local t7 = capacity - level
+  local q8 = floor(t7 / unit)
+  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
+  d_remaining = q8
+  -- rate.go:340: d.ResetAfter = a.after(behind, level)
+  local q9 = floor(level / drip)
+  if q9 * drip > level then q9 = q9 - 1 elseif (q9 + 1) * drip <= level then q9 = q9 + 1 end
+  if q9 * drip < level then q9 = q9 + 1 end
+  d_reset_after = min(level, 1) * behind + q9
+  -- rate.go:341-344: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-    local t8 = level + need - capacity
-    local q9 = floor(t8 / drip)
-    if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
-    if q9 * drip < t8 then q9 = q9 + 1 end
-    d_retry_after = q9
-    -- rate.go:303: return 0
+    -- rate.go:342: d.RetryAfter = behind + ceilDiv(level+need-a.capacity, a.drip)
+    local t10 = level + need - capacity
+    local q11 = floor(t10 / drip)
+    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
+    if q11 * drip < t10 then q11 = q11 + 1 end
+    d_retry_after = behind + q11
+    -- rate.go:343: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:305-307: if req.Peek {
+  -- rate.go:345-347: if req.Peek {
   if peek then
-    -- rate.go:306: return 0
+    -- rate.go:346: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:308: s.level, s.unit = level, a.unit
+  -- rate.go:348: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:309: return d.ResetAfter
+  -- rate.go:349: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
@@ -520,13 +561,15 @@ end
 local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, refund, act)
   local s_level, s_last, s_unit = sv_[1], sv_[2], sv_[3]
   local unit, drip, capacity, fill, burst = av_[1], av_[2], av_[3], av_[4], av_[5]
-  -- rate.go:172: deficit := int64(0)
+  -- rate.go:203: deficit := int64(0)
   local deficit = 0
-  -- rate.go:173: top := 3 * a.capacity // the capacity and two more of reservations
-  local top = 3 * capacity
-  -- rate.go:174-180: if live {
+  -- rate.go:204: top := a.top()
+  local top = max(3 * capacity, 4503599627370496)
+  -- rate.go:205: behind := int64(0) // how long before s.last the reading lies
+  local behind = 0
+  -- rate.go:206-213: if live {
   if live then
-    -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:207: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -537,9 +580,11 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:176: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+    -- rate.go:208: deficit = a.drain(deficit, req.Now-s.last, top/a.drip+1)
+    local q1 = floor(top / drip)
+    if q1 * drip > top then q1 = q1 - 1 elseif (q1 + 1) * drip <= top then q1 = q1 + 1 end
     do -- drain
-      local drain_elapsed, drain_span = now - s_last, 3 * fill
+      local drain_elapsed, drain_span = now - s_last, q1 + 1
       -- rate.go:57-59: if elapsed <= 0 {
       if drain_elapsed <= 0 then
         -- rate.go:58: return level
@@ -552,105 +597,113 @@ local function decide_token_bucket(now, cost, peek, live, sv_, av_, max_delay, r
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:177: s.last = max(s.last, req.Now)
+    -- rate.go:209: behind = max(s.last-req.Now, 0)
+    behind = max(s_last - now, 0)
+    -- rate.go:210: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:179: s.last = req.Now
+    -- rate.go:212: s.last = req.Now
     s_last = now
   end
-  -- rate.go:181: need := req.Cost * a.unit
+  -- rate.go:214: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:182: *d = Decision{Limit: a.burst}
+  -- rate.go:215: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:183-196: if req.Refund {
+  -- rate.go:216-229: if req.Refund {
   if refund then
-    -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    -- rate.go:219: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t2 = max(3 * capacity, 4503599627370496)
+        local q3 = floor(t2 / drip)
+        if q3 * drip > t2 then q3 = q3 - 1 elseif (q3 + 1) * drip <= t2 then q3 = q3 + 1 end
+        local refund_later = deficit - capacity - min(refund_wait, q3 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), deficit), 0)
       end
     end
-    -- rate.go:187: deficit -= give
+    -- rate.go:220: deficit -= give
     deficit = deficit - give
-    -- rate.go:188: d.Allowed = true
+    -- rate.go:221: d.Allowed = true
     d_allowed = true
-    -- rate.go:189: d.Remaining = max(a.capacity-deficit, 0) / a.unit
-    local t1 = max(capacity - deficit, 0)
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:190: d.ResetAfter = ceilDiv(deficit, a.drip)
-    local q3 = floor(deficit / drip)
-    if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
-    if q3 * drip < deficit then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:191-193: if give == 0 {
+    -- rate.go:222: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    local t4 = max(capacity - deficit, 0)
+    local q5 = floor(t4 / unit)
+    if q5 * unit > t4 then q5 = q5 - 1 elseif (q5 + 1) * unit <= t4 then q5 = q5 + 1 end
+    d_remaining = q5
+    -- rate.go:223: d.ResetAfter = a.after(behind, deficit)
+    local q6 = floor(deficit / drip)
+    if q6 * drip > deficit then q6 = q6 - 1 elseif (q6 + 1) * drip <= deficit then q6 = q6 + 1 end
+    if q6 * drip < deficit then q6 = q6 + 1 end
+    d_reset_after = min(deficit, 1) * behind + q6
+    -- rate.go:224-226: if give == 0 {
     if give == 0 then
-      -- rate.go:192: return 0
+      -- rate.go:225: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
     end
-    -- rate.go:194: s.level, s.unit = deficit, a.unit
+    -- rate.go:227: s.level, s.unit = deficit, a.unit
     s_level, s_unit = deficit, unit
-    -- rate.go:195: return max(d.ResetAfter, 1)
+    -- rate.go:228: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), {s_level, s_last, s_unit}
   end
-  -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
-  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:198: d.Allowed = deficit+need <= room
+  -- rate.go:231: room := a.capacity + a.reach(req.MaxDelay-behind)
+  local t7 = max(3 * capacity, 4503599627370496) - capacity
+  local q8 = floor(t7 / drip)
+  if q8 * drip > t7 then q8 = q8 - 1 elseif (q8 + 1) * drip <= t7 then q8 = q8 + 1 end
+  local room = capacity + min(max(max_delay - behind, 0), min(315360000000000, q8)) * drip
+  -- rate.go:232: d.Allowed = deficit+need <= room
   d_allowed = deficit + need <= room
-  -- rate.go:199-204: if d.Allowed {
+  -- rate.go:233-238: if d.Allowed {
   if d_allowed then
-    -- rate.go:200: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
-    local t4 = max(deficit + need - capacity, 0)
-    local q5 = floor(t4 / drip)
-    if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
-    if q5 * drip < t4 then q5 = q5 + 1 end
-    d_delay = q5
-    -- rate.go:201-203: if !req.Peek {
-    if not peek then
-      -- rate.go:202: deficit += need
-      deficit = deficit + need
-    end
-  end
-  -- rate.go:205: d.Remaining = max(a.capacity-deficit, 0) / a.unit
-  local t6 = max(capacity - deficit, 0)
-  local q7 = floor(t6 / unit)
-  if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
-  d_remaining = q7
-  -- rate.go:206: d.ResetAfter = ceilDiv(deficit, a.drip)
-  local q8 = floor(deficit / drip)
-  if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
-  if q8 * drip < deficit then q8 = q8 + 1 end
-  d_reset_after = q8
-  -- rate.go:207-210: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:208: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
-    local t9 = deficit + need - room
+    -- rate.go:234: d.Delay = a.after(behind, max(deficit+need-a.capacity, 0))
+    local t9 = max(deficit + need - capacity, 0)
     local q10 = floor(t9 / drip)
     if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
     if q10 * drip < t9 then q10 = q10 + 1 end
-    d_retry_after = q10
-    -- rate.go:209: return 0
+    d_delay = min(max(deficit + need - capacity, 0), 1) * behind + q10
+    -- rate.go:235-237: if !req.Peek {
+    if not peek then
+      -- rate.go:236: deficit += need
+      deficit = deficit + need
+    end
+  end
+  -- rate.go:239: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  local t11 = max(capacity - deficit, 0)
+  local q12 = floor(t11 / unit)
+  if q12 * unit > t11 then q12 = q12 - 1 elseif (q12 + 1) * unit <= t11 then q12 = q12 + 1 end
+  d_remaining = q12
+  -- rate.go:240: d.ResetAfter = a.after(behind, deficit)
+  local q13 = floor(deficit / drip)
+  if q13 * drip > deficit then q13 = q13 - 1 elseif (q13 + 1) * drip <= deficit then q13 = q13 + 1 end
+  if q13 * drip < deficit then q13 = q13 + 1 end
+  d_reset_after = min(deficit, 1) * behind + q13
+  -- rate.go:241-244: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:242: d.RetryAfter = behind + ceilDiv(deficit+need-room, a.drip)
+    local t14 = deficit + need - room
+    local q15 = floor(t14 / drip)
+    if q15 * drip > t14 then q15 = q15 - 1 elseif (q15 + 1) * drip <= t14 then q15 = q15 + 1 end
+    if q15 * drip < t14 then q15 = q15 + 1 end
+    d_retry_after = behind + q15
+    -- rate.go:243: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:211-213: if req.Peek {
+  -- rate.go:245-247: if req.Peek {
   if peek then
-    -- rate.go:212: return 0
+    -- rate.go:246: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, nil
   end
-  -- rate.go:214: s.level, s.unit = deficit, a.unit
+  -- rate.go:248: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:215: return d.ResetAfter
+  -- rate.go:249: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, {s_level, s_last, s_unit}
 end
@@ -715,14 +768,15 @@ local function decide_sliding_log(now, cost, peek, live, sv_, av_, max_delay, re
   end
   local remaining = max(limit - used - cost, 0)
   used = used + cost
-  -- The request's place: behind every entry timed at or before now.
+  -- The request's time: now, or the newest entry's time when now lies
+  -- behind it. Its place: behind every entry timed at or before that.
+  newest = max(newest, now)
   local pos = n
-  while pos > first and sv_[b + 2 * pos - 1] > now do pos = pos - 1 end
+  while pos > first and sv_[b + 2 * pos - 1] > newest do pos = pos - 1 end
   local nxt, k = {-1, used}, 2
   for j = b + 2 * first + 1, b + 2 * pos do k = k + 1; nxt[k] = sv_[j] end
-  nxt[k + 1], nxt[k + 2], k = now, cost, k + 2
+  nxt[k + 1], nxt[k + 2], k = newest, cost, k + 2
   for j = b + 2 * pos + 1, nf do k = k + 1; nxt[k] = sv_[j] end
-  newest = max(newest, now)
   reset = newest + period - now
   return true, limit, remaining, 0, reset, 0, reset, nxt
 end

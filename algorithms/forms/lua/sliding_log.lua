@@ -156,7 +156,9 @@ else
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', format('%.0f', cutoff))
 end
 seq = seq + 1
-redis.call('ZADD', KEYS[1], format('%.0f', now), format('%.0f', seq) .. ':' .. format('%.0f', cost),
+-- A reading older than the newest entry is logged at the newest entry's
+-- time (slidingLog.Decide).
+redis.call('ZADD', KEYS[1], format('%.0f', newest), format('%.0f', seq) .. ':' .. format('%.0f', cost),
   '-inf', 'x:' .. format('%.0f', now + reset),
   '-inf', 'y:' .. format('%.0f', used + cost) .. ':' .. format('%.0f', seq) .. ':' .. format('%.0f', newest))
 redis.call('PEXPIRE', KEYS[1], max(idiv(reset + 999, 1000), 1) + slack)

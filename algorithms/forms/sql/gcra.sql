@@ -3,7 +3,7 @@
 -- gcra: the SQL form of the algorithm in algorithms/rate.go (gcra.decide). Calling convention: see
 --    algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state: [tat, frac, drip],
 --    or NULL for a key with no live state. A comment before each step names the Go line it comes
---    from (file:line: its text), as here: rate.go:382-431: func (a *gcra) decide(s *gcraState, live
+--    from (file:line: its text), as here: rate.go:425-489: func (a *gcra) decide(s *gcraState, live
 --    bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,19 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_caa21851(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_a4c3bcfd(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_gcra_caa21851(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_a4c3bcfd(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:337: type gcraState struct {
+    -- the stored state: rate.go:377: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
@@ -45,95 +45,115 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:344: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:384: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:393: raw := us*a.drip + frac
-    v_raw bigint := CASE
+    -- rate.go:427: top := a.top()
+    v_top bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_caa21851(format('gcra state %s', state))
-        ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
-            + CASE
-                WHEN st_drip <> arg_drip
-                    THEN least(
-                        floor(st_frac::float8 / st_drip::float8 * arg_drip::float8),
-                        9007199254740992)::bigint
-                ELSE st_frac
-            END
+            THEN ratelimit_corrupt_a4c3bcfd(format('gcra state %s', state))
+        ELSE greatest(3 * arg_capacity, 4503599627370496)
     END;
-    -- ahead as this if leaves it: rate.go:386-396: if live && s.tat >= req.Now {
-    v_ahead_2 bigint := CASE
-        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
-        ELSE 0
+    -- the condition of rate.go:431-441: if live && s.tat >= req.Now {
+    v_if_1 boolean := (state IS NOT NULL) AND st_tat >= now_us;
+    -- frac as this if leaves it: rate.go:434-436: if s.drip != a.drip {
+    v_frac_2 bigint := CASE
+        WHEN st_drip <> arg_drip
+            THEN least(
+                floor(st_frac::float8 / st_drip::float8 * arg_drip::float8),
+                9007199254740992)::bigint
+        ELSE st_frac
     END;
+    -- rate.go:438: raw := max(min(over, top/a.drip+1), 0)*a.drip + frac
+    v_raw bigint := greatest(least(st_tat - now_us, v_top / arg_drip + 1), 0) * arg_drip + v_frac_2;
+    v_ahead_3 bigint;
+    v_ahead_4 bigint;
     v_ahead_6 bigint;
     v_d_allowed boolean;
-    v_give bigint;
+    v_d_reset_after_3 bigint;
+    v_d_reset_after_6 bigint;
+    v_give_2 bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:399-411: if req.Refund {
+    -- rate.go:444-462: if req.Refund {
     IF refund THEN
-        -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
-        v_give := CASE
+        -- give as this if leaves it: rate.go:446-448: if capped {
+        v_give_2 := CASE
+            WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END THEN 0
             WHEN act - now_us < 0 THEN 0
             ELSE greatest(
                 least(
                     cost * arg_unit
                         - greatest(
-                            v_ahead_2 - arg_capacity - least(act - now_us, 4 * arg_fill) * arg_drip,
+                            CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END
+                                - arg_capacity
+                                - least(act - now_us, v_top / arg_drip + 1) * arg_drip,
                             0),
-                    v_ahead_2),
+                    CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END),
                 0)
         END;
-        -- rate.go:405-407: if give == 0 {
-        IF v_give = 0 THEN
-            -- rate.go:406: return 0
+        -- rate.go:449: ahead -= give
+        v_ahead_3 := CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END - v_give_2;
+        -- d_reset_after as this if leaves it: rate.go:453-455: if capped {
+        v_d_reset_after_3 := CASE
+            WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END
+                THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                    + (CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END + arg_drip - 1) / arg_drip
+            ELSE (v_ahead_3 + arg_drip - 1) / arg_drip
+        END;
+        -- rate.go:456-458: if give == 0 {
+        IF v_give_2 = 0 THEN
+            -- rate.go:457: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
                 arg_burst,
-                greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                greatest(arg_capacity - v_ahead_3, 0) / arg_unit,
                 0,
-                (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_3,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:410: return max(d.ResetAfter, 1)
+        -- rate.go:461: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
-                now_us + (v_ahead_2 - v_give) / arg_drip,
-                v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
+                now_us + v_ahead_3 / arg_drip,
+                v_ahead_3 - v_ahead_3 / arg_drip * arg_drip,
                 arg_drip],
-            greatest((v_ahead_2 - v_give + arg_drip - 1) / arg_drip, 1),
+            greatest(v_d_reset_after_3, 1),
             true,
             arg_burst,
-            greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+            greatest(arg_capacity - v_ahead_3, 0) / arg_unit,
             0,
-            (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+            v_d_reset_after_3,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
-    v_room := least(
-        arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
-        3 * arg_capacity);
-    -- rate.go:413: d.Allowed = ahead+need <= room
-    v_d_allowed := v_ahead_2 + cost * arg_unit <= v_room;
-    -- ahead as this if leaves it: rate.go:414-419: if d.Allowed {
+    -- rate.go:463: room := a.capacity + a.reach(req.MaxDelay)
+    v_room := arg_capacity
+        + least(greatest(max_delay, 0), least(315360000000000, (v_top - arg_capacity) / arg_drip))
+            * arg_drip;
+    -- rate.go:468: ahead += need
+    v_ahead_4 := CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END + cost * arg_unit;
+    -- rate.go:464: d.Allowed = ahead+need <= room && !capped
+    v_d_allowed := v_ahead_4 <= v_room AND NOT CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END;
+    -- ahead as this if leaves it: rate.go:465-470: if d.Allowed {
     v_ahead_6 := CASE
         WHEN v_d_allowed
-            THEN CASE WHEN NOT peek THEN v_ahead_2 + cost * arg_unit ELSE v_ahead_2 END
-        ELSE v_ahead_2
+            THEN CASE WHEN NOT peek THEN v_ahead_4 WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END
+        WHEN v_if_1 THEN least(v_raw, v_top)
+        ELSE 0
     END;
-    -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
-    IF (peek
-        OR NOT v_d_allowed
-            AND NOT CASE
-                WHEN (state IS NOT NULL) AND st_tat >= now_us
-                    THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
-                ELSE false
-            END) THEN
-        -- rate.go:426: return 0
+    -- d_reset_after as this if leaves it: rate.go:473-475: if capped {
+    v_d_reset_after_6 := CASE
+        WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END
+            THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                + (CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END + arg_drip - 1) / arg_drip
+        ELSE (v_ahead_6 + arg_drip - 1) / arg_drip
+    END;
+    -- rate.go:476-482: if !d.Allowed {; rate.go:483-485: if req.Peek {
+    IF NOT v_d_allowed OR peek THEN
+        -- rate.go:481: return 0; rate.go:484: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -141,171 +161,187 @@ BEGIN
             greatest(arg_capacity - v_ahead_6, 0) / arg_unit,
             CASE
                 WHEN NOT v_d_allowed
-                    THEN (v_ahead_6 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
+                    THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                        + 1
+                        - (v_room
+                            - cost * arg_unit
+                            - CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END
+                            + arg_drip)
+                            / arg_drip
                 ELSE 0
             END,
-            (v_ahead_6 + arg_drip - 1) / arg_drip,
+            v_d_reset_after_6,
             CASE
                 WHEN v_d_allowed
-                    THEN (greatest(v_ahead_2 + cost * arg_unit - arg_capacity, 0)
+                    THEN (greatest(v_ahead_4 - arg_capacity, 0)
                         + arg_drip - 1) / arg_drip
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:430: return d.ResetAfter
+    -- rate.go:488: return d.ResetAfter
     RETURN ROW(ARRAY[
             now_us + v_ahead_6 / arg_drip,
             v_ahead_6 - v_ahead_6 / arg_drip * arg_drip,
             arg_drip],
-        (v_ahead_6 + arg_drip - 1) / arg_drip,
+        v_d_reset_after_6,
         v_d_allowed,
         arg_burst,
         greatest(arg_capacity - v_ahead_6, 0) / arg_unit,
-        CASE
-            WHEN NOT v_d_allowed
-                THEN (v_ahead_6 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
-            ELSE 0
-        END,
-        (v_ahead_6 + arg_drip - 1) / arg_drip,
+        0,
+        v_d_reset_after_6,
         CASE
             WHEN v_d_allowed
-                THEN (greatest(v_ahead_2 + cost * arg_unit - arg_capacity, 0)
+                THEN (greatest(v_ahead_4 - arg_capacity, 0)
                     + arg_drip - 1) / arg_drip
             ELSE 0
         END)::ratelimit_step;
 END
 $$;
 
--- ratelimit_gcra_row_caa21851 is the same decision for a request that consumes (not a peek), in the shape a
+-- ratelimit_gcra_row_a4c3bcfd is the same decision for a request that consumes (not a peek), in the shape a
 --    store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_gcra_row_caa21851(
+CREATE OR REPLACE FUNCTION ratelimit_gcra_row_a4c3bcfd(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:337: type gcraState struct {
+    -- the stored state: rate.go:377: type gcraState struct {
     st_tat bigint := state[1];
     st_frac bigint := state[2];
     st_drip bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:344: func (s *gcraState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:384: func (s *gcraState)
     --    valid() bool { return s.drip > 0 && s.frac < s.drip }
-    -- rate.go:393: raw := us*a.drip + frac
-    v_raw bigint := CASE
+    -- rate.go:427: top := a.top()
+    v_top bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_tat, st_frac, st_drip) < 0
             OR greatest(st_tat, st_frac, st_drip) > 9007199254740992
             OR NOT (st_drip > 0 AND st_frac < st_drip))
-            THEN ratelimit_corrupt_caa21851(format('gcra state %s', state))
-        ELSE greatest(least(st_tat - now_us, 3 * arg_fill), 0) * arg_drip
-            + CASE
-                WHEN st_drip <> arg_drip
-                    THEN least(
-                        floor(st_frac::float8 / st_drip::float8 * arg_drip::float8),
-                        9007199254740992)::bigint
-                ELSE st_frac
-            END
+            THEN ratelimit_corrupt_a4c3bcfd(format('gcra state %s', state))
+        ELSE greatest(3 * arg_capacity, 4503599627370496)
     END;
-    -- ahead as this if leaves it: rate.go:386-396: if live && s.tat >= req.Now {
-    v_ahead_2 bigint := CASE
-        WHEN (state IS NOT NULL) AND st_tat >= now_us THEN least(v_raw, 3 * arg_capacity)
-        ELSE 0
+    -- the condition of rate.go:431-441: if live && s.tat >= req.Now {
+    v_if_1 boolean := (state IS NOT NULL) AND st_tat >= now_us;
+    -- frac as this if leaves it: rate.go:434-436: if s.drip != a.drip {
+    v_frac_2 bigint := CASE
+        WHEN st_drip <> arg_drip
+            THEN least(
+                floor(st_frac::float8 / st_drip::float8 * arg_drip::float8),
+                9007199254740992)::bigint
+        ELSE st_frac
     END;
+    -- rate.go:438: raw := max(min(over, top/a.drip+1), 0)*a.drip + frac
+    v_raw bigint := greatest(least(st_tat - now_us, v_top / arg_drip + 1), 0) * arg_drip + v_frac_2;
+    v_ahead_3 bigint;
     v_ahead_4 bigint;
-    v_give bigint;
+    v_d_reset_after_3 bigint;
+    v_d_reset_after_6 bigint;
+    v_give_2 bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:399-411: if req.Refund {
+    -- rate.go:444-462: if req.Refund {
     IF false THEN
-        -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
-        v_give := CASE
+        -- give as this if leaves it: rate.go:446-448: if capped {
+        v_give_2 := CASE
+            WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END THEN 0
             WHEN 0 - now_us < 0 THEN 0
             ELSE greatest(
                 least(
                     cost * arg_unit
                         - greatest(
-                            v_ahead_2 - arg_capacity - least(0 - now_us, 4 * arg_fill) * arg_drip,
+                            CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END
+                                - arg_capacity
+                                - least(0 - now_us, v_top / arg_drip + 1) * arg_drip,
                             0),
-                    v_ahead_2),
+                    CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END),
                 0)
         END;
-        -- rate.go:405-407: if give == 0 {
-        IF v_give = 0 THEN
-            -- rate.go:406: return 0
+        -- rate.go:449: ahead -= give
+        v_ahead_3 := CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END - v_give_2;
+        -- d_reset_after as this if leaves it: rate.go:453-455: if capped {
+        v_d_reset_after_3 := CASE
+            WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END
+                THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                    + (CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END + arg_drip - 1) / arg_drip
+            ELSE (v_ahead_3 + arg_drip - 1) / arg_drip
+        END;
+        -- rate.go:456-458: if give == 0 {
+        IF v_give_2 = 0 THEN
+            -- rate.go:457: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
                     arg_burst,
-                    greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                    greatest(arg_capacity - v_ahead_3, 0) / arg_unit,
                     0,
-                    (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                    v_d_reset_after_3,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:410: return max(d.ResetAfter, 1)
+        -- rate.go:461: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
-                now_us + (v_ahead_2 - v_give) / arg_drip,
-                v_ahead_2 - v_give - (v_ahead_2 - v_give) / arg_drip * arg_drip,
+                now_us + v_ahead_3 / arg_drip,
+                v_ahead_3 - v_ahead_3 / arg_drip * arg_drip,
                 arg_drip],
-            now_us + greatest((v_ahead_2 - v_give + arg_drip - 1) / arg_drip, 1),
+            now_us + greatest(v_d_reset_after_3, 1),
             ARRAY[1,
                 arg_burst,
-                greatest(arg_capacity - (v_ahead_2 - v_give), 0) / arg_unit,
+                greatest(arg_capacity - v_ahead_3, 0) / arg_unit,
                 0,
-                (v_ahead_2 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_3,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
-    v_room := least(
-        arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
-        3 * arg_capacity);
-    -- rate.go:417: ahead += need
-    v_ahead_4 := v_ahead_2 + cost * arg_unit;
-    -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
-    IF (NOT v_ahead_4 <= v_room
-        AND NOT CASE
-            WHEN (state IS NOT NULL) AND st_tat >= now_us
-                THEN st_tat - now_us > 3 * arg_fill OR v_raw > 3 * arg_capacity
-            ELSE false
-        END) THEN
-        -- rate.go:426: return 0
+    -- rate.go:463: room := a.capacity + a.reach(req.MaxDelay)
+    v_room := arg_capacity
+        + least(greatest(0, 0), least(315360000000000, (v_top - arg_capacity) / arg_drip))
+            * arg_drip;
+    -- rate.go:468: ahead += need
+    v_ahead_4 := CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END + cost * arg_unit;
+    -- rate.go:476-482: if !d.Allowed {; rate.go:483-485: if req.Peek {
+    IF (NOT (v_ahead_4 <= v_room AND NOT CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END)) THEN
+        -- rate.go:481: return 0; rate.go:484: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
-                greatest(arg_capacity - v_ahead_2, 0) / arg_unit,
-                (v_ahead_4 - v_room + arg_drip - 1) / arg_drip,
-                (v_ahead_2 + arg_drip - 1) / arg_drip,
+                greatest(arg_capacity - CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END, 0)
+                    / arg_unit,
+                CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                    + 1
+                    - (v_room
+                        - cost * arg_unit
+                        - CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END
+                        + arg_drip)
+                        / arg_drip,
+                CASE
+                    WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END
+                        THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                            + (CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END + arg_drip - 1) / arg_drip
+                    ELSE (CASE WHEN v_if_1 THEN least(v_raw, v_top) ELSE 0 END
+                        + arg_drip - 1) / arg_drip
+                END,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:413: d.Allowed = ahead+need <= room
-    IF v_ahead_4 <= v_room THEN
-        -- rate.go:430: return d.ResetAfter
-        RETURN ROW(ARRAY[
-                now_us + v_ahead_4 / arg_drip,
-                v_ahead_4 - v_ahead_4 / arg_drip * arg_drip,
-                arg_drip],
-            now_us + (v_ahead_4 + arg_drip - 1) / arg_drip,
-            ARRAY[1,
-                arg_burst,
-                greatest(arg_capacity - v_ahead_4, 0) / arg_unit,
-                0,
-                (v_ahead_4 + arg_drip - 1) / arg_drip,
-                (greatest(v_ahead_4 - arg_capacity, 0)
-                    + arg_drip - 1) / arg_drip])::ratelimit_row_step;
-    END IF;
-    -- rate.go:430: return d.ResetAfter
+    -- d_reset_after as this if leaves it: rate.go:473-475: if capped {
+    v_d_reset_after_6 := CASE
+        WHEN CASE WHEN v_if_1 THEN v_raw > v_top ELSE false END
+            THEN CASE WHEN v_if_1 THEN st_tat - now_us ELSE 0 END
+                + (CASE WHEN v_if_1 THEN v_frac_2 ELSE 0 END + arg_drip - 1) / arg_drip
+        ELSE (v_ahead_4 + arg_drip - 1) / arg_drip
+    END;
+    -- rate.go:488: return d.ResetAfter
     RETURN ROW(ARRAY[
-            now_us + v_ahead_2 / arg_drip,
-            v_ahead_2 - v_ahead_2 / arg_drip * arg_drip,
+            now_us + v_ahead_4 / arg_drip,
+            v_ahead_4 - v_ahead_4 / arg_drip * arg_drip,
             arg_drip],
-        now_us + (v_ahead_2 + arg_drip - 1) / arg_drip,
-        ARRAY[0,
+        now_us + v_d_reset_after_6,
+        ARRAY[1,
             arg_burst,
-            greatest(arg_capacity - v_ahead_2, 0) / arg_unit,
-            (v_ahead_4 - v_room + arg_drip - 1) / arg_drip,
-            (v_ahead_2 + arg_drip - 1) / arg_drip,
-            0])::ratelimit_row_step;
+            greatest(arg_capacity - v_ahead_4, 0) / arg_unit,
+            0,
+            v_d_reset_after_6,
+            (greatest(v_ahead_4 - arg_capacity, 0) + arg_drip - 1) / arg_drip])::ratelimit_row_step;
 END
 $$;

@@ -3,7 +3,7 @@
 -- leaky_bucket: the SQL form of the algorithm in algorithms/rate.go (leakyBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:269-310: func (a
+--    the Go line it comes from (file:line: its text), as here: rate.go:307-350: func (a
 --    *leakyBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,19 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_b04cebc9(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_c8c0788c(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_b04cebc9(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_c8c0788c(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:101: type bucketState struct {
+    -- the stored state: rate.go:125: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
@@ -45,51 +45,55 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:132: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- level as this if leaves it: rate.go:271-277: if live {
-    v_level_3 bigint := CASE
+    -- behind as this if leaves it: rate.go:310-317: if live {
+    v_behind_2 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_b04cebc9(format('leaky_bucket state %s', state))
-        ELSE CASE
-            WHEN (state IS NOT NULL)
-                THEN CASE
-                    WHEN now_us - st_last <= 0
-                        THEN CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
-                            ELSE least(
-                                least(
-                                    floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
-                                    9007199254740992)::bigint,
-                                arg_capacity)
-                        END
-                    WHEN now_us - st_last >= arg_fill THEN 0
-                    ELSE greatest(
-                        CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
-                            ELSE least(
-                                least(
-                                    floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
-                                    9007199254740992)::bigint,
-                                arg_capacity)
-                        END
-                            - (now_us - st_last) * arg_drip,
-                        0)
-                END
-            ELSE 0
-        END
+            THEN ratelimit_corrupt_c8c0788c(format('leaky_bucket state %s', state))
+        ELSE CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+    END;
+    -- level as this if leaves it: rate.go:310-317: if live {
+    v_level_3 bigint := CASE
+        WHEN (state IS NOT NULL)
+            THEN CASE
+                WHEN now_us - st_last <= 0
+                    THEN CASE
+                        WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
+                        ELSE least(
+                            least(
+                                floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
+                                9007199254740992)::bigint,
+                            arg_capacity)
+                    END
+                WHEN now_us - st_last >= arg_fill THEN 0
+                ELSE greatest(
+                    CASE
+                        WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
+                        ELSE least(
+                            least(
+                                floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
+                                9007199254740992)::bigint,
+                            arg_capacity)
+                    END
+                        - (now_us - st_last) * arg_drip,
+                    0)
+            END
+        ELSE 0
     END;
     v_d_allowed boolean;
+    v_d_reset_after_1 bigint;
+    v_d_reset_after_2 bigint;
     v_give bigint;
     v_level_7 bigint;
 BEGIN
-    -- rate.go:280-291: if req.Refund {
+    -- rate.go:320-331: if req.Refund {
     IF refund THEN
-        -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+        -- rate.go:321: give := a.refund(level, need, need, req.Act-s.last)
         v_give := CASE
             WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -106,48 +110,53 @@ BEGIN
                                             WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
                                             ELSE now_us
                                         END,
-                                    4 * arg_fill)
+                                    greatest(3 * arg_capacity, 4503599627370496) / arg_drip + 1)
                                     * arg_drip,
                             0),
                     v_level_3),
                 0)
         END;
-        -- rate.go:286-288: if give == 0 {
+        -- rate.go:325: d.ResetAfter = a.after(behind, level)
+        v_d_reset_after_1 := least(v_level_3 - v_give, 1) * v_behind_2
+            + (v_level_3 - v_give + arg_drip - 1) / arg_drip;
+        -- rate.go:326-328: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:287: return 0
+            -- rate.go:327: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
                 arg_burst,
                 (arg_capacity - (v_level_3 - v_give)) / arg_unit,
                 0,
-                (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_1,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:290: return max(d.ResetAfter, 1)
+        -- rate.go:330: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_level_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
                 arg_unit],
-            greatest((v_level_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            greatest(v_d_reset_after_1, 1),
             true,
             arg_burst,
             (arg_capacity - (v_level_3 - v_give)) / arg_unit,
             0,
-            (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+            v_d_reset_after_1,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:292: d.Allowed = level+need <= a.capacity
+    -- rate.go:332: d.Allowed = level+need <= a.capacity
     v_d_allowed := v_level_3 + cost * arg_unit <= arg_capacity;
-    -- level as this if leaves it: rate.go:293-298: if d.Allowed {
+    -- level as this if leaves it: rate.go:333-338: if d.Allowed {
     v_level_7 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_level_3 + cost * arg_unit ELSE v_level_3 END
         ELSE v_level_3
     END;
-    -- rate.go:301-304: if !d.Allowed {; rate.go:305-307: if req.Peek {
+    -- rate.go:340: d.ResetAfter = a.after(behind, level)
+    v_d_reset_after_2 := least(v_level_7, 1) * v_behind_2 + (v_level_7 + arg_drip - 1) / arg_drip;
+    -- rate.go:341-344: if !d.Allowed {; rate.go:345-347: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:303: return 0; rate.go:306: return 0
+        -- rate.go:343: return 0; rate.go:346: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -155,56 +164,61 @@ BEGIN
             (arg_capacity - v_level_7) / arg_unit,
             CASE
                 WHEN NOT v_d_allowed
-                    THEN (v_level_7 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
+                    THEN v_behind_2
+                        + (v_level_7 + cost * arg_unit - arg_capacity + arg_drip - 1) / arg_drip
                 ELSE 0
             END,
-            (v_level_7 + arg_drip - 1) / arg_drip,
+            v_d_reset_after_2,
             CASE
-                WHEN v_d_allowed THEN (v_level_3 + arg_drip - 1) / arg_drip
+                WHEN v_d_allowed
+                    THEN least(v_level_3, 1) * v_behind_2
+                        + (v_level_3 + arg_drip - 1) / arg_drip
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:309: return d.ResetAfter
+    -- rate.go:349: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_level_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        (v_level_7 + arg_drip - 1) / arg_drip,
+        v_d_reset_after_2,
         v_d_allowed,
         arg_burst,
         (arg_capacity - v_level_7) / arg_unit,
         0,
-        (v_level_7 + arg_drip - 1) / arg_drip,
+        v_d_reset_after_2,
         CASE
-            WHEN v_d_allowed THEN (v_level_3 + arg_drip - 1) / arg_drip
+            WHEN v_d_allowed
+                THEN least(v_level_3, 1) * v_behind_2
+                    + (v_level_3 + arg_drip - 1) / arg_drip
             ELSE 0
         END)::ratelimit_step;
 END
 $$;
 
--- ratelimit_leaky_bucket_row_b04cebc9 is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_leaky_bucket_row_c8c0788c is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_b04cebc9(
+CREATE OR REPLACE FUNCTION ratelimit_leaky_bucket_row_c8c0788c(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:101: type bucketState struct {
+    -- the stored state: rate.go:125: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:132: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:311: level = a.rescale(s.level, s.unit, a.capacity)
     v_level_1 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_b04cebc9(format('leaky_bucket state %s', state))
+            THEN ratelimit_corrupt_c8c0788c(format('leaky_bucket state %s', state))
         ELSE CASE
             WHEN st_unit = arg_unit THEN least(st_level, arg_capacity)
             ELSE least(
@@ -214,7 +228,7 @@ DECLARE
                 arg_capacity)
         END
     END;
-    -- level as this if leaves it: rate.go:271-277: if live {
+    -- level as this if leaves it: rate.go:310-317: if live {
     v_level_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
@@ -224,12 +238,14 @@ DECLARE
             END
         ELSE 0
     END;
+    v_d_reset_after_1 bigint;
+    v_d_reset_after_2 bigint;
     v_give bigint;
     v_level_5 bigint;
 BEGIN
-    -- rate.go:280-291: if req.Refund {
+    -- rate.go:320-331: if req.Refund {
     IF false THEN
-        -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+        -- rate.go:321: give := a.refund(level, need, need, req.Act-s.last)
         v_give := CASE
             WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -246,62 +262,79 @@ BEGIN
                                             WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
                                             ELSE now_us
                                         END,
-                                    4 * arg_fill)
+                                    greatest(3 * arg_capacity, 4503599627370496) / arg_drip + 1)
                                     * arg_drip,
                             0),
                     v_level_3),
                 0)
         END;
-        -- rate.go:286-288: if give == 0 {
+        -- rate.go:325: d.ResetAfter = a.after(behind, level)
+        v_d_reset_after_1 := least(v_level_3 - v_give, 1)
+            * CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+            + (v_level_3 - v_give + arg_drip - 1) / arg_drip;
+        -- rate.go:326-328: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:287: return 0
+            -- rate.go:327: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
                     arg_burst,
                     (arg_capacity - (v_level_3 - v_give)) / arg_unit,
                     0,
-                    (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                    v_d_reset_after_1,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:290: return max(d.ResetAfter, 1)
+        -- rate.go:330: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_level_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
                 arg_unit],
-            now_us + greatest((v_level_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            now_us + greatest(v_d_reset_after_1, 1),
             ARRAY[1,
                 arg_burst,
                 (arg_capacity - (v_level_3 - v_give)) / arg_unit,
                 0,
-                (v_level_3 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_1,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:296: level += need
+    -- rate.go:336: level += need
     v_level_5 := v_level_3 + cost * arg_unit;
-    -- rate.go:301-304: if !d.Allowed {; rate.go:305-307: if req.Peek {
+    -- rate.go:341-344: if !d.Allowed {; rate.go:345-347: if req.Peek {
     IF NOT v_level_5 <= arg_capacity THEN
-        -- rate.go:303: return 0; rate.go:306: return 0
+        -- rate.go:343: return 0; rate.go:346: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
                 (arg_capacity - v_level_3) / arg_unit,
-                (v_level_5 - arg_capacity + arg_drip - 1) / arg_drip,
-                (v_level_3 + arg_drip - 1) / arg_drip,
+                CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+                    + (v_level_5 - arg_capacity + arg_drip - 1) / arg_drip,
+                least(v_level_3, 1)
+                    * CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+                    + (v_level_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:309: return d.ResetAfter
+    -- rate.go:340: d.ResetAfter = a.after(behind, level)
+    v_d_reset_after_2 := least(v_level_5, 1)
+        * CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+        + (v_level_5 + arg_drip - 1) / arg_drip;
+    -- rate.go:349: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_level_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        now_us + (v_level_5 + arg_drip - 1) / arg_drip,
+        now_us + v_d_reset_after_2,
         ARRAY[1,
             arg_burst,
             (arg_capacity - v_level_5) / arg_unit,
             0,
-            (v_level_5 + arg_drip - 1) / arg_drip,
-            (v_level_3 + arg_drip - 1) / arg_drip])::ratelimit_row_step;
+            v_d_reset_after_2,
+            least(v_level_3, 1)
+                * CASE
+                    WHEN (state IS NOT NULL)
+                        THEN greatest(st_last - now_us, 0)
+                    ELSE 0
+                END
+                + (v_level_3 + arg_drip - 1) / arg_drip])::ratelimit_row_step;
 END
 $$;

@@ -30,7 +30,7 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_38122358(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_50cf5ce3(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
@@ -38,7 +38,7 @@ END
 $$;
 
 -- Raises RL001 unless (t, c) is an entry the log could hold.
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_38122358(t bigint, c bigint) RETURNS void
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_entry_50cf5ce3(t bigint, c bigint) RETURNS void
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     IF t IS NULL OR c IS NULL OR t < 0 OR t > 9007199254740992 OR c <= 0 OR c > 9007199254740992 THEN
@@ -48,7 +48,7 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_sliding_log_38122358(
+CREATE OR REPLACE FUNCTION ratelimit_sliding_log_50cf5ce3(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
@@ -86,7 +86,7 @@ BEGIN
         FOR i IN 0 .. n - 1 LOOP
             t := log[2*i + 1];
             c := log[2*i + 2];
-            PERFORM ratelimit_sliding_log_entry_38122358(t, c);
+            PERFORM ratelimit_sliding_log_entry_50cf5ce3(t, c);
             used := used + c;
             IF used > 9007199254740992 THEN
                 RAISE EXCEPTION USING ERRCODE = 'RL001',
@@ -98,7 +98,7 @@ BEGIN
     WHILE lo < n LOOP
         t := log[b + 2*lo + 1];
         c := log[b + 2*lo + 2];
-        PERFORM ratelimit_sliding_log_entry_38122358(t, c);
+        PERFORM ratelimit_sliding_log_entry_50cf5ce3(t, c);
         EXIT WHEN now_us < t + a_period;
         lo := lo + 1;
         used := used - c;
@@ -110,7 +110,7 @@ BEGIN
     IF lo < n THEN
         newest := log[b + 2*n - 1];
         c := log[b + 2*n];
-        PERFORM ratelimit_sliding_log_entry_38122358(newest, c);
+        PERFORM ratelimit_sliding_log_entry_50cf5ce3(newest, c);
     ELSIF used <> 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'RL001',
             MESSAGE = format('ratelimit: corrupt state: sliding log total %s with no live entry', used);
@@ -132,7 +132,7 @@ BEGIN
         WHILE pos < n AND excess > 0 LOOP
             t := log[b + 2*pos + 1];
             c := log[b + 2*pos + 2];
-            PERFORM ratelimit_sliding_log_entry_38122358(t, c);
+            PERFORM ratelimit_sliding_log_entry_50cf5ce3(t, c);
             excess := excess - c;
             IF excess <= 0 THEN
                 r.retry_after := t + a_period - now_us;
@@ -150,18 +150,20 @@ BEGIN
         RETURN r;
     END IF;
     r.remaining := greatest(a_limit - used - cost, 0);
-    -- The request's place: behind every entry timed at or before now.
+    -- The request's time: now, or the newest entry's time when now lies
+    -- behind it (slidingLog.Decide). Its place: behind every entry timed
+    -- at or before that.
+    newest := greatest(newest, now_us);
     pos := n;
     WHILE pos > lo LOOP
         t := log[b + 2*pos - 1];
         c := log[b + 2*pos];
-        PERFORM ratelimit_sliding_log_entry_38122358(t, c);
-        EXIT WHEN t <= now_us;
+        PERFORM ratelimit_sliding_log_entry_50cf5ce3(t, c);
+        EXIT WHEN t <= newest;
         pos := pos - 1;
     END LOOP;
     r.next_state := ARRAY[-1, used + cost] || log[b + 2*lo + 1 : b + 2*pos]
-        || ARRAY[now_us, cost] || log[b + 2*pos + 1 : b + 2*n];
-    newest := greatest(newest, now_us);
+        || ARRAY[newest, cost] || log[b + 2*pos + 1 : b + 2*n];
     r.reset_after := newest + a_period - now_us;
     r.ttl := r.reset_after;
     RETURN r;

@@ -3,7 +3,7 @@
 -- token_bucket: the SQL form of the algorithm in algorithms/rate.go (tokenBucket.decide). Calling
 --    convention: see algorithms/forms/sql.go. args: [unit, drip, capacity, fill, burst]. state:
 --    [level, last, unit], or NULL for a key with no live state. A comment before each step names
---    the Go line it comes from (file:line: its text), as here: rate.go:171-216: func (a
+--    the Go line it comes from (file:line: its text), as here: rate.go:202-250: func (a
 --    *tokenBucket) decide(s *bucketState, live bool, req Request, d *Decision) int64 {
 
 -- The result types shared by every SQL form (ratelimit_step) and row form
@@ -22,19 +22,19 @@ DO $$ BEGIN
 EXCEPTION WHEN duplicate_object THEN NULL;
 END $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_corrupt_ef1e93c3(msg text) RETURNS bigint
+CREATE OR REPLACE FUNCTION ratelimit_corrupt_0556e675(msg text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     RAISE EXCEPTION USING ERRCODE = 'RL001', MESSAGE = 'ratelimit: corrupt state: ' || msg;
 END
 $$;
 
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_ef1e93c3(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_0556e675(
     state bigint[], now_us bigint, cost bigint, peek boolean, args bigint[],
     max_delay bigint, refund boolean, act bigint)
 RETURNS ratelimit_step LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    -- the stored state: rate.go:101: type bucketState struct {
+    -- the stored state: rate.go:125: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
@@ -45,52 +45,60 @@ DECLARE
     arg_capacity bigint := args[3];
     arg_fill bigint := args[4];
     arg_burst bigint := args[5];
-    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:132: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- deficit as this if leaves it: rate.go:174-180: if live {
-    v_deficit_3 bigint := CASE
+    -- behind as this if leaves it: rate.go:206-213: if live {
+    v_behind_2 bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_ef1e93c3(format('token_bucket state %s', state))
-        ELSE CASE
-            WHEN (state IS NOT NULL)
-                THEN CASE
-                    WHEN now_us - st_last <= 0
-                        THEN CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
-                            ELSE least(
-                                least(
-                                    floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
-                                    9007199254740992)::bigint,
-                                3 * arg_capacity)
-                        END
-                    WHEN now_us - st_last >= 3 * arg_fill THEN 0
-                    ELSE greatest(
-                        CASE
-                            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
-                            ELSE least(
-                                least(
-                                    floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
-                                    9007199254740992)::bigint,
-                                3 * arg_capacity)
-                        END
-                            - (now_us - st_last) * arg_drip,
-                        0)
-                END
-            ELSE 0
-        END
+            THEN ratelimit_corrupt_0556e675(format('token_bucket state %s', state))
+        ELSE CASE WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0) ELSE 0 END
+    END;
+    -- deficit as this if leaves it: rate.go:206-213: if live {
+    v_deficit_3 bigint := CASE
+        WHEN (state IS NOT NULL)
+            THEN CASE
+                WHEN now_us - st_last <= 0
+                    THEN CASE
+                        WHEN st_unit = arg_unit
+                            THEN least(st_level, greatest(3 * arg_capacity, 4503599627370496))
+                        ELSE least(
+                            least(
+                                floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
+                                9007199254740992)::bigint,
+                            greatest(3 * arg_capacity, 4503599627370496))
+                    END
+                WHEN now_us - st_last
+                    >= greatest(3 * arg_capacity, 4503599627370496) / arg_drip + 1
+                    THEN 0
+                ELSE greatest(
+                    CASE
+                        WHEN st_unit = arg_unit
+                            THEN least(st_level, greatest(3 * arg_capacity, 4503599627370496))
+                        ELSE least(
+                            least(
+                                floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
+                                9007199254740992)::bigint,
+                            greatest(3 * arg_capacity, 4503599627370496))
+                    END
+                        - (now_us - st_last) * arg_drip,
+                    0)
+            END
+        ELSE 0
     END;
     v_d_allowed boolean;
+    v_d_reset_after_1 bigint;
+    v_d_reset_after_2 bigint;
     v_deficit_7 bigint;
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:183-196: if req.Refund {
+    -- rate.go:216-229: if req.Refund {
     IF refund THEN
-        -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        -- rate.go:219: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
         v_give := CASE
             WHEN act - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -107,52 +115,62 @@ BEGIN
                                             WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
                                             ELSE now_us
                                         END,
-                                    4 * arg_fill)
+                                    greatest(3 * arg_capacity, 4503599627370496) / arg_drip + 1)
                                     * arg_drip,
                             0),
                     v_deficit_3),
                 0)
         END;
-        -- rate.go:191-193: if give == 0 {
+        -- rate.go:223: d.ResetAfter = a.after(behind, deficit)
+        v_d_reset_after_1 := least(v_deficit_3 - v_give, 1) * v_behind_2
+            + (v_deficit_3 - v_give + arg_drip - 1) / arg_drip;
+        -- rate.go:224-226: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:192: return 0
+            -- rate.go:225: return 0
             RETURN ROW(NULL,
                 NULL,
                 true,
                 arg_burst,
                 greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
                 0,
-                (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_1,
                 0)::ratelimit_step;
         END IF;
-        -- rate.go:195: return max(d.ResetAfter, 1)
+        -- rate.go:228: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_deficit_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
                 arg_unit],
-            greatest((v_deficit_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            greatest(v_d_reset_after_1, 1),
             true,
             arg_burst,
             greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
             0,
-            (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+            v_d_reset_after_1,
             0)::ratelimit_step;
     END IF;
-    -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
-    v_room := least(
-        arg_capacity + least(greatest(max_delay, 0), 2 * arg_fill) * arg_drip,
-        3 * arg_capacity);
-    -- rate.go:198: d.Allowed = deficit+need <= room
+    -- rate.go:231: room := a.capacity + a.reach(req.MaxDelay-behind)
+    v_room := arg_capacity
+        + least(
+            greatest(max_delay - v_behind_2, 0),
+            least(
+                315360000000000,
+                (greatest(3 * arg_capacity, 4503599627370496) - arg_capacity) / arg_drip))
+            * arg_drip;
+    -- rate.go:232: d.Allowed = deficit+need <= room
     v_d_allowed := v_deficit_3 + cost * arg_unit <= v_room;
-    -- deficit as this if leaves it: rate.go:199-204: if d.Allowed {
+    -- deficit as this if leaves it: rate.go:233-238: if d.Allowed {
     v_deficit_7 := CASE
         WHEN v_d_allowed
             THEN CASE WHEN NOT peek THEN v_deficit_3 + cost * arg_unit ELSE v_deficit_3 END
         ELSE v_deficit_3
     END;
-    -- rate.go:207-210: if !d.Allowed {; rate.go:211-213: if req.Peek {
+    -- rate.go:240: d.ResetAfter = a.after(behind, deficit)
+    v_d_reset_after_2 := least(v_deficit_7, 1) * v_behind_2
+        + (v_deficit_7 + arg_drip - 1) / arg_drip;
+    -- rate.go:241-244: if !d.Allowed {; rate.go:245-247: if req.Peek {
     IF NOT v_d_allowed OR peek THEN
-        -- rate.go:209: return 0; rate.go:212: return 0
+        -- rate.go:243: return 0; rate.go:246: return 0
         RETURN ROW(NULL,
             NULL,
             v_d_allowed,
@@ -160,88 +178,106 @@ BEGIN
             greatest(arg_capacity - v_deficit_7, 0) / arg_unit,
             CASE
                 WHEN NOT v_d_allowed
-                    THEN (v_deficit_7 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
+                    THEN v_behind_2
+                        + (v_deficit_7 + cost * arg_unit - v_room + arg_drip - 1) / arg_drip
                 ELSE 0
             END,
-            (v_deficit_7 + arg_drip - 1) / arg_drip,
+            v_d_reset_after_2,
             CASE
                 WHEN v_d_allowed
-                    THEN (greatest(
-                        v_deficit_3 + cost * arg_unit - arg_capacity,
-                        0)
-                        + arg_drip - 1) / arg_drip
+                    THEN least(
+                        greatest(v_deficit_3 + cost * arg_unit - arg_capacity, 0),
+                        1)
+                        * v_behind_2
+                        + (greatest(
+                            v_deficit_3 + cost * arg_unit - arg_capacity,
+                            0)
+                            + arg_drip - 1) / arg_drip
                 ELSE 0
             END)::ratelimit_step;
     END IF;
-    -- rate.go:215: return d.ResetAfter
+    -- rate.go:249: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_deficit_7,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        (v_deficit_7 + arg_drip - 1) / arg_drip,
+        v_d_reset_after_2,
         v_d_allowed,
         arg_burst,
         greatest(arg_capacity - v_deficit_7, 0) / arg_unit,
         0,
-        (v_deficit_7 + arg_drip - 1) / arg_drip,
+        v_d_reset_after_2,
         CASE
             WHEN v_d_allowed
-                THEN (greatest(v_deficit_3 + cost * arg_unit - arg_capacity, 0)
-                    + arg_drip - 1) / arg_drip
+                THEN least(
+                    greatest(v_deficit_3 + cost * arg_unit - arg_capacity, 0),
+                    1)
+                    * v_behind_2
+                    + (greatest(v_deficit_3 + cost * arg_unit - arg_capacity, 0)
+                        + arg_drip - 1) / arg_drip
             ELSE 0
         END)::ratelimit_step;
 END
 $$;
 
--- ratelimit_token_bucket_row_ef1e93c3 is the same decision for a request that consumes (not a peek), in the
+-- ratelimit_token_bucket_row_0556e675 is the same decision for a request that consumes (not a peek), in the
 --    shape a store's one-statement update wants it: see algorithms/forms/sql.go (row forms).
-CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_ef1e93c3(
+CREATE OR REPLACE FUNCTION ratelimit_token_bucket_row_0556e675(
     p_state bigint[], p_expires_at bigint, p_now bigint, cost bigint,
     arg_unit bigint, arg_drip bigint, arg_capacity bigint, arg_fill bigint, arg_burst bigint)
 RETURNS ratelimit_row_step LANGUAGE plpgsql VOLATILE PARALLEL SAFE AS $$
 DECLARE
     now_us bigint := coalesce(p_now, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
     state bigint[] := CASE WHEN p_expires_at > now_us THEN p_state END;
-    -- the stored state: rate.go:101: type bucketState struct {
+    -- the stored state: rate.go:125: type bucketState struct {
     st_level bigint := state[1];
     st_last bigint := state[2];
     st_unit bigint := state[3];
-    -- the stored state's check: every field in 0..2^53, and rate.go:108: func (s *bucketState)
+    -- the stored state's check: every field in 0..2^53, and rate.go:132: func (s *bucketState)
     --    valid() bool { return s.unit > 0 }
-    -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
-    v_deficit_1 bigint := CASE
+    -- rate.go:204: top := a.top()
+    v_top bigint := CASE
         WHEN state IS NOT NULL AND (
             cardinality(state) <> 3
             OR least(st_level, st_last, st_unit) < 0
             OR greatest(st_level, st_last, st_unit) > 9007199254740992
             OR NOT st_unit > 0)
-            THEN ratelimit_corrupt_ef1e93c3(format('token_bucket state %s', state))
-        ELSE CASE
-            WHEN st_unit = arg_unit THEN least(st_level, 3 * arg_capacity)
-            ELSE least(
-                least(
-                    floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
-                    9007199254740992)::bigint,
-                3 * arg_capacity)
-        END
+            THEN ratelimit_corrupt_0556e675(format('token_bucket state %s', state))
+        ELSE greatest(3 * arg_capacity, 4503599627370496)
     END;
-    -- deficit as this if leaves it: rate.go:174-180: if live {
+    -- rate.go:207: deficit = a.rescale(s.level, s.unit, top)
+    v_deficit_1 bigint := CASE
+        WHEN st_unit = arg_unit THEN least(st_level, v_top)
+        ELSE least(
+            least(
+                floor(st_level::float8 / st_unit::float8 * arg_unit::float8),
+                9007199254740992)::bigint,
+            v_top)
+    END;
+    -- behind as this if leaves it: rate.go:206-213: if live {
+    v_behind_2 bigint := CASE
+        WHEN (state IS NOT NULL) THEN greatest(st_last - now_us, 0)
+        ELSE 0
+    END;
+    -- deficit as this if leaves it: rate.go:206-213: if live {
     v_deficit_3 bigint := CASE
         WHEN (state IS NOT NULL)
             THEN CASE
                 WHEN now_us - st_last <= 0 THEN v_deficit_1
-                WHEN now_us - st_last >= 3 * arg_fill THEN 0
+                WHEN now_us - st_last >= v_top / arg_drip + 1 THEN 0
                 ELSE greatest(v_deficit_1 - (now_us - st_last) * arg_drip, 0)
             END
         ELSE 0
     END;
+    v_d_reset_after_1 bigint;
+    v_d_reset_after_2 bigint;
     v_deficit_5 bigint;
     v_give bigint;
     v_room bigint;
 BEGIN
-    -- rate.go:183-196: if req.Refund {
+    -- rate.go:216-229: if req.Refund {
     IF false THEN
-        -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+        -- rate.go:219: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
         v_give := CASE
             WHEN 0 - CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END
                 < 0
@@ -258,67 +294,76 @@ BEGIN
                                             WHEN (state IS NOT NULL) THEN greatest(st_last, now_us)
                                             ELSE now_us
                                         END,
-                                    4 * arg_fill)
+                                    v_top / arg_drip + 1)
                                     * arg_drip,
                             0),
                     v_deficit_3),
                 0)
         END;
-        -- rate.go:191-193: if give == 0 {
+        -- rate.go:223: d.ResetAfter = a.after(behind, deficit)
+        v_d_reset_after_1 := least(v_deficit_3 - v_give, 1) * v_behind_2
+            + (v_deficit_3 - v_give + arg_drip - 1) / arg_drip;
+        -- rate.go:224-226: if give == 0 {
         IF v_give = 0 THEN
-            -- rate.go:192: return 0
+            -- rate.go:225: return 0
             RETURN ROW(NULL,
                 NULL,
                 ARRAY[1,
                     arg_burst,
                     greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
                     0,
-                    (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                    v_d_reset_after_1,
                     0])::ratelimit_row_step;
         END IF;
-        -- rate.go:195: return max(d.ResetAfter, 1)
+        -- rate.go:228: return max(d.ResetAfter, 1)
         RETURN ROW(ARRAY[
                 v_deficit_3 - v_give,
                 CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
                 arg_unit],
-            now_us + greatest((v_deficit_3 - v_give + arg_drip - 1) / arg_drip, 1),
+            now_us + greatest(v_d_reset_after_1, 1),
             ARRAY[1,
                 arg_burst,
                 greatest(arg_capacity - (v_deficit_3 - v_give), 0) / arg_unit,
                 0,
-                (v_deficit_3 - v_give + arg_drip - 1) / arg_drip,
+                v_d_reset_after_1,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
-    v_room := least(
-        arg_capacity + least(greatest(0, 0), 2 * arg_fill) * arg_drip,
-        3 * arg_capacity);
-    -- rate.go:202: deficit += need
+    -- rate.go:231: room := a.capacity + a.reach(req.MaxDelay-behind)
+    v_room := arg_capacity
+        + least(
+            greatest(0 - v_behind_2, 0),
+            least(315360000000000, (v_top - arg_capacity) / arg_drip))
+            * arg_drip;
+    -- rate.go:236: deficit += need
     v_deficit_5 := v_deficit_3 + cost * arg_unit;
-    -- rate.go:207-210: if !d.Allowed {; rate.go:211-213: if req.Peek {
+    -- rate.go:241-244: if !d.Allowed {; rate.go:245-247: if req.Peek {
     IF NOT v_deficit_5 <= v_room THEN
-        -- rate.go:209: return 0; rate.go:212: return 0
+        -- rate.go:243: return 0; rate.go:246: return 0
         RETURN ROW(NULL,
             NULL,
             ARRAY[0,
                 arg_burst,
                 greatest(arg_capacity - v_deficit_3, 0) / arg_unit,
-                (v_deficit_5 - v_room + arg_drip - 1) / arg_drip,
-                (v_deficit_3 + arg_drip - 1) / arg_drip,
+                v_behind_2 + (v_deficit_5 - v_room + arg_drip - 1) / arg_drip,
+                least(v_deficit_3, 1) * v_behind_2 + (v_deficit_3 + arg_drip - 1) / arg_drip,
                 0])::ratelimit_row_step;
     END IF;
-    -- rate.go:215: return d.ResetAfter
+    -- rate.go:240: d.ResetAfter = a.after(behind, deficit)
+    v_d_reset_after_2 := least(v_deficit_5, 1) * v_behind_2
+        + (v_deficit_5 + arg_drip - 1) / arg_drip;
+    -- rate.go:249: return d.ResetAfter
     RETURN ROW(ARRAY[
             v_deficit_5,
             CASE WHEN (state IS NOT NULL) THEN greatest(st_last, now_us) ELSE now_us END,
             arg_unit],
-        now_us + (v_deficit_5 + arg_drip - 1) / arg_drip,
+        now_us + v_d_reset_after_2,
         ARRAY[1,
             arg_burst,
             greatest(arg_capacity - v_deficit_5, 0) / arg_unit,
             0,
-            (v_deficit_5 + arg_drip - 1) / arg_drip,
-            (greatest(v_deficit_5 - arg_capacity, 0)
-                + arg_drip - 1) / arg_drip])::ratelimit_row_step;
+            v_d_reset_after_2,
+            least(greatest(v_deficit_5 - arg_capacity, 0), 1) * v_behind_2
+                + (greatest(v_deficit_5 - arg_capacity, 0)
+                    + arg_drip - 1) / arg_drip])::ratelimit_row_step;
 END
 $$;

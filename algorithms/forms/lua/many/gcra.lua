@@ -19,129 +19,163 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 -- gcra.decide (rate.go)
 local function decide_gcra(now, cost, peek, live, s_tat, s_frac, s_drip, unit, drip, capacity, fill,
     burst, max_delay, refund, act)
-  -- rate.go:383: ahead := int64(0) // units by which the TAT lies ahead of now
+  -- rate.go:426: ahead := int64(0) // units by which the TAT lies ahead of now, at most top
   local ahead = 0
-  -- rate.go:384: top := 3 * a.capacity // the capacity and two more of reservations
-  local top = 3 * capacity
-  -- rate.go:385: capped := false
+  -- rate.go:427: top := a.top()
+  local top = max(3 * capacity, 4503599627370496)
+  -- rate.go:428: over := int64(0) // microseconds by which the TAT lies ahead of now
+  local over = 0
+  -- rate.go:429: frac := int64(0) // the TAT's fraction, in 1/drip of a microsecond
+  local frac = 0
+  -- rate.go:430: capped := false // the TAT lies further ahead than top
   local capped = false
-  -- rate.go:386-396: if live && s.tat >= req.Now {
+  -- rate.go:431-441: if live && s.tat >= req.Now {
   if live and s_tat >= now then
-    -- rate.go:388: us := max(min(s.tat-req.Now, 3*a.fill), 0)
-    local us = max(min(s_tat - now, 3 * fill), 0)
-    -- rate.go:389: frac := s.frac
-    local frac = s_frac
-    -- rate.go:390-392: if s.drip != a.drip {
+    -- rate.go:432: over = s.tat - req.Now
+    over = s_tat - now
+    -- rate.go:433: frac = s.frac
+    frac = s_frac
+    -- rate.go:434-436: if s.drip != a.drip {
     if s_drip ~= drip then
-      -- rate.go:391: frac = divMulFloor(s.frac, s.drip, a.drip)
+      -- rate.go:435: frac = divMulFloor(s.frac, s.drip, a.drip)
       frac = min(floor(s_frac / s_drip * drip), MAX)
     end
-    -- rate.go:393: raw := us*a.drip + frac
-    local raw2 = us * drip + frac
-    -- rate.go:394: ahead = min(raw, top)
+    -- rate.go:438: raw := max(min(over, top/a.drip+1), 0)*a.drip + frac
+    local q1 = floor(top / drip)
+    if q1 * drip > top then q1 = q1 - 1 elseif (q1 + 1) * drip <= top then q1 = q1 + 1 end
+    local raw2 = max(min(over, q1 + 1), 0) * drip + frac
+    -- rate.go:439: ahead = min(raw, top)
     ahead = min(raw2, top)
-    -- rate.go:395: capped = s.tat-req.Now > 3*a.fill || raw > top
-    capped = s_tat - now > 3 * fill or raw2 > top
+    -- rate.go:440: capped = raw > top
+    capped = raw2 > top
   end
-  -- rate.go:397: need := req.Cost * a.unit
+  -- rate.go:442: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:398: *d = Decision{Limit: a.burst}
+  -- rate.go:443: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:399-411: if req.Refund {
+  -- rate.go:444-462: if req.Refund {
   if refund then
-    -- rate.go:400: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
+    -- rate.go:445: give := a.refund(ahead, need, a.capacity, req.Act-req.Now)
     local give
     do -- refund
       local refund_wait = act - now
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = ahead - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t2 = max(3 * capacity, 4503599627370496)
+        local q3 = floor(t2 / drip)
+        if q3 * drip > t2 then q3 = q3 - 1 elseif (q3 + 1) * drip <= t2 then q3 = q3 + 1 end
+        local refund_later = ahead - capacity - min(refund_wait, q3 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), ahead), 0)
       end
     end
-    -- rate.go:401: ahead -= give
+    -- rate.go:446-448: if capped {
+    if capped then
+      -- rate.go:447: give = 0
+      give = 0
+    end
+    -- rate.go:449: ahead -= give
     ahead = ahead - give
-    -- rate.go:402: d.Allowed = true
+    -- rate.go:450: d.Allowed = true
     d_allowed = true
-    -- rate.go:403: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-    local t1 = max(capacity - ahead, 0)
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:404: d.ResetAfter = ceilDiv(ahead, a.drip)
-    local q3 = floor(ahead / drip)
-    if q3 * drip > ahead then q3 = q3 - 1 elseif (q3 + 1) * drip <= ahead then q3 = q3 + 1 end
-    if q3 * drip < ahead then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:405-407: if give == 0 {
+    -- rate.go:451: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+    local t4 = max(capacity - ahead, 0)
+    local q5 = floor(t4 / unit)
+    if q5 * unit > t4 then q5 = q5 - 1 elseif (q5 + 1) * unit <= t4 then q5 = q5 + 1 end
+    d_remaining = q5
+    -- rate.go:452: d.ResetAfter = ceilDiv(ahead, a.drip)
+    local q6 = floor(ahead / drip)
+    if q6 * drip > ahead then q6 = q6 - 1 elseif (q6 + 1) * drip <= ahead then q6 = q6 + 1 end
+    if q6 * drip < ahead then q6 = q6 + 1 end
+    d_reset_after = q6
+    -- rate.go:453-455: if capped {
+    if capped then
+      -- rate.go:454: d.ResetAfter = over + ceilDiv(frac, a.drip)
+      local q7 = floor(frac / drip)
+      if q7 * drip > frac then q7 = q7 - 1 elseif (q7 + 1) * drip <= frac then q7 = q7 + 1 end
+      if q7 * drip < frac then q7 = q7 + 1 end
+      d_reset_after = over + q7
+    end
+    -- rate.go:456-458: if give == 0 {
     if give == 0 then
-      -- rate.go:406: return 0
+      -- rate.go:457: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
     end
-    -- rate.go:408: whole := ahead / a.drip
-    local q4 = floor(ahead / drip)
-    if q4 * drip > ahead then q4 = q4 - 1 elseif (q4 + 1) * drip <= ahead then q4 = q4 + 1 end
-    local whole = q4
-    -- rate.go:409: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+    -- rate.go:459: whole := ahead / a.drip
+    local q8 = floor(ahead / drip)
+    if q8 * drip > ahead then q8 = q8 - 1 elseif (q8 + 1) * drip <= ahead then q8 = q8 + 1 end
+    local whole = q8
+    -- rate.go:460: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
     s_tat, s_frac, s_drip = now + whole, ahead - whole * drip, drip
-    -- rate.go:410: return max(d.ResetAfter, 1)
+    -- rate.go:461: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), true, s_tat, s_frac, s_drip
   end
-  -- rate.go:412: room := min(a.capacity+a.reach(req.MaxDelay), top)
-  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:413: d.Allowed = ahead+need <= room
-  d_allowed = ahead + need <= room
-  -- rate.go:414-419: if d.Allowed {
+  -- rate.go:463: room := a.capacity + a.reach(req.MaxDelay)
+  local t9 = max(3 * capacity, 4503599627370496) - capacity
+  local q10 = floor(t9 / drip)
+  if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
+  local room = capacity + min(max(max_delay, 0), min(315360000000000, q10)) * drip
+  -- rate.go:464: d.Allowed = ahead+need <= room && !capped
+  d_allowed = ahead + need <= room and not capped
+  -- rate.go:465-470: if d.Allowed {
   if d_allowed then
-    -- rate.go:415: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
-    local t5 = max(ahead + need - capacity, 0)
-    local q6 = floor(t5 / drip)
-    if q6 * drip > t5 then q6 = q6 - 1 elseif (q6 + 1) * drip <= t5 then q6 = q6 + 1 end
-    if q6 * drip < t5 then q6 = q6 + 1 end
-    d_delay = q6
-    -- rate.go:416-418: if !req.Peek {
+    -- rate.go:466: d.Delay = ceilDiv(max(ahead+need-a.capacity, 0), a.drip)
+    local t11 = max(ahead + need - capacity, 0)
+    local q12 = floor(t11 / drip)
+    if q12 * drip > t11 then q12 = q12 - 1 elseif (q12 + 1) * drip <= t11 then q12 = q12 + 1 end
+    if q12 * drip < t11 then q12 = q12 + 1 end
+    d_delay = q12
+    -- rate.go:467-469: if !req.Peek {
     if not peek then
-      -- rate.go:417: ahead += need
+      -- rate.go:468: ahead += need
       ahead = ahead + need
     end
   end
-  -- rate.go:420: d.Remaining = max(a.capacity-ahead, 0) / a.unit
-  local t7 = max(capacity - ahead, 0)
-  local q8 = floor(t7 / unit)
-  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
-  d_remaining = q8
-  -- rate.go:421: d.ResetAfter = ceilDiv(ahead, a.drip)
-  local q9 = floor(ahead / drip)
-  if q9 * drip > ahead then q9 = q9 - 1 elseif (q9 + 1) * drip <= ahead then q9 = q9 + 1 end
-  if q9 * drip < ahead then q9 = q9 + 1 end
-  d_reset_after = q9
-  -- rate.go:422-424: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:423: d.RetryAfter = ceilDiv(ahead+need-room, a.drip)
-    local t10 = ahead + need - room
-    local q11 = floor(t10 / drip)
-    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
-    if q11 * drip < t10 then q11 = q11 + 1 end
-    d_retry_after = q11
+  -- rate.go:471: d.Remaining = max(a.capacity-ahead, 0) / a.unit
+  local t13 = max(capacity - ahead, 0)
+  local q14 = floor(t13 / unit)
+  if q14 * unit > t13 then q14 = q14 - 1 elseif (q14 + 1) * unit <= t13 then q14 = q14 + 1 end
+  d_remaining = q14
+  -- rate.go:472: d.ResetAfter = ceilDiv(ahead, a.drip)
+  local q15 = floor(ahead / drip)
+  if q15 * drip > ahead then q15 = q15 - 1 elseif (q15 + 1) * drip <= ahead then q15 = q15 + 1 end
+  if q15 * drip < ahead then q15 = q15 + 1 end
+  d_reset_after = q15
+  -- rate.go:473-475: if capped {
+  if capped then
+    -- rate.go:474: d.ResetAfter = over + ceilDiv(frac, a.drip)
+    local q16 = floor(frac / drip)
+    if q16 * drip > frac then q16 = q16 - 1 elseif (q16 + 1) * drip <= frac then q16 = q16 + 1 end
+    if q16 * drip < frac then q16 = q16 + 1 end
+    d_reset_after = over + q16
   end
-  -- rate.go:425-427: if req.Peek || !d.Allowed && !capped {
-  if peek or not d_allowed and not capped then
-    -- rate.go:426: return 0
+  -- rate.go:476-482: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:480: d.RetryAfter = over + 1 - (room-need-frac+a.drip)/a.drip
+    local t17 = room - need - frac + drip
+    local q18 = floor(t17 / drip)
+    if q18 * drip > t17 then q18 = q18 - 1 elseif (q18 + 1) * drip <= t17 then q18 = q18 + 1 end
+    d_retry_after = over + 1 - q18
+    -- rate.go:481: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:428: whole := ahead / a.drip
-  local q12 = floor(ahead / drip)
-  if q12 * drip > ahead then q12 = q12 - 1 elseif (q12 + 1) * drip <= ahead then q12 = q12 + 1 end
-  local whole2 = q12
-  -- rate.go:429: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
+  -- rate.go:483-485: if req.Peek {
+  if peek then
+    -- rate.go:484: return 0
+    return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
+  end
+  -- rate.go:486: whole := ahead / a.drip
+  local q19 = floor(ahead / drip)
+  if q19 * drip > ahead then q19 = q19 - 1 elseif (q19 + 1) * drip <= ahead then q19 = q19 + 1 end
+  local whole2 = q19
+  -- rate.go:487: s.tat, s.frac, s.drip = req.Now+whole, ahead-whole*a.drip, a.drip
   s_tat, s_frac, s_drip = now + whole2, ahead - whole2 * drip, drip
-  -- rate.go:430: return d.ResetAfter
+  -- rate.go:488: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_tat, s_frac, s_drip
 end

@@ -19,11 +19,13 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 -- leakyBucket.decide (rate.go)
 local function decide_leaky_bucket(now, cost, peek, live, s_level, s_last, s_unit, unit, drip,
     capacity, fill, burst, max_delay, refund, act)
-  -- rate.go:270: level := int64(0)
+  -- rate.go:308: level := int64(0)
   local level = 0
-  -- rate.go:271-277: if live {
+  -- rate.go:309: behind := int64(0) // how long before s.last the reading lies
+  local behind = 0
+  -- rate.go:310-317: if live {
   if live then
-    -- rate.go:272: level = a.rescale(s.level, s.unit, a.capacity)
+    -- rate.go:311: level = a.rescale(s.level, s.unit, a.capacity)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -34,7 +36,7 @@ local function decide_leaky_bucket(now, cost, peek, live, s_level, s_last, s_uni
         level = min(min(floor(s_level / s_unit * unit), MAX), capacity)
       end
     end
-    -- rate.go:273: level = a.drain(level, req.Now-s.last, a.fill)
+    -- rate.go:312: level = a.drain(level, req.Now-s.last, a.fill)
     do -- drain
       local drain_elapsed = now - s_last
       -- rate.go:57-59: if elapsed <= 0 {
@@ -49,102 +51,107 @@ local function decide_leaky_bucket(now, cost, peek, live, s_level, s_last, s_uni
         level = max(level - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:274: s.last = max(s.last, req.Now)
+    -- rate.go:313: behind = max(s.last-req.Now, 0)
+    behind = max(s_last - now, 0)
+    -- rate.go:314: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:276: s.last = req.Now
+    -- rate.go:316: s.last = req.Now
     s_last = now
   end
-  -- rate.go:278: need := req.Cost * a.unit
+  -- rate.go:318: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:279: *d = Decision{Limit: a.burst}
+  -- rate.go:319: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:280-291: if req.Refund {
+  -- rate.go:320-331: if req.Refund {
   if refund then
-    -- rate.go:281: give := a.refund(level, need, need, req.Act-s.last)
+    -- rate.go:321: give := a.refund(level, need, need, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = level - need - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t1 = max(3 * capacity, 4503599627370496)
+        local q2 = floor(t1 / drip)
+        if q2 * drip > t1 then q2 = q2 - 1 elseif (q2 + 1) * drip <= t1 then q2 = q2 + 1 end
+        local refund_later = level - need - min(refund_wait, q2 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), level), 0)
       end
     end
-    -- rate.go:282: level -= give
+    -- rate.go:322: level -= give
     level = level - give
-    -- rate.go:283: d.Allowed = true
+    -- rate.go:323: d.Allowed = true
     d_allowed = true
-    -- rate.go:284: d.Remaining = (a.capacity - level) / a.unit
-    local t1 = capacity - level
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:285: d.ResetAfter = ceilDiv(level, a.drip)
-    local q3 = floor(level / drip)
-    if q3 * drip > level then q3 = q3 - 1 elseif (q3 + 1) * drip <= level then q3 = q3 + 1 end
-    if q3 * drip < level then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:286-288: if give == 0 {
+    -- rate.go:324: d.Remaining = (a.capacity - level) / a.unit
+    local t3 = capacity - level
+    local q4 = floor(t3 / unit)
+    if q4 * unit > t3 then q4 = q4 - 1 elseif (q4 + 1) * unit <= t3 then q4 = q4 + 1 end
+    d_remaining = q4
+    -- rate.go:325: d.ResetAfter = a.after(behind, level)
+    local q5 = floor(level / drip)
+    if q5 * drip > level then q5 = q5 - 1 elseif (q5 + 1) * drip <= level then q5 = q5 + 1 end
+    if q5 * drip < level then q5 = q5 + 1 end
+    d_reset_after = min(level, 1) * behind + q5
+    -- rate.go:326-328: if give == 0 {
     if give == 0 then
-      -- rate.go:287: return 0
+      -- rate.go:327: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
     end
-    -- rate.go:289: s.level, s.unit = level, a.unit
+    -- rate.go:329: s.level, s.unit = level, a.unit
     s_level, s_unit = level, unit
-    -- rate.go:290: return max(d.ResetAfter, 1)
+    -- rate.go:330: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), true, s_level, s_last, s_unit
   end
-  -- rate.go:292: d.Allowed = level+need <= a.capacity
+  -- rate.go:332: d.Allowed = level+need <= a.capacity
   d_allowed = level + need <= capacity
-  -- rate.go:293-298: if d.Allowed {
+  -- rate.go:333-338: if d.Allowed {
   if d_allowed then
-    -- rate.go:294: d.Delay = ceilDiv(level, a.drip)
-    local q4 = floor(level / drip)
-    if q4 * drip > level then q4 = q4 - 1 elseif (q4 + 1) * drip <= level then q4 = q4 + 1 end
-    if q4 * drip < level then q4 = q4 + 1 end
-    d_delay = q4
-    -- rate.go:295-297: if !req.Peek {
+    -- rate.go:334: d.Delay = a.after(behind, level)
+    local q6 = floor(level / drip)
+    if q6 * drip > level then q6 = q6 - 1 elseif (q6 + 1) * drip <= level then q6 = q6 + 1 end
+    if q6 * drip < level then q6 = q6 + 1 end
+    d_delay = min(level, 1) * behind + q6
+    -- rate.go:335-337: if !req.Peek {
     if not peek then
-      -- rate.go:296: level += need
+      -- rate.go:336: level += need
       level = level + need
     end
   end
-  -- rate.go:299: d.Remaining = (a.capacity - level) / a.unit
-  local t5 = capacity - level
-  local q6 = floor(t5 / unit)
-  if q6 * unit > t5 then q6 = q6 - 1 elseif (q6 + 1) * unit <= t5 then q6 = q6 + 1 end
-  d_remaining = q6
-  -- rate.go:300: d.ResetAfter = ceilDiv(level, a.drip)
-  local q7 = floor(level / drip)
-  if q7 * drip > level then q7 = q7 - 1 elseif (q7 + 1) * drip <= level then q7 = q7 + 1 end
-  if q7 * drip < level then q7 = q7 + 1 end
-  d_reset_after = q7
-  -- rate.go:301-304: if !d.Allowed {
+  -- rate.go:339: d.Remaining = (a.capacity - level) / a.unit
+  local t7 = capacity - level
+  local q8 = floor(t7 / unit)
+  if q8 * unit > t7 then q8 = q8 - 1 elseif (q8 + 1) * unit <= t7 then q8 = q8 + 1 end
+  d_remaining = q8
+  -- rate.go:340: d.ResetAfter = a.after(behind, level)
+  local q9 = floor(level / drip)
+  if q9 * drip > level then q9 = q9 - 1 elseif (q9 + 1) * drip <= level then q9 = q9 + 1 end
+  if q9 * drip < level then q9 = q9 + 1 end
+  d_reset_after = min(level, 1) * behind + q9
+  -- rate.go:341-344: if !d.Allowed {
   if not d_allowed then
-    -- rate.go:302: d.RetryAfter = ceilDiv(level+need-a.capacity, a.drip)
-    local t8 = level + need - capacity
-    local q9 = floor(t8 / drip)
-    if q9 * drip > t8 then q9 = q9 - 1 elseif (q9 + 1) * drip <= t8 then q9 = q9 + 1 end
-    if q9 * drip < t8 then q9 = q9 + 1 end
-    d_retry_after = q9
-    -- rate.go:303: return 0
+    -- rate.go:342: d.RetryAfter = behind + ceilDiv(level+need-a.capacity, a.drip)
+    local t10 = level + need - capacity
+    local q11 = floor(t10 / drip)
+    if q11 * drip > t10 then q11 = q11 - 1 elseif (q11 + 1) * drip <= t10 then q11 = q11 + 1 end
+    if q11 * drip < t10 then q11 = q11 + 1 end
+    d_retry_after = behind + q11
+    -- rate.go:343: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:305-307: if req.Peek {
+  -- rate.go:345-347: if req.Peek {
   if peek then
-    -- rate.go:306: return 0
+    -- rate.go:346: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:308: s.level, s.unit = level, a.unit
+  -- rate.go:348: s.level, s.unit = level, a.unit
   s_level, s_unit = level, unit
-  -- rate.go:309: return d.ResetAfter
+  -- rate.go:349: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_level, s_last, s_unit
 end

@@ -19,13 +19,15 @@ local floor, max, min, tonumber = math.floor, math.max, math.min, tonumber
 -- tokenBucket.decide (rate.go)
 local function decide_token_bucket(now, cost, peek, live, s_level, s_last, s_unit, unit, drip,
     capacity, fill, burst, max_delay, refund, act)
-  -- rate.go:172: deficit := int64(0)
+  -- rate.go:203: deficit := int64(0)
   local deficit = 0
-  -- rate.go:173: top := 3 * a.capacity // the capacity and two more of reservations
-  local top = 3 * capacity
-  -- rate.go:174-180: if live {
+  -- rate.go:204: top := a.top()
+  local top = max(3 * capacity, 4503599627370496)
+  -- rate.go:205: behind := int64(0) // how long before s.last the reading lies
+  local behind = 0
+  -- rate.go:206-213: if live {
   if live then
-    -- rate.go:175: deficit = a.rescale(s.level, s.unit, top)
+    -- rate.go:207: deficit = a.rescale(s.level, s.unit, top)
     do -- rescale
       -- rate.go:70-72: if fromUnit == r.unit {
       if s_unit == unit then
@@ -36,9 +38,11 @@ local function decide_token_bucket(now, cost, peek, live, s_level, s_last, s_uni
         deficit = min(min(floor(s_level / s_unit * unit), MAX), top)
       end
     end
-    -- rate.go:176: deficit = a.drain(deficit, req.Now-s.last, 3*a.fill)
+    -- rate.go:208: deficit = a.drain(deficit, req.Now-s.last, top/a.drip+1)
+    local q1 = floor(top / drip)
+    if q1 * drip > top then q1 = q1 - 1 elseif (q1 + 1) * drip <= top then q1 = q1 + 1 end
     do -- drain
-      local drain_elapsed, drain_span = now - s_last, 3 * fill
+      local drain_elapsed, drain_span = now - s_last, q1 + 1
       -- rate.go:57-59: if elapsed <= 0 {
       if drain_elapsed <= 0 then
         -- rate.go:58: return level
@@ -51,105 +55,113 @@ local function decide_token_bucket(now, cost, peek, live, s_level, s_last, s_uni
         deficit = max(deficit - drain_elapsed * drip, 0)
       end
     end
-    -- rate.go:177: s.last = max(s.last, req.Now)
+    -- rate.go:209: behind = max(s.last-req.Now, 0)
+    behind = max(s_last - now, 0)
+    -- rate.go:210: s.last = max(s.last, req.Now)
     s_last = max(s_last, now)
   else
-    -- rate.go:179: s.last = req.Now
+    -- rate.go:212: s.last = req.Now
     s_last = now
   end
-  -- rate.go:181: need := req.Cost * a.unit
+  -- rate.go:214: need := req.Cost * a.unit
   local need = cost * unit
-  -- rate.go:182: *d = Decision{Limit: a.burst}
+  -- rate.go:215: *d = Decision{Limit: a.burst}
   local d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay = false, burst, 0, 0, 0, 0
-  -- rate.go:183-196: if req.Refund {
+  -- rate.go:216-229: if req.Refund {
   if refund then
-    -- rate.go:186: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
+    -- rate.go:219: give := a.refund(deficit, need, a.capacity, req.Act-s.last)
     local give
     do -- refund
       local refund_wait = act - s_last
-      -- rate.go:85-87: if wait < 0 {
+      -- rate.go:109-111: if wait < 0 {
       if refund_wait < 0 then
-        -- rate.go:86: return 0
+        -- rate.go:110: return 0
         give = 0
       else
-        -- rate.go:88: later := ahead - edge - min(wait, 4*r.fill)*r.drip
-        local refund_later = deficit - capacity - min(refund_wait, 4 * fill) * drip
-        -- rate.go:89: return max(min(need-max(later, 0), ahead), 0)
+        -- rate.go:112: later := ahead - edge - min(wait, r.top()/r.drip+1)*r.drip
+        local t2 = max(3 * capacity, 4503599627370496)
+        local q3 = floor(t2 / drip)
+        if q3 * drip > t2 then q3 = q3 - 1 elseif (q3 + 1) * drip <= t2 then q3 = q3 + 1 end
+        local refund_later = deficit - capacity - min(refund_wait, q3 + 1) * drip
+        -- rate.go:113: return max(min(need-max(later, 0), ahead), 0)
         give = max(min(need - max(refund_later, 0), deficit), 0)
       end
     end
-    -- rate.go:187: deficit -= give
+    -- rate.go:220: deficit -= give
     deficit = deficit - give
-    -- rate.go:188: d.Allowed = true
+    -- rate.go:221: d.Allowed = true
     d_allowed = true
-    -- rate.go:189: d.Remaining = max(a.capacity-deficit, 0) / a.unit
-    local t1 = max(capacity - deficit, 0)
-    local q2 = floor(t1 / unit)
-    if q2 * unit > t1 then q2 = q2 - 1 elseif (q2 + 1) * unit <= t1 then q2 = q2 + 1 end
-    d_remaining = q2
-    -- rate.go:190: d.ResetAfter = ceilDiv(deficit, a.drip)
-    local q3 = floor(deficit / drip)
-    if q3 * drip > deficit then q3 = q3 - 1 elseif (q3 + 1) * drip <= deficit then q3 = q3 + 1 end
-    if q3 * drip < deficit then q3 = q3 + 1 end
-    d_reset_after = q3
-    -- rate.go:191-193: if give == 0 {
+    -- rate.go:222: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+    local t4 = max(capacity - deficit, 0)
+    local q5 = floor(t4 / unit)
+    if q5 * unit > t4 then q5 = q5 - 1 elseif (q5 + 1) * unit <= t4 then q5 = q5 + 1 end
+    d_remaining = q5
+    -- rate.go:223: d.ResetAfter = a.after(behind, deficit)
+    local q6 = floor(deficit / drip)
+    if q6 * drip > deficit then q6 = q6 - 1 elseif (q6 + 1) * drip <= deficit then q6 = q6 + 1 end
+    if q6 * drip < deficit then q6 = q6 + 1 end
+    d_reset_after = min(deficit, 1) * behind + q6
+    -- rate.go:224-226: if give == 0 {
     if give == 0 then
-      -- rate.go:192: return 0
+      -- rate.go:225: return 0
       return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
     end
-    -- rate.go:194: s.level, s.unit = deficit, a.unit
+    -- rate.go:227: s.level, s.unit = deficit, a.unit
     s_level, s_unit = deficit, unit
-    -- rate.go:195: return max(d.ResetAfter, 1)
+    -- rate.go:228: return max(d.ResetAfter, 1)
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
       max(d_reset_after, 1), true, s_level, s_last, s_unit
   end
-  -- rate.go:197: room := min(a.capacity+a.reach(req.MaxDelay), top)
-  local room = min(capacity + min(max(max_delay, 0), 2 * fill) * drip, top)
-  -- rate.go:198: d.Allowed = deficit+need <= room
+  -- rate.go:231: room := a.capacity + a.reach(req.MaxDelay-behind)
+  local t7 = max(3 * capacity, 4503599627370496) - capacity
+  local q8 = floor(t7 / drip)
+  if q8 * drip > t7 then q8 = q8 - 1 elseif (q8 + 1) * drip <= t7 then q8 = q8 + 1 end
+  local room = capacity + min(max(max_delay - behind, 0), min(315360000000000, q8)) * drip
+  -- rate.go:232: d.Allowed = deficit+need <= room
   d_allowed = deficit + need <= room
-  -- rate.go:199-204: if d.Allowed {
+  -- rate.go:233-238: if d.Allowed {
   if d_allowed then
-    -- rate.go:200: d.Delay = ceilDiv(max(deficit+need-a.capacity, 0), a.drip)
-    local t4 = max(deficit + need - capacity, 0)
-    local q5 = floor(t4 / drip)
-    if q5 * drip > t4 then q5 = q5 - 1 elseif (q5 + 1) * drip <= t4 then q5 = q5 + 1 end
-    if q5 * drip < t4 then q5 = q5 + 1 end
-    d_delay = q5
-    -- rate.go:201-203: if !req.Peek {
-    if not peek then
-      -- rate.go:202: deficit += need
-      deficit = deficit + need
-    end
-  end
-  -- rate.go:205: d.Remaining = max(a.capacity-deficit, 0) / a.unit
-  local t6 = max(capacity - deficit, 0)
-  local q7 = floor(t6 / unit)
-  if q7 * unit > t6 then q7 = q7 - 1 elseif (q7 + 1) * unit <= t6 then q7 = q7 + 1 end
-  d_remaining = q7
-  -- rate.go:206: d.ResetAfter = ceilDiv(deficit, a.drip)
-  local q8 = floor(deficit / drip)
-  if q8 * drip > deficit then q8 = q8 - 1 elseif (q8 + 1) * drip <= deficit then q8 = q8 + 1 end
-  if q8 * drip < deficit then q8 = q8 + 1 end
-  d_reset_after = q8
-  -- rate.go:207-210: if !d.Allowed {
-  if not d_allowed then
-    -- rate.go:208: d.RetryAfter = ceilDiv(deficit+need-room, a.drip)
-    local t9 = deficit + need - room
+    -- rate.go:234: d.Delay = a.after(behind, max(deficit+need-a.capacity, 0))
+    local t9 = max(deficit + need - capacity, 0)
     local q10 = floor(t9 / drip)
     if q10 * drip > t9 then q10 = q10 - 1 elseif (q10 + 1) * drip <= t9 then q10 = q10 + 1 end
     if q10 * drip < t9 then q10 = q10 + 1 end
-    d_retry_after = q10
-    -- rate.go:209: return 0
+    d_delay = min(max(deficit + need - capacity, 0), 1) * behind + q10
+    -- rate.go:235-237: if !req.Peek {
+    if not peek then
+      -- rate.go:236: deficit += need
+      deficit = deficit + need
+    end
+  end
+  -- rate.go:239: d.Remaining = max(a.capacity-deficit, 0) / a.unit
+  local t11 = max(capacity - deficit, 0)
+  local q12 = floor(t11 / unit)
+  if q12 * unit > t11 then q12 = q12 - 1 elseif (q12 + 1) * unit <= t11 then q12 = q12 + 1 end
+  d_remaining = q12
+  -- rate.go:240: d.ResetAfter = a.after(behind, deficit)
+  local q13 = floor(deficit / drip)
+  if q13 * drip > deficit then q13 = q13 - 1 elseif (q13 + 1) * drip <= deficit then q13 = q13 + 1 end
+  if q13 * drip < deficit then q13 = q13 + 1 end
+  d_reset_after = min(deficit, 1) * behind + q13
+  -- rate.go:241-244: if !d.Allowed {
+  if not d_allowed then
+    -- rate.go:242: d.RetryAfter = behind + ceilDiv(deficit+need-room, a.drip)
+    local t14 = deficit + need - room
+    local q15 = floor(t14 / drip)
+    if q15 * drip > t14 then q15 = q15 - 1 elseif (q15 + 1) * drip <= t14 then q15 = q15 + 1 end
+    if q15 * drip < t14 then q15 = q15 + 1 end
+    d_retry_after = behind + q15
+    -- rate.go:243: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:211-213: if req.Peek {
+  -- rate.go:245-247: if req.Peek {
   if peek then
-    -- rate.go:212: return 0
+    -- rate.go:246: return 0
     return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay, 0, false
   end
-  -- rate.go:214: s.level, s.unit = deficit, a.unit
+  -- rate.go:248: s.level, s.unit = deficit, a.unit
   s_level, s_unit = deficit, unit
-  -- rate.go:215: return d.ResetAfter
+  -- rate.go:249: return d.ResetAfter
   return d_allowed, d_limit, d_remaining, d_retry_after, d_reset_after, d_delay,
     d_reset_after, true, s_level, s_last, s_unit
 end
