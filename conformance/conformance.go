@@ -103,9 +103,17 @@ type Harness struct {
 	DecidesAllBuiltins bool
 	// Twin returns a second, separate instance of the store over the same
 	// backend and key prefix as Store (its own client or connection pool
-	// where the store has one), so that the lease groups can prove mutual
-	// exclusion between instances, as between two processes. A store with
-	// no such thing leaves it nil, and those subtests skip saying so.
+	// where the store has one), as a second process would open. The
+	// concurrency groups (Concurrency, OwnAlgorithm, Composite's and
+	// Tiers' concurrency subtests) then spread their goroutines over
+	// limiters on Store and on the Twin, so that a store whose
+	// read-modify-write is atomic only inside one instance (a mutex of its
+	// own over a shared backend) fails them; the lease groups prove mutual
+	// exclusion between the two instances; and Check runs two processes.
+	// Every store on a backend that processes share should set it; a store
+	// with no such thing (one in process memory) leaves it nil, or returns
+	// Store itself, and those subtests run on one instance or skip saying
+	// so.
 	Twin func(t *testing.T) store.Store
 
 	// Freeze, for a store whose backend the test can stop answering (a
