@@ -130,6 +130,11 @@ type OptionSet struct {
 	// Tier, when set, returns the numbers the calls are made at (through
 	// Limiter.Tier), and false for an algorithm it has no tier for.
 	Tier func(alg algorithms.Algorithm) (algorithms.Algorithm, bool)
+	// DenyCache says the options include WithDenyCache: a process's
+	// cached denial stands until its RetryAfter whatever another process
+	// gives back (WithDenyCache's doc), so the model does not count on
+	// another instance's Cancel.
+	DenyCache bool
 }
 
 // LocalQuota is the numbers of a WithLocalQuota option.
@@ -161,7 +166,7 @@ func DefaultOptionSets() []OptionSet {
 		{Name: "none"},
 		{Name: "local-quota", Options: lq(small), LocalQuota: small},
 		{Name: "local-quota-large", Options: lq(large), LocalQuota: large},
-		{Name: "deny-cache", Options: func(algorithms.Algorithm) []ratelimit.Option {
+		{Name: "deny-cache", DenyCache: true, Options: func(algorithms.Algorithm) []ratelimit.Option {
 			return []ratelimit.Option{ratelimit.WithDenyCache(100)}
 		}},
 		{Name: "fallback", Options: fallback},
@@ -169,10 +174,10 @@ func DefaultOptionSets() []OptionSet {
 		{Name: "shadow", Options: func(algorithms.Algorithm) []ratelimit.Option {
 			return []ratelimit.Option{ratelimit.WithShadow()}
 		}},
-		{Name: "tier+deny-cache", Tier: otherNumbers, Options: func(algorithms.Algorithm) []ratelimit.Option {
+		{Name: "tier+deny-cache", Tier: otherNumbers, DenyCache: true, Options: func(algorithms.Algorithm) []ratelimit.Option {
 			return []ratelimit.Option{ratelimit.WithDenyCache(100)}
 		}},
-		{Name: "local-quota+deny-cache", Options: lq(small, ratelimit.WithDenyCache(100)), LocalQuota: small},
+		{Name: "local-quota+deny-cache", Options: lq(small, ratelimit.WithDenyCache(100)), LocalQuota: small, DenyCache: true},
 	}
 }
 
@@ -218,13 +223,14 @@ type CheckConfig struct {
 }
 
 // CheckTraces is how many traces Check checks by default: the value of the
-// environment variable RATELIMIT_CHECKS, or else 25 (about a second or two
-// per option set on a server store). -rapid.checks, when given, wins.
+// environment variable RATELIMIT_CHECKS, or else 100 (one to three seconds
+// on a server store; docs/checker.md has the figures). -rapid.checks,
+// when given, wins.
 func CheckTraces() int {
 	if n, err := strconv.Atoi(os.Getenv("RATELIMIT_CHECKS")); err == nil && n > 0 {
 		return n
 	}
-	return 25
+	return 100
 }
 
 // Check draws traces over algorithms × option sets × calls × instances ×
@@ -1014,7 +1020,7 @@ func (r *run) concurrent(i int, s Step, line func(string, ...any)) string {
 func (r *run) refundsAll(ev int, read int64) bool {
 	bm, ok := r.m.(builtinModel)
 	e := r.events[ev]
-	if !ok || read < r.eff || read < e.dhi {
+	if !ok || read < r.eff || read < e.dhi || (r.set.DenyCache && len(r.callers) > 1) {
 		return false
 	}
 	switch bm.kind {
@@ -1082,15 +1088,31 @@ func (r *run) underSlack(m Model, from, to int64) int64 {
 	return per * (1 + (to-from)/int64(r.lq.Lifetime/time.Microsecond))
 }
 
+// axis is where e lies for part p's promise: the time it was admitted at
+// for the window algorithms (which serve only now) and the leaky bucket
+// (whose promise is on admissions); the time it acts at for the token
+// bucket and GCRA, which book ahead; and, for those as a part of a
+// composite (whose Delay is its parts' longest), anywhere from the one to
+// the other.
+func (r *run) axis(p Model, e event) (lo, hi int64) {
+	bm, ok := p.(builtinModel)
+	switch {
+	case !ok:
+		return e.lo, e.hi // a user's model: by the time it acts
+	case bm.decisionTimed || bm.kind != kindBucket:
+		return e.dlo, e.dhi
+	case len(parts(r.m)) > 1:
+		return e.dlo, e.hi
+	default:
+		return e.lo, e.hi
+	}
+}
+
 // checkMost checks every span of every part's promise and returns the
 // breach completed earliest in the trace, or "".
 func (r *run) checkMost() string {
 	best, bestStep := "", len(r.tr.Steps)
 	for _, p := range parts(r.m) {
-		decisionTimed := false
-		if bm, ok := p.(builtinModel); ok {
-			decisionTimed = bm.decisionTimed
-		}
 		type iv struct {
 			lo, hi, cost int64
 			step         int
@@ -1100,11 +1122,8 @@ func (r *run) checkMost() string {
 			if e.cancelled {
 				continue
 			}
-			if decisionTimed {
-				evs = append(evs, iv{e.dlo, e.dhi, e.cost, e.step})
-			} else {
-				evs = append(evs, iv{e.lo, e.hi, e.cost, e.step})
-			}
+			lo, hi := r.axis(p, e)
+			evs = append(evs, iv{lo, hi, e.cost, e.step})
 		}
 		sort.Slice(evs, func(i, j int) bool { return evs[i].lo < evs[j].lo })
 		for i := range evs {
@@ -1165,10 +1184,6 @@ func (r *run) fits(tau, n int64, wait bool) string {
 	room := int64(-1)
 	var tight string
 	for _, p := range parts(r.m) {
-		decisionTimed := false
-		if bm, ok := p.(builtinModel); ok {
-			decisionTimed = bm.decisionTimed
-		}
 		los, his := []int64{tau}, []int64{tau}
 		type iv struct{ lo, hi, cost int64 }
 		var evs []iv
@@ -1176,10 +1191,7 @@ func (r *run) fits(tau, n int64, wait bool) string {
 			if e.refunded {
 				continue
 			}
-			lo, hi := e.lo, e.hi
-			if decisionTimed {
-				lo, hi = e.dlo, e.dhi
-			}
+			lo, hi := r.axis(p, e)
 			evs = append(evs, iv{lo, hi, e.cost})
 			// An event may lie anywhere in [lo, hi]: a span may start or
 			// end at either end.
