@@ -872,6 +872,7 @@ func (r *run) wait(i int, s Step, inst int, c caller, who string, line func(stri
 		err error
 	}
 	done := make(chan result, 1)
+	base := r.clocks[inst].Waiters()
 	go func() {
 		d, err := c.WaitN(ctx, r.key, s.Cost)
 		done <- result{d, err}
@@ -883,10 +884,26 @@ func (r *run) wait(i int, s Step, inst int, c caller, who string, line func(stri
 		if k > 0 && k%50 == 0 {
 			tick *= 2 // a long wait (a leaky bucket's queue): move faster
 		}
+		// Move the clocks only once the Wait waits on its instance's
+		// clock (or after 200ms of real time, whatever else waits there):
+		// a goroutine slow to run on a loaded machine must not see the
+		// clocks run past its turn.
+		for idle := time.Now(); r.clocks[inst].Waiters() <= base && time.Since(idle) < 200*time.Millisecond; {
+			select {
+			case res = <-done:
+				waiting = false
+			case <-time.After(50 * time.Microsecond):
+				continue
+			}
+			break
+		}
+		if !waiting {
+			break
+		}
 		select {
 		case res = <-done:
 			waiting = false
-		case <-time.After(100 * time.Microsecond):
+		case <-time.After(50 * time.Microsecond):
 			if now := r.now.Load() + tick; now <= limit {
 				r.setClocks(now, -1, 0)
 				r.waitTickUsed = max(r.waitTickUsed, tick)
