@@ -42,6 +42,23 @@
 // and lease call returns within its bound, the circuit breaker opens only
 // on store faults, lease.Locker.Do never runs the work past its lease and
 // releases on a panic, and the failure policy answers as documented.
+// Its concurrency groups spread their goroutines over the Store and its
+// Twin (Harness.Twin), so that a store atomic only inside one instance
+// fails them.
+//
+// Check is the model-based checker (docs/checker.md): it draws traces of
+// calls over algorithms, the root package's options, two instances,
+// concurrent callers and clocks that disagree or read out of order, and
+// holds every outcome to the algorithm's promise (Model): never more than
+// it may admit over any span, never a denial where it must admit, a Cancel
+// never giving back more than it took. A failing trace is shrunk by rapid
+// and reported as readable calls and as a Trace for CheckTrace:
+//
+//	func TestChecker(t *testing.T) {
+//		conformance.Check(t, func(t *testing.T) conformance.Harness {
+//			return conformance.Harness{Store: newMyStore(t)}
+//		}, conformance.CheckConfig{})
+//	}
 package conformance
 
 import (
