@@ -245,6 +245,9 @@ func CheckTraces() int {
 //
 // The number of traces is cfg.Traces, or CheckTraces (RATELIMIT_CHECKS);
 // rapid's own flags (-rapid.checks, -rapid.seed, -rapid.shrinktime) apply.
+// For a harness that sets RealTimeExpiry, the fake clocks never run slower
+// than the real one (each move is at least the real time since the last),
+// so that live state never expires on the backend's clock.
 func Check(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckConfig) {
 	t.Helper()
 	h := newHarness(t)
@@ -258,7 +261,7 @@ func Check(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckConfig)
 	rapid.Check(t, func(rt *rapid.T) {
 		tr := cfg.draw(rt, sets, twin != nil)
 		name := fmt.Sprintf("check-%d-%d", time.Now().UnixNano()%1e9, n.Add(1))
-		if msg := runTrace(t, h.Store, twin, sets, tr, name); msg != "" {
+		if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, sets, tr, name); msg != "" {
 			rt.Fatal(msg)
 		}
 	})
@@ -276,7 +279,7 @@ func CheckTrace(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckCo
 	if tr.Instances > 1 && twin == nil {
 		t.Skip("the trace runs two instances and the harness has no Twin")
 	}
-	if msg := runTrace(t, h.Store, twin, cfg.options(), tr, fmt.Sprintf("replay-%d", time.Now().UnixNano()%1e9)); msg != "" {
+	if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, cfg.options(), tr, fmt.Sprintf("replay-%d", time.Now().UnixNano()%1e9)); msg != "" {
 		t.Fatal(msg)
 	}
 }
@@ -483,6 +486,11 @@ type run struct {
 	waitClean          bool  // nothing admitted before the run acts within it
 	stores             []store.Store
 	name               string
+	// realTime: the store expires keys by the real clock
+	// (Harness.RealTimeExpiry), so the fake clocks never run slower
+	// than it: each move is at least the real time since the last.
+	realTime bool
+	lastReal time.Time
 	lq                 *LocalQuota
 	share              int64 // the largest share local quota takes
 }
@@ -491,8 +499,8 @@ const ctxTimeout = 30 * time.Second
 
 // runTrace runs tr on st (and twin) under names unique to it, and returns
 // the first breach of the model, with the trace, or "".
-func runTrace(t *testing.T, st, twin store.Store, sets []OptionSet, tr Trace, name string) string {
-	r := &run{tr: tr, key: "k", base: epoch.UnixMicro(), waitFrom: -1}
+func runTrace(t *testing.T, st, twin store.Store, realTime bool, sets []OptionSet, tr Trace, name string) string {
+	r := &run{tr: tr, key: "k", base: epoch.UnixMicro(), waitFrom: -1, realTime: realTime, lastReal: time.Now()}
 	for _, s := range sets {
 		if s.Name == tr.Options {
 			r.set = s
@@ -596,6 +604,18 @@ func (r *run) build(alg, tierAlg algorithms.Algorithm) (string, bool) {
 		r.callers = append(r.callers, cl)
 	}
 	return "", true
+}
+
+// catchUp returns the real time since it was last called, in µs, for a
+// store that expires by the real clock, and 0 for any other.
+func (r *run) catchUp() int64 {
+	if !r.realTime {
+		return 0
+	}
+	now := time.Now()
+	d := now.Sub(r.lastReal)
+	r.lastReal = now
+	return int64(d / time.Microsecond)
 }
 
 // report is msg with the trace.
@@ -727,7 +747,7 @@ func (r *run) step(i int, s Step) string {
 	defer cancel()
 	inst := s.Instance % len(r.callers)
 	c := r.callers[inst]
-	now := r.now.Load() + int64(s.Advance/time.Microsecond)
+	now := r.now.Load() + max(int64(s.Advance/time.Microsecond), r.catchUp())
 	back := int64(s.Back / time.Microsecond)
 	r.setClocks(now, inst, back)
 	defer func() { r.setClocks(r.now.Load(), -1, 0) }() // a Wait or Concurrent moved it on
@@ -904,9 +924,10 @@ func (r *run) wait(i int, s Step, inst int, c caller, who string, line func(stri
 		case res = <-done:
 			waiting = false
 		case <-time.After(50 * time.Microsecond):
-			if now := r.now.Load() + tick; now <= limit {
+			move := max(tick, r.catchUp())
+			if now := r.now.Load() + move; now <= limit {
 				r.setClocks(now, -1, 0)
-				r.waitTickUsed = max(r.waitTickUsed, tick)
+				r.waitTickUsed = max(r.waitTickUsed, move)
 			} else {
 				select {
 				case res = <-done:
@@ -975,12 +996,12 @@ func (r *run) concurrent(i int, s Step, line func(string, ...any)) string {
 	go func() {
 		defer close(ticked)
 		tick := int64(s.Tick / time.Microsecond)
-		for k := 0; tick > 0 && k < 200; k++ {
+		for k := 0; (tick > 0 || r.realTime) && k < 200; k++ {
 			select {
 			case <-stop:
 				return
 			case <-time.After(50 * time.Microsecond):
-				r.setClocks(r.now.Load()+tick, -1, 0)
+				r.setClocks(r.now.Load()+max(tick, r.catchUp()), -1, 0)
 			}
 		}
 	}()
