@@ -491,8 +491,8 @@ type run struct {
 	// than it: each move is at least the real time since the last.
 	realTime bool
 	lastReal time.Time
-	lq                 *LocalQuota
-	share              int64 // the largest share local quota takes
+	lq       *LocalQuota
+	share    int64 // the largest share local quota takes
 }
 
 const ctxTimeout = 30 * time.Second
