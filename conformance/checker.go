@@ -248,6 +248,10 @@ func CheckTraces() int {
 // For a harness that sets RealTimeExpiry, the fake clocks never run slower
 // than the real one (each move is at least the real time since the last),
 // so that live state never expires on the backend's clock.
+//
+// Check sets rapid's package-level flags (how many traces, no fail file, a
+// 20s shrink) unless the command line gave them: do not run it in
+// parallel subtests.
 func Check(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckConfig) {
 	t.Helper()
 	h := newHarness(t)
@@ -288,14 +292,22 @@ func CheckTrace(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckCo
 // failure prints the trace) and shrink for at most 20s, unless its flags
 // were given.
 func setRapidFlags(n int) {
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	givenOnce.Do(func() {
+		flag.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	})
 	for name, v := range map[string]string{"rapid.checks": strconv.Itoa(n), "rapid.nofailfile": "true", "rapid.shrinktime": "20s"} {
-		if !set[name] && flag.Lookup(name) != nil {
+		if !given[name] && flag.Lookup(name) != nil {
 			_ = flag.Set(name, v)
 		}
 	}
 }
+
+// given holds the flags set on the command line, read before Check sets
+// any (flag.Visit cannot tell the two apart afterwards).
+var (
+	given     = map[string]bool{}
+	givenOnce sync.Once
+)
 
 func (cfg CheckConfig) traces() int {
 	if cfg.Traces > 0 {
