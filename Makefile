@@ -10,10 +10,12 @@
 TESTARGS ?=
 # Benchmarks to run with make bench (a -bench pattern).
 BENCH ?= .
+# Traces per store for make check-long (docs/checker.md).
+CHECKS ?= 2000
 # Where make servers-up keeps its state (and env file).
 SERVERS_STATE ?= /tmp/ratelimit-servers-state
 
-.PHONY: test test-short bench servers-up servers-down fmt vet
+.PHONY: test test-short check-long bench servers-up servers-down fmt vet
 
 ## test: go test -race -count=1 ./... with all servers up
 test:
@@ -22,6 +24,10 @@ test:
 ## test-short: the same with -short
 test-short:
 	bash scripts/test.sh -short $(or $(TESTARGS),./...)
+
+## check-long: the model-based checker (docs/checker.md) with CHECKS traces per store
+check-long:
+	RATELIMIT_CHECKS=$(CHECKS) bash scripts/with-servers.sh go test -race -count=1 -timeout 60m -run 'TestChecker' . ./conformance/
 
 ## bench: benchmarks (no tests) with all servers up
 bench:

@@ -106,7 +106,7 @@ func testComposite(t *testing.T, newHarness func(*testing.T) Harness) {
 			for i, alg := range composites() {
 				t.Run(fmt.Sprintf("Concurrency-%d", i), func(t *testing.T) {
 					h := newHarness(t)
-					testCompositeConcurrency(t, p.wrap(t, h, h.Store, alg), alg)
+					testCompositeConcurrency(t, h, p.wrap(t, h, h.Store, alg), alg)
 				})
 			}
 			for _, fam := range compositeFamilies() {
@@ -180,7 +180,7 @@ func testCompositeBoundaries(t *testing.T, s store.Store) {
 // testCompositeConcurrency runs many goroutines on one key at a fixed time:
 // exactly the composite's limit is admitted, and afterwards each limit has
 // consumed exactly the admitted requests, none of the denied ones.
-func testCompositeConcurrency(t *testing.T, s store.Store, alg algorithms.Algorithm) {
+func testCompositeConcurrency(t *testing.T, h Harness, s store.Store, alg algorithms.Algorithm) {
 	for _, existing := range []bool{false, true} {
 		name := "new-key"
 		if existing {
@@ -200,7 +200,8 @@ func testCompositeConcurrency(t *testing.T, s store.Store, alg algorithms.Algori
 				admitted++
 			}
 			const workers, each = 16, 4
-			admitted += admitConcurrently(t, workers, each, key, f.lim.Allow)
+			allows, _ := f.instances(h, s, alg)
+			admitted += admitConcurrently(t, workers, each, key, allows...)
 			if admitted != fresh.Remaining {
 				t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the composite's decision is atomic)",
 					workers, each, key, admitted, fresh.Remaining)

@@ -42,6 +42,23 @@
 // and lease call returns within its bound, the circuit breaker opens only
 // on store faults, lease.Locker.Do never runs the work past its lease and
 // releases on a panic, and the failure policy answers as documented.
+// Its concurrency groups spread their goroutines over the Store and its
+// Twin (Harness.Twin), so that a store atomic only inside one instance
+// fails them.
+//
+// Check is the model-based checker (docs/checker.md): it draws traces of
+// calls over algorithms, the root package's options, two instances,
+// concurrent callers and clocks that disagree or read out of order, and
+// holds every outcome to the algorithm's promise (Model): never more than
+// it may admit over any span, never a denial where it must admit, a Cancel
+// never giving back more than it took. A failing trace is shrunk by rapid
+// and reported as readable calls and as a Trace for CheckTrace:
+//
+//	func TestChecker(t *testing.T) {
+//		conformance.Check(t, func(t *testing.T) conformance.Harness {
+//			return conformance.Harness{Store: newMyStore(t)}
+//		}, conformance.CheckConfig{})
+//	}
 package conformance
 
 import (
@@ -103,9 +120,17 @@ type Harness struct {
 	DecidesAllBuiltins bool
 	// Twin returns a second, separate instance of the store over the same
 	// backend and key prefix as Store (its own client or connection pool
-	// where the store has one), so that the lease groups can prove mutual
-	// exclusion between instances, as between two processes. A store with
-	// no such thing leaves it nil, and those subtests skip saying so.
+	// where the store has one), as a second process would open. The
+	// concurrency groups (Concurrency, OwnAlgorithm, Composite's and
+	// Tiers' concurrency subtests) then spread their goroutines over
+	// limiters on Store and on the Twin, so that a store whose
+	// read-modify-write is atomic only inside one instance (a mutex of its
+	// own over a shared backend) fails them; the lease groups prove mutual
+	// exclusion between the two instances; and Check runs two processes.
+	// Every store on a backend that processes share should set it; a store
+	// with no such thing (one in process memory) leaves it nil, or returns
+	// Store itself, and those subtests run on one instance or skip saying
+	// so.
 	Twin func(t *testing.T) store.Store
 
 	// Freeze, for a store whose backend the test can stop answering (a

@@ -304,28 +304,62 @@ func testConcurrency(t *testing.T, newHarness func(*testing.T) Harness) {
 					admitted++
 				}
 				const workers, each = 16, 4
-				admitted += admitConcurrently(t, workers, each, key, f.lim.Allow)
+				allows, where := f.instances(h, s, a.alg)
+				admitted += admitConcurrently(t, workers, each, key, allows...)
 				if admitted != a.limit {
-					t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time admitted %d, want exactly %d (rule: the store's read-modify-write is atomic)",
-						workers, each, key, admitted, a.limit)
+					t.Errorf("%d goroutines × %d lim.Allow(%q) at a fixed time%s admitted %d, want exactly %d (rule: the store's read-modify-write is atomic, across instances too)",
+						workers, each, key, where, admitted, a.limit)
 				}
 			})
 		}
 	})
 }
 
+// allowFunc is a limiter's (or a tier's) Allow.
+type allowFunc = func(context.Context, string) (ratelimit.Decision, error)
+
+// twinOf returns a second instance of the store under test (Harness.Twin)
+// as the path that made s reaches it, or nil when the harness has none.
+func twinOf(t *testing.T, h Harness, s store.Store) store.Store {
+	t.Helper()
+	if h.Twin == nil {
+		return nil
+	}
+	tw := h.Twin(t)
+	if _, ok := s.(updateOnly); ok {
+		return updateOnly{tw}
+	}
+	return tw
+}
+
+// instances returns the Allow of f's limiter and, when the harness has a
+// Twin, of a limiter with the same name and clock on the second instance,
+// as two processes sharing the store would have; and a phrase for
+// messages saying which ran.
+func (f *fixture) instances(h Harness, s store.Store, alg algorithms.Algorithm, opts ...ratelimit.Option) ([]allowFunc, string) {
+	f.t.Helper()
+	allows := []allowFunc{f.lim.Allow}
+	tw := twinOf(f.t, h, s)
+	if tw == nil {
+		return allows, " on one store instance (the harness has no Twin)"
+	}
+	return append(allows, f.sibling(tw, alg, opts...).lim.Allow), " on two store instances (Store and Twin, as two processes)"
+}
+
 // admitConcurrently calls allow(key) each times from each of workers
 // goroutines, all started at once, and returns how many were admitted;
-// errors fail the test.
-func admitConcurrently(t *testing.T, workers, each int, key string, allow func(context.Context, string) (ratelimit.Decision, error)) int {
+// errors fail the test. With several allows (limiters on separate store
+// instances), worker w calls allow[w%len(allow)].
+func admitConcurrently(t *testing.T, workers, each int, key string, allow ...allowFunc) int {
 	t.Helper()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
 	admitted := 0
 	start := make(chan struct{})
-	for range workers {
+	for w := range workers {
 		wg.Add(1)
+		allow := allow[w%len(allow)]
 		go func() {
 			defer wg.Done()
 			<-start
@@ -795,15 +829,17 @@ func (a ownAlgorithm) Decide(state []byte, req algorithms.Request) (algorithms.S
 func testOwnAlgorithm(t *testing.T, newHarness func(*testing.T) Harness) {
 	h := newHarness(t)
 	f := newFixture(t, h.Store, ownAlgorithm{limit: 25})
+	allows, where := f.instances(h, h.Store, ownAlgorithm{limit: 25})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	admitted := 0
 	for w := 0; w < 10; w++ {
 		wg.Add(1)
+		allow := allows[w%len(allows)]
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 5; i++ {
-				d, err := f.lim.Allow(context.Background(), "own")
+				d, err := allow(context.Background(), "own")
 				if err != nil {
 					t.Errorf("lim.Allow(key) with a user's algorithm: %v", err)
 					return
@@ -818,6 +854,6 @@ func testOwnAlgorithm(t *testing.T, newHarness func(*testing.T) Harness) {
 	}
 	wg.Wait()
 	if admitted != 25 {
-		t.Errorf("10 goroutines × 5 lim.Allow(key) with a user's algorithm of limit 25 admitted %d, want 25", admitted)
+		t.Errorf("10 goroutines × 5 lim.Allow(key) with a user's algorithm of limit 25%s admitted %d, want 25", where, admitted)
 	}
 }

@@ -144,7 +144,11 @@ func testTiers(t *testing.T, newHarness func(*testing.T) Harness) {
 			tr := tier(f, numbers{limit, time.Second, limit})
 			const workers, each = 16, 4
 			key := "tier-concurrent"
-			admitted := admitConcurrently(t, workers, each, key, tr.Allow)
+			allows := []allowFunc{tr.Allow}
+			if tw := twinOf(t, h, s); tw != nil {
+				allows = append(allows, tier(f.sibling(tw, a.alg), numbers{limit, time.Second, limit}).Allow)
+			}
+			admitted := admitConcurrently(t, workers, each, key, allows...)
 			if admitted != limit {
 				t.Errorf("%d goroutines × %d tier(%d per second, burst %d).Allow(%q) at a fixed time admitted %d, want exactly %d (rule: a tier's numbers are applied atomically, not the limiter's own %d)",
 					workers, each, limit, limit, key, admitted, limit, a.limit)
