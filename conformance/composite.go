@@ -51,7 +51,19 @@ func compositeFamilies() []family {
 	log := func(n numbers) algorithms.Algorithm {
 		return algorithms.All(algorithms.SlidingLog(n.limit, n.period), algorithms.TokenBucket(n.limit, n.period, n.burst))
 	}
+	// reshape changes the parts under one limiter name: reordered, one
+	// added, two removed, named, a sliding log among them, so that every
+	// form keys each part's state by its name as the Go form does.
+	reshape := []algorithms.Algorithm{
+		algorithms.All(algorithms.GCRA(7, s, 5), algorithms.FixedWindow(11, 3*s)),
+		algorithms.All(algorithms.FixedWindow(11, 3*s), algorithms.GCRA(7, s, 5)),
+		algorithms.All(algorithms.GCRA(7, s, 5), algorithms.SlidingWindow(20, 2*s), algorithms.FixedWindow(11, 3*s)),
+		algorithms.All(algorithms.SlidingWindow(20, 2*s)),
+		algorithms.All(algorithms.Named("daily", algorithms.FixedWindow(13, 3*s)), algorithms.TokenBucket(5, s, 4), algorithms.GCRA(9, s, 3)),
+		algorithms.All(algorithms.SlidingLog(9, 2*s), algorithms.GCRA(7, s, 5)),
+	}
 	return []family{
+		{"reshape", reshape, s},
 		{"gcra+fixed_window", []algorithms.Algorithm{two(numbers{7, s, 5}, numbers{11, 3 * s, 0}), two(numbers{3, 100 * ms, 7}, numbers{20, 3 * s, 0})}, s},
 		{"five", []algorithms.Algorithm{five(numbers{7, s, 5}), five(numbers{1000, 3 * s, 11})}, s},
 		{"sliding_log+token_bucket", []algorithms.Algorithm{log(numbers{7, s, 5}), log(numbers{3, 100 * ms, 4})}, s},
@@ -127,6 +139,10 @@ func testComposite(t *testing.T, newHarness func(*testing.T) Harness) {
 				h := newHarness(t)
 				alg := composites()[0]
 				testCompositeIsolation(t, p.wrap(t, h, h.Store, alg), alg)
+			})
+			t.Run("Reshape", func(t *testing.T) {
+				h := newHarness(t)
+				testCompositeReshape(t, p.wrap(t, h, h.Store, composites()[0]))
 			})
 		})
 	}
@@ -257,19 +273,76 @@ func testCompositeExpiry(t *testing.T, h Harness, s store.Store, alg algorithms.
 }
 
 // testCompositeIsolation checks that a composite never shares state with a
-// single algorithm of the same limiter name, nor with another composite.
+// single algorithm of the same limiter name, that a composite of the same
+// parts in another order does (its parts are keyed by name, not place),
+// and that unnamed limiters of different composites never share state.
 func testCompositeIsolation(t *testing.T, s store.Store, alg algorithms.Algorithm) {
 	f := newFixture(t, s, alg, ratelimit.WithName("shared"))
 	single := f.sibling(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("shared"))
-	other := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
+	reordered := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
+	unnamed := f.sibling(s, alg)
+	other := f.sibling(s, algorithms.All(algorithms.GCRA(10, time.Second, 10)))
 	const key = "composite-isolation"
 	f.exhaust(key, 10)
 	if d := single.allow(key, 10); !d.Allowed {
 		t.Errorf("a GCRA limiter named like an exhausted composite of a GCRA denied its first request (rule: a composite's keys never collide with a single algorithm's)")
 	}
-	if d := other.allow(key, 10); !d.Allowed {
-		t.Errorf("a composite of other parts named like an exhausted composite denied its first request (rule: a composite's keys never collide with another composite's)")
+	if d := reordered.allow(key, 1); d.Allowed {
+		t.Errorf("the same composite with its parts in another order, under the same name, admitted a request its exhausted GCRA part denies (rule: a composite keeps each part's state by its name, not its place)")
 	}
+	unnamed.exhaust(key, 10)
+	if d := other.allow(key, 10); !d.Allowed {
+		t.Errorf("an unnamed composite of other parts denied its first request beside an exhausted unnamed composite (rule: unnamed limiters of different policies never share state)")
+	}
+}
+
+// testCompositeReshape changes the parts of a composite under one limiter
+// name, as a plan that gains a monthly limit does: a part added starts
+// from no state while every other part keeps its count, parts may be
+// reordered, a part removed is forgotten and the rest keep their counts,
+// a part whose numbers change keeps its state, and the namespace is the
+// limiter's name and "all" throughout.
+func testCompositeReshape(t *testing.T, s store.Store) {
+	const sec, min, day = time.Second, time.Minute, 24 * time.Hour
+	gcra, window := algorithms.GCRA(10, sec, 10), algorithms.FixedWindow(15, min)
+	monthly := algorithms.FixedWindow(100, 30*day)
+	f := newFixture(t, s, algorithms.All(gcra, window), ratelimit.WithName("plan"))
+	const key = "composite-reshape"
+	remaining := func(l *fixture, what string, want ...int) {
+		t.Helper()
+		d, err := l.lim.Peek(context.Background(), key)
+		if err != nil {
+			t.Fatalf("%s: lim.Peek(%q): %v", what, key, err)
+		}
+		var got []int
+		for _, p := range d.Limits {
+			got = append(got, p.Remaining)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: the parts' remaining %v, want %v (rule: a composite keeps each part's state under its name when parts are added, removed or reordered)", what, got, want)
+		}
+		if ns := l.lim.Namespace(); ns != "plan:all" {
+			t.Errorf("%s: namespace %q, want %q (rule: a composite's identity is its limiter's name)", what, ns, "plan:all")
+		}
+	}
+	for range 4 {
+		f.expect(key, 1, true)
+	}
+	remaining(f, "after 4 requests", 6, 11)
+	added := f.sibling(s, algorithms.All(gcra, window, monthly), ratelimit.WithName("plan"))
+	remaining(added, "a monthly part added", 6, 11, 100)
+	added.expect(key, 1, true)
+	remaining(added, "a monthly part added, after a request", 5, 10, 99)
+	reordered := f.sibling(s, algorithms.All(monthly, window, gcra), ratelimit.WithName("plan"))
+	remaining(reordered, "the parts reordered", 99, 10, 5)
+	reordered.expect(key, 1, true)
+	removed := f.sibling(s, algorithms.All(monthly, window), ratelimit.WithName("plan"))
+	remaining(removed, "the GCRA part removed", 98, 9)
+	removed.expect(key, 1, true)
+	back := f.sibling(s, algorithms.All(gcra, window, monthly), ratelimit.WithName("plan"))
+	remaining(back, "the GCRA part back after a write without it", 10, 8, 97)
+	raised := f.sibling(s, algorithms.All(algorithms.GCRA(20, sec, 20), algorithms.FixedWindow(30, min), monthly), ratelimit.WithName("plan"))
+	remaining(raised, "the numbers raised", 20, 23, 97)
 }
 
 // testCompositeInvalid checks that bad compositions and costs are errors.
