@@ -212,6 +212,66 @@ func builtinNamed(name string) *forms.Builtin {
 	return nil
 }
 
+// Rekey returns e, the state of a composite (algorithms.All) of built-ins
+// kept before parts were keyed by name, under its namespace of then
+// ("<limiter name>:all-<hash of its parts' algorithms>"), as the state
+// the same composite keeps now under namespace (its limiter's namespace
+// now, "<limiter name>:all"), keyed by its parts' names: parts names
+// them in the order the composite listed them then, as
+// algorithms.Composite's PartNames says ("gcra-1s" for a part not Named).
+// The composite then finds every part's state by name, so that parts may
+// be added, removed and reordered from its first decision on; state
+// renamed without Rekey is read by place until it is next written, by a
+// composite of the same parts in the same order. It returns an error
+// wrapping ratelimit.ErrInvalidParams when e's namespace is not such a
+// composite's or parts does not name each of its parts once, and one
+// wrapping ratelimit.ErrCorruptState when the state does not frame as that
+// composite's.
+func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error) {
+	_, name, _ := strings.Cut(e.Key.Namespace, ":")
+	old, _ := compositeOf(name).(algorithms.Composite)
+	if !strings.HasPrefix(name, "all-") || old == nil {
+		return e, fmt.Errorf("%w: namespace %q is not a composite's of built-ins of before parts were keyed by name (\"<name>:all-<hash>\")",
+			ratelimit.ErrInvalidParams, e.Key.Namespace)
+	}
+	if len(parts) != len(old.Parts()) {
+		return e, fmt.Errorf("%w: %d part names for the %d parts of %q", ratelimit.ErrInvalidParams, len(parts), len(old.Parts()), e.Key.Namespace)
+	}
+	named := make([]algorithms.Algorithm, len(parts))
+	for i, p := range old.Parts() {
+		named[i] = algorithms.Named(parts[i], p)
+	}
+	c := algorithms.All(named...)
+	if err := c.Validate(); err != nil {
+		return e, err
+	}
+	ids := algorithms.PartIDs(c.(algorithms.Composite))
+	next := binary.LittleEndian.AppendUint64(nil, math.MaxUint64)
+	rest := e.State
+	for i := range parts {
+		if len(rest) < 16 {
+			return e, fmt.Errorf("%w: entry for %q: composite state ends before limit %d", ratelimit.ErrCorruptState, e.Key.String(), i+1)
+		}
+		exp, n := binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])
+		rest = rest[16:]
+		if exp > algorithms.MaxExact || n > uint64(len(rest)) {
+			return e, fmt.Errorf("%w: entry for %q: composite limit %d has expiry %d and length %d", ratelimit.ErrCorruptState, e.Key.String(), i+1, exp, n)
+		}
+		if n > 0 && exp > 0 {
+			next = binary.LittleEndian.AppendUint64(next, uint64(ids[i]))
+			next = binary.LittleEndian.AppendUint64(next, exp)
+			next = binary.LittleEndian.AppendUint64(next, n)
+			next = append(next, rest[:n]...)
+		}
+		rest = rest[n:]
+	}
+	if len(rest) != 0 {
+		return e, fmt.Errorf("%w: entry for %q: composite state has %d bytes after its %d limits", ratelimit.ErrCorruptState, e.Key.String(), len(rest), len(parts))
+	}
+	e.Key.Namespace, e.State = namespace, next
+	return e, nil
+}
+
 // placeholder returns b with placeholder numbers.
 func placeholder(b *forms.Builtin) algorithms.Algorithm {
 	return b.New(1, algorithms.MaxPeriod, 1)

@@ -54,6 +54,13 @@ Flags:
                       namespace changed: a composite's "<name>:all-<hash>"
                       of before this release becomes "<name>:all"; -from
                       and -to may then be the same store
+  -parts P1,P2,...    with -rename from "<name>:all-<hash>": rewrite each
+                      key's state keyed by these part names, one per part
+                      in the order the composite lists them (its
+                      PartNames: "gcra-1s" for GCRA(n, time.Second, b)),
+                      so that its parts may change from the first
+                      decision on (without -parts the state is read by
+                      place until a decision of the same parts rewrites it)
   -dry-run            count the live keys of the source, write nothing
   -allow-empty        succeed when the source holds no live key (under
                       -namespace); without it that is an error, as a
@@ -74,6 +81,7 @@ type moveConfig struct {
 	from, to   string
 	namespace  string
 	rename     string
+	parts      []string
 	dryRun     bool
 	allowEmpty bool
 	progress   time.Duration
@@ -87,6 +95,8 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 	fs.StringVar(&cfg.to, "to", "", "")
 	fs.StringVar(&cfg.namespace, "namespace", "", "")
 	fs.StringVar(&cfg.rename, "rename", "", "")
+	var parts string
+	fs.StringVar(&parts, "parts", "", "")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "")
 	fs.DurationVar(&cfg.progress, "progress", time.Second, "")
@@ -109,6 +119,12 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 	if cfg.namespace != "" {
 		if k, ok := store.ParseKey(cfg.namespace + ":k"); !ok || k.Namespace != cfg.namespace {
 			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", cfg.namespace)
+		}
+	}
+	if parts != "" {
+		cfg.parts = strings.Split(parts, ",")
+		if cfg.rename == "" || !strings.Contains(cfg.namespace, ":all-") {
+			return cfg, errors.New("ratelimit move: -parts needs -rename and a -namespace \"<name>:all-<hash>\", a composite's of before parts were keyed by name")
 		}
 	}
 	if cfg.rename != "" {
@@ -213,7 +229,13 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 	}
 	err = src.each(ctx, cfg.namespace, func(e store.Entry) error {
 		st.read++
-		if cfg.rename != "" {
+		switch {
+		case cfg.parts != nil:
+			var err error
+			if e, err = statefile.Rekey(e, cfg.rename, cfg.parts); err != nil {
+				return err
+			}
+		case cfg.rename != "":
 			e.Key.Namespace = cfg.rename
 		}
 		if !cfg.dryRun {
