@@ -247,3 +247,31 @@ func TestAllKeyedCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAllDecide decides admitted requests on one state with a
+// composite of two and of five parts, the Go form's cost per decision
+// (the memory store's, and Update's on every store).
+func BenchmarkAllDecide(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		alg  algorithms.Algorithm
+	}{
+		{"two", algorithms.All(algorithms.GCRA(1e6, time.Second, 1e6), algorithms.FixedWindow(1e9, 24*time.Hour))},
+		{"five", algorithms.All(algorithms.FixedWindow(1e9, time.Second), algorithms.SlidingWindow(1e9, time.Minute),
+			algorithms.TokenBucket(1e6, time.Second, 1e6), algorithms.LeakyBucket(1e6, time.Second, 1e6), algorithms.GCRA(1e6, time.Hour, 1e6))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var state []byte
+			now := int64(1_000_000_000_000)
+			b.ReportAllocs()
+			for b.Loop() {
+				now++
+				st, err := c.alg.Decide(state, algorithms.Request{Now: now, Cost: 1})
+				if err != nil || !st.Decision.Allowed {
+					b.Fatalf("Decide: %+v, %v", st.Decision, err)
+				}
+				state = st.Next
+			}
+		})
+	}
+}
