@@ -31,7 +31,8 @@ const MaxParts = 8
 // part's state under its name, never under its place in the list, so
 // that under one limiter name (ratelimit.WithName) a part added later
 // starts from no state while every other part keeps its own, a part
-// removed is forgotten, the parts may be listed in any order, and a part
+// removed no longer counts (its state is kept, unread, until it expires,
+// see Composite), the parts may be listed in any order, and a part
 // whose numbers change but whose name does not keeps its state, as a
 // single algorithm does. Give parts names with Named to change a part's
 // period without losing its state, or to hold two parts of one algorithm
@@ -119,9 +120,14 @@ func (n *namedPart) String() string { return fmt.Sprintf("Named(%q, %v)", n.name
 // the part's ID (PartIDs), when the part's state expires (µs since the
 // Unix epoch), the length in bytes of the part's state, and the part's
 // own state. A part with no state is not written. Reading, a part finds
-// its state by its ID, wherever it was written; the state of an ID that
-// is no longer a part's is dropped at the next write, and two entries of
-// one ID are corrupt state.
+// its state by its ID, wherever it was written. The live state of an ID
+// that is not one of the composite's parts (a part removed, or one that
+// another composite deciding on the same key has: the release before
+// during a rolling deploy, another tier) is carried at the next write as
+// it was, after the parts', until it expires, so that two composites on
+// one key never erase each other's counts; a state holds at most
+// 2 × MaxParts entries, and entries carried past that are dropped. Two
+// entries of one ID, or more than 2 × MaxParts, are corrupt state.
 //
 // State written before parts were keyed by name (without the leading -1:
 // for each part in order, its expiry, its length and its state, a part
@@ -150,9 +156,13 @@ type Composite interface {
 // sliding window, 4 token bucket, 5 GCRA, 6 leaky bucket; 0 for a user's
 // algorithm). IDs are below 2^52, exact in every form's arithmetic. The
 // composite server forms take them with the parts' parameters (see
-// package forms, CompositeForm).
+// package forms, CompositeForm). It returns nil for a composite whose
+// Validate fails.
 func PartIDs(c Composite) []int64 {
 	if cc, ok := c.(*composite); ok {
+		if cc.err != nil {
+			return nil
+		}
 		return cc.ids
 	}
 	var ids []int64
@@ -327,7 +337,9 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 	}
 	var buf [MaxParts]partState
 	parts := buf[:len(c.parts)]
-	if err := decodeParts(state, req.Now, c.ids, parts); err != nil {
+	var others [maxEntries][]byte
+	nothers, err := decodeParts(state, req.Now, c.ids, parts, &others)
+	if err != nil {
 		return Step{}, err
 	}
 	decs := make([]Decision, len(c.parts))
@@ -352,7 +364,7 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 	commit.Peek = false
 	next := make([]byte, 0, len(state)+32*len(c.parts)+8)
 	next = binary.LittleEndian.AppendUint64(next, keyedMark)
-	top := int64(0)
+	top, written := int64(0), 0
 	for i, p := range c.parts {
 		if req.Refund && builtinOf(p) == nil {
 			commit.Refund, commit.Peek = false, true // a user's part never sees a refund
@@ -376,10 +388,17 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 			continue // no state: not written
 		}
 		top = max(top, exp)
+		written++
 		next = binary.LittleEndian.AppendUint64(next, uint64(c.ids[i]))
 		next = binary.LittleEndian.AppendUint64(next, uint64(exp))
 		next = binary.LittleEndian.AppendUint64(next, uint64(len(s)))
 		next = append(next, s...)
+	}
+	// The live state of parts this composite does not have, carried as it
+	// was (see Composite), while the entries number at most maxEntries.
+	for _, e := range others[:min(nothers, maxEntries-written)] {
+		top = max(top, int64(binary.LittleEndian.Uint64(e[8:])))
+		next = append(next, e...)
 	}
 	if !ok || top <= req.Now {
 		return Step{Decision: Combine(decs)}, nil
@@ -390,6 +409,10 @@ func (c *composite) Decide(state []byte, req Request) (Step, error) {
 // keyedMark is the first field of a composite's state keyed by part (-1).
 const keyedMark = ^uint64(0)
 
+// maxEntries is the most entries a composite's state keyed by part holds:
+// its parts' and those it carries for parts it does not have.
+const maxEntries = 2 * MaxParts
+
 // partState is one part's live state in a composite's state.
 type partState struct {
 	state   []byte // nil when the part has no live state
@@ -397,27 +420,29 @@ type partState struct {
 }
 
 // decodeParts splits a composite's state into its parts' live states (see
-// Composite for the encoding), the part with ids[i] into parts[i]. Each
-// part's slice has its own length as its capacity, so a part that writes
-// its next state into it cannot reach the next part's.
-func decodeParts(state []byte, now int64, ids []int64, parts []partState) error {
+// Composite for the encoding), the part with ids[i] into parts[i], and
+// the live entries of IDs no part has, whole (header and state), into
+// others, returning how many. Each part's slice has its own length as its
+// capacity, so a part that writes its next state into it cannot reach the
+// next part's.
+func decodeParts(state []byte, now int64, ids []int64, parts []partState, others *[maxEntries][]byte) (int, error) {
 	if state == nil {
-		return nil
+		return 0, nil
 	}
 	if len(state) >= 8 && binary.LittleEndian.Uint64(state) == keyedMark {
-		return decodeKeyed(state[8:], now, ids, parts)
+		return decodeKeyed(state[8:], now, ids, parts, others)
 	}
-	// The state of before parts were keyed: by position.
+	// The state of before parts were keyed: by place.
 	rest := state
 	for i := range parts {
 		if len(rest) < 16 {
-			return fmt.Errorf("%w: composite state ends before limit %d", ErrCorruptState, i+1)
+			return 0, fmt.Errorf("%w: composite state ends before limit %d", ErrCorruptState, i+1)
 		}
 		exp := int64(binary.LittleEndian.Uint64(rest))
 		n := binary.LittleEndian.Uint64(rest[8:])
 		rest = rest[16:]
 		if exp < 0 || exp > MaxExact || n > uint64(len(rest)) {
-			return fmt.Errorf("%w: composite limit %d has expiry %d and length %d", ErrCorruptState, i+1, exp, n)
+			return 0, fmt.Errorf("%w: composite limit %d has expiry %d and length %d", ErrCorruptState, i+1, exp, n)
 		}
 		if n > 0 && now < exp {
 			parts[i] = partState{state: rest[:n:n], expires: exp}
@@ -425,37 +450,42 @@ func decodeParts(state []byte, now int64, ids []int64, parts []partState) error 
 		rest = rest[n:]
 	}
 	if len(rest) != 0 {
-		return fmt.Errorf("%w: composite state has %d bytes after its %d limits", ErrCorruptState, len(rest), len(parts))
+		return 0, fmt.Errorf("%w: composite state has %d bytes after its %d limits", ErrCorruptState, len(rest), len(parts))
 	}
-	return nil
+	return 0, nil
 }
 
 // decodeKeyed reads the entries of a state keyed by part (after its mark).
-func decodeKeyed(rest []byte, now int64, ids []int64, parts []partState) error {
-	var seen [MaxParts]int64
-	n := 0
+func decodeKeyed(rest []byte, now int64, ids []int64, parts []partState, others *[maxEntries][]byte) (int, error) {
+	var seen [maxEntries]int64
+	n, nothers := 0, 0
 	for k := 1; len(rest) > 0; k++ {
 		if len(rest) < 24 {
-			return fmt.Errorf("%w: composite state entry %d ends in its header", ErrCorruptState, k)
+			return 0, fmt.Errorf("%w: composite state entry %d ends in its header", ErrCorruptState, k)
 		}
 		id := int64(binary.LittleEndian.Uint64(rest))
 		exp := int64(binary.LittleEndian.Uint64(rest[8:]))
 		size := binary.LittleEndian.Uint64(rest[16:])
-		rest = rest[24:]
-		if id < 0 || id >= MaxExact/2 || exp < 1 || exp > MaxExact || size == 0 || size > uint64(len(rest)) {
-			return fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ErrCorruptState, k, id, exp, size)
+		if id < 0 || id >= MaxExact/2 || exp < 1 || exp > MaxExact || size == 0 || size > uint64(len(rest)-24) {
+			return 0, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ErrCorruptState, k, id, exp, size)
 		}
 		if n == len(seen) || slices.Contains(seen[:n], id) {
-			return fmt.Errorf("%w: composite state entry %d repeats ID %d or exceeds %d entries", ErrCorruptState, k, id, len(seen))
+			return 0, fmt.Errorf("%w: composite state entry %d repeats ID %d or exceeds %d entries", ErrCorruptState, k, id, len(seen))
 		}
 		seen[n] = id
 		n++
-		if i := slices.Index(ids, id); i >= 0 && now < exp {
-			parts[i] = partState{state: rest[:size:size], expires: exp}
+		entry := rest[: 24+size : 24+size]
+		switch i := slices.Index(ids, id); {
+		case now >= exp:
+		case i >= 0:
+			parts[i] = partState{state: entry[24:], expires: exp}
+		default:
+			others[nothers] = entry
+			nothers++
 		}
-		rest = rest[size:]
+		rest = rest[24+size:]
 	}
-	return nil
+	return nothers, nil
 }
 
 // Combine returns the decision of a composite whose parts decided parts,

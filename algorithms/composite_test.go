@@ -139,8 +139,10 @@ func TestAllPartsKeepState(t *testing.T) {
 	check("reordered", rem, 98, 9, 4)
 	state, rem = reshapeStep(t, algorithms.All(window, monthly), state, now, false)
 	check("the GCRA part removed", rem, 8, 97)
+	// The removed part's state was carried, unread, by the write without
+	// it: put back, it has its count.
 	_, rem = reshapeStep(t, algorithms.All(gcra, window, monthly), state, now, true)
-	check("the GCRA part back after a write without it", rem, 10, 8, 97)
+	check("the GCRA part back after a write without it", rem, 4, 8, 97)
 	_, rem = reshapeStep(t, algorithms.All(algorithms.FixedWindow(30, hour), algorithms.FixedWindow(500, 30*day)), state, now, true)
 	check("the windows' limits raised", rem, 23, 497)
 

@@ -176,7 +176,7 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 		id := int64(binary.LittleEndian.Uint64(rest))
 		exp, n := int64(binary.LittleEndian.Uint64(rest[8:])), binary.LittleEndian.Uint64(rest[16:])
 		rest = rest[24:]
-		if id < 0 || id >= algorithms.MaxExact/2 || exp < 1 || exp > algorithms.MaxExact || n == 0 || n > uint64(len(rest)) || i > algorithms.MaxParts {
+		if id < 0 || id >= algorithms.MaxExact/2 || exp < 1 || exp > algorithms.MaxExact || n == 0 || n > uint64(len(rest)) || i > 2*algorithms.MaxParts {
 			return nil, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ratelimit.ErrCorruptState, i, id, exp, n)
 		}
 		part, b := rest[:n], builtinNamed(algorithms.PartKind(id))
@@ -194,7 +194,9 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 				return nil, fmt.Errorf("composite state entry %d (%s): %w", i, b.Name, err)
 			}
 		}
-		parts = append(parts, algorithms.Named(fmt.Sprintf("part%d", i), p))
+		if len(parts) < algorithms.MaxParts { // enough to tell the form
+			parts = append(parts, algorithms.Named(fmt.Sprintf("part%d", i), p))
+		}
 	}
 	if user || len(parts) == 0 {
 		return nil, nil

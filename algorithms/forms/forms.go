@@ -172,6 +172,9 @@ type ToDecider interface {
 // not Composable.
 func CompositeForm(c algorithms.Composite) (names []string, args []int64, ok bool) {
 	ids := algorithms.PartIDs(c)
+	if len(ids) != len(c.Parts()) {
+		return nil, nil, false // an invalid composite
+	}
 	for i, p := range c.Parts() {
 		b := BuiltinOf(p)
 		sf, isSF := p.(ServerForm)

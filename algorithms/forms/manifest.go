@@ -22,7 +22,7 @@ var manifest = struct {
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
 			version: "ef1e93c3", sqlFunction: "ratelimit_token_bucket_ef1e93c3", sqlRowFunction: "ratelimit_token_bucket_row_ef1e93c3"},
 	},
-	compositeSQLFunction: "ratelimit_all_24c613c8",
+	compositeSQLFunction: "ratelimit_all_bd443e11",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

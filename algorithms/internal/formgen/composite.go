@@ -303,15 +303,16 @@ end
 -- Reads raw, a key's stored state (or false for none), into parts: each
 -- part's state and expiry (has: it has one, live or not), found by the
 -- part's ID (a state keyed by part: the mark -1, then for each part with
--- state its ID, expiry, length and fields; an entry of an ID no part has
--- is skipped, and so dropped at the next write), or by its place (a
--- state of before parts were keyed: for each part its expiry, length and
--- fields). A part whose state is live at now is checked. It returns nil,
--- or the error of a state it cannot read.
+-- state its ID, expiry, length and fields; the entries of IDs no part has
+-- go to parts.carry, live or not, which decide carries while they live),
+-- or by its place (a state of before parts were keyed: for each part its
+-- expiry, length and fields). A part whose state is live at now is
+-- checked. It returns nil, or the error of a state it cannot read.
 local function read(raw, parts, now)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = false, 0, p.zero
   end
+  parts.carry = {}
   if not raw then
     return nil
   end
@@ -334,7 +335,7 @@ local function read(raw, parts, now)
       local id, e, len
       id, e, len, pos = struct.unpack('<ddd', raw, pos)
       if not (id >= 0 and id < MAX / 2 and e >= 1 and e <= MAX and len > 0 and len % 8 == 0)
-        or pos + len > #raw + 1 or seen[id] or k > 8 then
+        or pos + len > #raw + 1 or seen[id] or k > 16 then
         return 'CORRUPT composite state entry ' .. k
       end
       seen[id] = true
@@ -346,7 +347,9 @@ local function read(raw, parts, now)
         pos, err = read_part(raw, pos, p, e, len, now, k)
         if not pos then return err end
       else
-        pos = pos + len
+        local c = {id = id, e = e, s = {}}
+        for j = 1, len / 8 do c.s[j], pos = struct.unpack('<d', raw, pos) end
+        parts.carry[#parts.carry + 1] = c
       end
     end
     return nil
@@ -382,7 +385,8 @@ end
 -- it is a peek: every part decides it for real. A refund has no check:
 -- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
--- states (each part's new state, or its state as it was), and false when
+-- states (each part's new state, or its state as it was) and the entries
+-- of parts.carry live at now (at most 16 entries in all), and false when
 -- nothing is to be written.
 local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   max_delay, act = max_delay or 0, act or 0
@@ -399,7 +403,7 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   if not ok or peek and not refund then
     return false
   end
-  local top = 0
+  local top, written = 0, 0
   for i, p in ipairs(parts) do
     local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
     ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
@@ -411,6 +415,14 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
       p.ne, p.ns = 0, nil
     end
     top = max(top, p.ne)
+    if p.ns and #p.ns > 0 then written = written + 1 end
+  end
+  local keep = {}
+  for _, c in ipairs(parts.carry) do
+    if now < c.e and written + #keep < 16 then
+      keep[#keep + 1] = c
+      top = max(top, c.e)
+    end
   end
   if not ok or top <= now then
     return false
@@ -418,11 +430,13 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = p.ns ~= nil, p.ne, p.ns or p.zero
   end
+  parts.carry = keep
   return true, top
 end
 
 -- Writes the parts' states to key, keyed by part (the mark -1, then for
--- each part with state its ID, expiry, length and fields), expiring
+-- each part with state its ID, expiry, length and fields, then the
+-- entries carried for parts it does not have), expiring
 -- top - now µs from now (in whole ms rounded up) plus slack ms.
 local function write(key, parts, top, now, slack)
   local vals = {top, -1}
@@ -433,6 +447,12 @@ local function write(key, parts, top, now, slack)
       vals[#vals + 1] = 8 * #p.s
       for j = 1, #p.s do vals[#vals + 1] = p.s[j] end
     end
+  end
+  for _, c in ipairs(parts.carry) do
+    vals[#vals + 1] = c.id
+    vals[#vals + 1] = c.e
+    vals[#vals + 1] = 8 * #c.s
+    for j = 1, #c.s do vals[#vals + 1] = c.s[j] end
   end
   local r999 = top - now + 999
   local q = floor(r999 / 1000)
@@ -591,7 +611,9 @@ const sqlAllDoc = `-- all: the SQL form of a composite (algorithms.All, composit
 -- parts: the parts' algorithm names; args: for each part in order, its ID
 -- and its parameters. state: -1, then for each part that has state, its
 -- ID, when its state expires, its length in bytes (8 per field) and its
--- fields; or NULL for a key with no live state. A state of before parts
+-- fields (then the live entries of IDs no part has, carried as they are
+-- while the state holds at most 16 entries); or NULL for a key with no
+-- live state. A state of before parts
 -- were keyed (no -1: for each part by place, its expiry, its length, 0
 -- for none, and its fields) is read too. decisions: for each part,
 -- [allowed (1 or 0), limit, remaining, retry_after, reset_after, delay].
@@ -614,6 +636,9 @@ DECLARE
     astart int[] := '{}';
     alen  int[] := '{}';
     seen  bigint[] := '{}'; -- the IDs of the entries read
+    carry bigint[] := '{}'; -- the entries of IDs no part has, live at now_us
+    ncarry int := 0;        -- how many entries carry holds
+    nw    int := 0;         -- how many parts' entries nxt holds
     na    int;
     k     int;
     id    bigint;
@@ -640,8 +665,8 @@ BEGIN
         RAISE EXCEPTION 'ratelimit: % composite parameters, want %', cardinality(args), apos - 1;
     END IF;
     IF state IS NOT NULL AND cardinality(state) >= 1 AND state[1] = -1 THEN
-        -- Keyed by part: each entry finds its part by ID; an entry of an
-        -- ID no part has is skipped, and so dropped at the next write.
+        -- Keyed by part: each entry finds its part by ID; the live entries
+        -- of IDs no part has are carried, as they are, at the next write.
         pos := 2;
         WHILE pos <= cardinality(state) LOOP
             IF pos + 2 > cardinality(state) THEN
@@ -650,13 +675,15 @@ BEGIN
             END IF;
             id := state[pos]; e := state[pos + 1]; l := state[pos + 2]; pos := pos + 3;
             IF id NOT BETWEEN 0 AND 4503599627370495 OR e NOT BETWEEN 1 AND 9007199254740992 OR l <= 0 OR l % 8 <> 0
-                OR pos + l / 8 - 1 > cardinality(state) OR id = ANY(seen) OR cardinality(seen) >= 8 THEN
+                OR pos + l / 8 - 1 > cardinality(state) OR id = ANY(seen) OR cardinality(seen) >= 16 THEN
                 PERFORM ratelimit_corrupt(format('composite state entry %s', cardinality(seen) + 1));
             END IF;
             seen := seen || id;
             k := array_position(ids, id);
             IF k IS NOT NULL AND now_us < e THEN
                 fpos[k] := pos; flen[k] := (l / 8)::int; fexp[k] := e;
+            ELSIF k IS NULL AND now_us < e THEN
+                carry := carry || state[pos - 3 : pos + (l / 8)::int - 1]; ncarry := ncarry + 1;
             END IF;
             pos := pos + (l / 8)::int;
         END LOOP;
@@ -706,13 +733,23 @@ BEGIN
         IF d.next_state IS NOT NULL AND cardinality(d.next_state) > 0 THEN
             e := now_us + greatest(d.ttl, 1);
             nxt := nxt || ids[i] || e || (8 * cardinality(d.next_state))::bigint || d.next_state;
+            nw := nw + 1;
         ELSIF fpos[i] > 0 THEN
             e := fexp[i];
             nxt := nxt || ids[i] || e || (8 * flen[i])::bigint || state[fpos[i] : fpos[i] + flen[i] - 1];
+            nw := nw + 1;
         ELSE
             e := 0;
         END IF;
         top := greatest(top, e);
+    END LOOP;
+    -- The entries carried, as they were, while the state holds at most 16.
+    pos := 1;
+    FOR j IN 1 .. least(ncarry, 16 - nw) LOOP
+        top := greatest(top, carry[pos + 1]);
+        l := carry[pos + 2];
+        nxt := nxt || carry[pos : pos + 2 + (l / 8)::int];
+        pos := pos + 3 + (l / 8)::int;
     END LOOP;
     IF NOT ok OR top <= now_us THEN
         RETURN ROW(NULL, NULL, decs)::ratelimit_all_step;

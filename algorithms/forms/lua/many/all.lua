@@ -846,15 +846,16 @@ end
 -- Reads raw, a key's stored state (or false for none), into parts: each
 -- part's state and expiry (has: it has one, live or not), found by the
 -- part's ID (a state keyed by part: the mark -1, then for each part with
--- state its ID, expiry, length and fields; an entry of an ID no part has
--- is skipped, and so dropped at the next write), or by its place (a
--- state of before parts were keyed: for each part its expiry, length and
--- fields). A part whose state is live at now is checked. It returns nil,
--- or the error of a state it cannot read.
+-- state its ID, expiry, length and fields; the entries of IDs no part has
+-- go to parts.carry, live or not, which decide carries while they live),
+-- or by its place (a state of before parts were keyed: for each part its
+-- expiry, length and fields). A part whose state is live at now is
+-- checked. It returns nil, or the error of a state it cannot read.
 local function read(raw, parts, now)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = false, 0, p.zero
   end
+  parts.carry = {}
   if not raw then
     return nil
   end
@@ -877,7 +878,7 @@ local function read(raw, parts, now)
       local id, e, len
       id, e, len, pos = struct.unpack('<ddd', raw, pos)
       if not (id >= 0 and id < MAX / 2 and e >= 1 and e <= MAX and len > 0 and len % 8 == 0)
-        or pos + len > #raw + 1 or seen[id] or k > 8 then
+        or pos + len > #raw + 1 or seen[id] or k > 16 then
         return 'CORRUPT composite state entry ' .. k
       end
       seen[id] = true
@@ -889,7 +890,9 @@ local function read(raw, parts, now)
         pos, err = read_part(raw, pos, p, e, len, now, k)
         if not pos then return err end
       else
-        pos = pos + len
+        local c = {id = id, e = e, s = {}}
+        for j = 1, len / 8 do c.s[j], pos = struct.unpack('<d', raw, pos) end
+        parts.carry[#parts.carry + 1] = c
       end
     end
     return nil
@@ -925,7 +928,8 @@ end
 -- it is a peek: every part decides it for real. A refund has no check:
 -- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
--- states (each part's new state, or its state as it was), and false when
+-- states (each part's new state, or its state as it was) and the entries
+-- of parts.carry live at now (at most 16 entries in all), and false when
 -- nothing is to be written.
 local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   max_delay, act = max_delay or 0, act or 0
@@ -942,7 +946,7 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   if not ok or peek and not refund then
     return false
   end
-  local top = 0
+  local top, written = 0, 0
   for i, p in ipairs(parts) do
     local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
     ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
@@ -954,6 +958,14 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
       p.ne, p.ns = 0, nil
     end
     top = max(top, p.ne)
+    if p.ns and #p.ns > 0 then written = written + 1 end
+  end
+  local keep = {}
+  for _, c in ipairs(parts.carry) do
+    if now < c.e and written + #keep < 16 then
+      keep[#keep + 1] = c
+      top = max(top, c.e)
+    end
   end
   if not ok or top <= now then
     return false
@@ -961,11 +973,13 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = p.ns ~= nil, p.ne, p.ns or p.zero
   end
+  parts.carry = keep
   return true, top
 end
 
 -- Writes the parts' states to key, keyed by part (the mark -1, then for
--- each part with state its ID, expiry, length and fields), expiring
+-- each part with state its ID, expiry, length and fields, then the
+-- entries carried for parts it does not have), expiring
 -- top - now µs from now (in whole ms rounded up) plus slack ms.
 local function write(key, parts, top, now, slack)
   local vals = {top, -1}
@@ -976,6 +990,12 @@ local function write(key, parts, top, now, slack)
       vals[#vals + 1] = 8 * #p.s
       for j = 1, #p.s do vals[#vals + 1] = p.s[j] end
     end
+  end
+  for _, c in ipairs(parts.carry) do
+    vals[#vals + 1] = c.id
+    vals[#vals + 1] = c.e
+    vals[#vals + 1] = 8 * #c.s
+    for j = 1, #c.s do vals[#vals + 1] = c.s[j] end
   end
   local r999 = top - now + 999
   local q = floor(r999 / 1000)
