@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -378,6 +379,18 @@ func testCompositeReshape(t *testing.T, s store.Store) {
 	}
 	if d := a.allow(two, 1); d.Allowed {
 		t.Errorf("the 11th request of a GCRA burst of 10 was admitted, every other request decided by a composite without the GCRA part (rule: a composite carries the state of parts it does not have)")
+	}
+	// The same at once, from many goroutines: each composite admits
+	// exactly its limit, the GCRA's burst of 10 and the monthly 100.
+	const both = "composite-reshape-concurrent"
+	var wg sync.WaitGroup
+	var byB int
+	wg.Add(1)
+	go func() { defer wg.Done(); byB = admitConcurrently(t, 8, 16, both, b.lim.Allow) }()
+	byA := admitConcurrently(t, 8, 4, both, a.lim.Allow)
+	wg.Wait()
+	if byA != 10 || byB != 100 {
+		t.Errorf("two composites on one key at once, at a fixed time: %d of 32 admitted by All(GCRA burst 10, ...) and %d of 128 by All(monthly 100), want exactly 10 and 100 (rule: each decision is atomic, and neither composite erases the other's parts)", byA, byB)
 	}
 }
 
