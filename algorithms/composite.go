@@ -215,25 +215,28 @@ func (c *composite) Parts() []Algorithm  { return c.parts }
 func (c *composite) PartNames() []string { return c.names }
 
 // String lists the parts by name, in the order of their names, each with
-// its numbers: "All(fixed_window-1d=FixedWindow(...), gcra-1s=GCRA(...))".
+// its numbers: "All(fixed_window-1d=FixedWindow(...), gcra-1s=GCRA(...))"
+// (an invalid composite's in the order given).
 // A limiter without a name derives its namespace from it, so that its
 // state follows the parts and their numbers but not their order.
 func (c *composite) String() string {
-	if c.err != nil {
-		return "All(invalid)"
-	}
 	order := make([]int, len(c.parts))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortFunc(order, func(a, b int) int { return strings.Compare(c.names[a], c.names[b]) })
+	if c.err == nil {
+		slices.SortFunc(order, func(a, b int) int { return strings.Compare(c.names[a], c.names[b]) })
+	}
 	var b strings.Builder
 	b.WriteString("All(")
 	for j, i := range order {
 		if j > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s=%v", c.names[i], c.parts[i])
+		if c.names[i] != "" {
+			b.WriteString(c.names[i] + "=")
+		}
+		fmt.Fprintf(&b, "%v", c.parts[i])
 	}
 	b.WriteString(")")
 	return b.String()

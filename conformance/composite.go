@@ -302,6 +302,12 @@ func testCompositeIsolation(t *testing.T, s store.Store, alg algorithms.Algorith
 	if d := reordered.allow(key, 1); d.Allowed {
 		t.Errorf("the same composite with its parts in another order, under the same name, admitted a request its exhausted GCRA part denies (rule: a composite keeps each part's state by its name, not its place)")
 	}
+	if a, b := unnamed.lim.Namespace(), f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10))).lim.Namespace(); a != b {
+		t.Errorf("unnamed limiters of one composite with its parts in two orders have namespaces %q and %q, want one (rule: the order of the parts never matters)", a, b)
+	}
+	if a, b := unnamed.lim.Namespace(), f.sibling(s, algorithms.All(algorithms.GCRA(10, time.Second, 10), algorithms.FixedWindow(16, time.Minute))).lim.Namespace(); a == b {
+		t.Errorf("unnamed limiters of composites of other numbers share the namespace %q (rule: unnamed limiters of different policies never share state)", a)
+	}
 	unnamed.exhaust(key, 10)
 	if d := other.allow(key, 10); !d.Allowed {
 		t.Errorf("an unnamed composite of other parts denied its first request beside an exhausted unnamed composite (rule: unnamed limiters of different policies never share state)")
