@@ -147,11 +147,14 @@ func WithClock(c clock.Clock) Option {
 // WithName sets the limiter's name, which namespaces its keys: limiters with
 // the same name and algorithm share state, so changing a limit's numbers
 // under the same name applies to existing keys. A name matches
-// [A-Za-z0-9_.-]{1,64}.
+// [A-Za-z0-9_.-]{1,64}. A composite's (algorithms.All) algorithm name is
+// "all" whatever its parts, so its namespace is "<name>:all", and adding,
+// removing or reordering its parts keeps the other parts' counts.
 //
 // Without a name, a limiter's namespace is derived from its algorithm and
 // parameters, so two limiters with different policies never share state,
-// and changing the numbers starts from fresh state. Derived names are "p"
+// and changing the numbers starts from fresh state (for a composite: its
+// parts and their numbers, in any order). Derived names are "p"
 // followed by 16 lowercase hexadecimal digits; that form is reserved, so
 // WithName refuses it and a named limiter can never share an unnamed one's
 // state.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,7 +52,30 @@ func compositeFamilies() []family {
 	log := func(n numbers) algorithms.Algorithm {
 		return algorithms.All(algorithms.SlidingLog(n.limit, n.period), algorithms.TokenBucket(n.limit, n.period, n.burst))
 	}
+	// reshape changes the parts under one limiter name: reordered, one
+	// added, two removed, named, a sliding log among them, so that every
+	// form keys each part's state by its name as the Go form does.
+	reshape := []algorithms.Algorithm{
+		algorithms.All(algorithms.GCRA(7, s, 5), algorithms.FixedWindow(11, 3*s)),
+		algorithms.All(algorithms.FixedWindow(11, 3*s), algorithms.GCRA(7, s, 5)),
+		algorithms.All(algorithms.GCRA(7, s, 5), algorithms.SlidingWindow(20, 2*s), algorithms.FixedWindow(11, 3*s)),
+		algorithms.All(algorithms.SlidingWindow(20, 2*s)),
+		algorithms.All(algorithms.Named("daily", algorithms.FixedWindow(13, 3*s)), algorithms.TokenBucket(5, s, 4), algorithms.GCRA(9, s, 3)),
+		algorithms.All(algorithms.SlidingLog(9, 2*s), algorithms.GCRA(7, s, 5)),
+	}
+	// crowd is three composites of eight named parts each, 24 names in
+	// all: the state carries the parts of the other two up to its 16
+	// entries, and drops those past that.
+	crowd := func(first string, n numbers) algorithms.Algorithm {
+		var parts []algorithms.Algorithm
+		for i := range algorithms.MaxParts {
+			parts = append(parts, algorithms.Named(fmt.Sprintf("%s%d", first, i), algorithms.FixedWindow(n.limit+int64(i), n.period)))
+		}
+		return algorithms.All(parts...)
+	}
 	return []family{
+		{"reshape", reshape, s},
+		{"crowd", []algorithms.Algorithm{crowd("a", numbers{20, 3 * s, 0}), crowd("b", numbers{15, 2 * s, 0}), crowd("c", numbers{30, 5 * s, 0})}, s},
 		{"gcra+fixed_window", []algorithms.Algorithm{two(numbers{7, s, 5}, numbers{11, 3 * s, 0}), two(numbers{3, 100 * ms, 7}, numbers{20, 3 * s, 0})}, s},
 		{"five", []algorithms.Algorithm{five(numbers{7, s, 5}), five(numbers{1000, 3 * s, 11})}, s},
 		{"sliding_log+token_bucket", []algorithms.Algorithm{log(numbers{7, s, 5}), log(numbers{3, 100 * ms, 4})}, s},
@@ -127,6 +151,10 @@ func testComposite(t *testing.T, newHarness func(*testing.T) Harness) {
 				h := newHarness(t)
 				alg := composites()[0]
 				testCompositeIsolation(t, p.wrap(t, h, h.Store, alg), alg)
+			})
+			t.Run("Reshape", func(t *testing.T) {
+				h := newHarness(t)
+				testCompositeReshape(t, p.wrap(t, h, h.Store, composites()[0]))
 			})
 		})
 	}
@@ -258,18 +286,118 @@ func testCompositeExpiry(t *testing.T, h Harness, s store.Store, alg algorithms.
 }
 
 // testCompositeIsolation checks that a composite never shares state with a
-// single algorithm of the same limiter name, nor with another composite.
+// single algorithm of the same limiter name, that a composite of the same
+// parts in another order does (its parts are keyed by name, not place),
+// and that unnamed limiters of different composites never share state.
 func testCompositeIsolation(t *testing.T, s store.Store, alg algorithms.Algorithm) {
 	f := newFixture(t, s, alg, ratelimit.WithName("shared"))
 	single := f.sibling(s, algorithms.GCRA(10, time.Second, 10), ratelimit.WithName("shared"))
-	other := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
+	reordered := f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10)), ratelimit.WithName("shared"))
+	unnamed := f.sibling(s, alg)
+	other := f.sibling(s, algorithms.All(algorithms.GCRA(10, time.Second, 10)))
 	const key = "composite-isolation"
 	f.exhaust(key, 10)
 	if d := single.allow(key, 10); !d.Allowed {
 		t.Errorf("a GCRA limiter named like an exhausted composite of a GCRA denied its first request (rule: a composite's keys never collide with a single algorithm's)")
 	}
+	if d := reordered.allow(key, 1); d.Allowed {
+		t.Errorf("the same composite with its parts in another order, under the same name, admitted a request its exhausted GCRA part denies (rule: a composite keeps each part's state by its name, not its place)")
+	}
+	if a, b := unnamed.lim.Namespace(), f.sibling(s, algorithms.All(algorithms.FixedWindow(15, time.Minute), algorithms.GCRA(10, time.Second, 10))).lim.Namespace(); a != b {
+		t.Errorf("unnamed limiters of one composite with its parts in two orders have namespaces %q and %q, want one (rule: the order of the parts never matters)", a, b)
+	}
+	if a, b := unnamed.lim.Namespace(), f.sibling(s, algorithms.All(algorithms.GCRA(10, time.Second, 10), algorithms.FixedWindow(16, time.Minute))).lim.Namespace(); a == b {
+		t.Errorf("unnamed limiters of composites of other numbers share the namespace %q (rule: unnamed limiters of different policies never share state)", a)
+	}
+	unnamed.exhaust(key, 10)
 	if d := other.allow(key, 10); !d.Allowed {
-		t.Errorf("a composite of other parts named like an exhausted composite denied its first request (rule: a composite's keys never collide with another composite's)")
+		t.Errorf("an unnamed composite of other parts denied its first request beside an exhausted unnamed composite (rule: unnamed limiters of different policies never share state)")
+	}
+}
+
+// testCompositeReshape changes the parts of a composite under one limiter
+// name, as a plan that gains a monthly limit does: a part added starts
+// from no state while every other part keeps its count, parts may be
+// reordered, a part removed is forgotten and the rest keep their counts,
+// a part whose numbers change keeps its state, and the namespace is the
+// limiter's name and "all" throughout.
+func testCompositeReshape(t *testing.T, s store.Store) {
+	const sec, min, day = time.Second, time.Minute, 24 * time.Hour
+	gcra, window := algorithms.GCRA(10, sec, 10), algorithms.FixedWindow(15, min)
+	monthly := algorithms.FixedWindow(100, 30*day)
+	f := newFixture(t, s, algorithms.All(gcra, window), ratelimit.WithName("plan"))
+	const key = "composite-reshape"
+	remaining := func(l *fixture, what string, want ...int) {
+		t.Helper()
+		d, err := l.lim.Peek(context.Background(), key)
+		if err != nil {
+			t.Fatalf("%s: lim.Peek(%q): %v", what, key, err)
+		}
+		var got []int
+		for _, p := range d.Limits {
+			got = append(got, p.Remaining)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: the parts' remaining %v, want %v (rule: a composite keeps each part's state under its name when parts are added, removed or reordered)", what, got, want)
+		}
+		if ns := l.lim.Namespace(); ns != "plan:all" {
+			t.Errorf("%s: namespace %q, want %q (rule: a composite's identity is its limiter's name)", what, ns, "plan:all")
+		}
+	}
+	for range 4 {
+		f.expect(key, 1, true)
+	}
+	remaining(f, "after 4 requests", 6, 11)
+	added := f.sibling(s, algorithms.All(gcra, window, monthly), ratelimit.WithName("plan"))
+	remaining(added, "a monthly part added", 6, 11, 100)
+	added.expect(key, 1, true)
+	remaining(added, "a monthly part added, after a request", 5, 10, 99)
+	reordered := f.sibling(s, algorithms.All(monthly, window, gcra), ratelimit.WithName("plan"))
+	remaining(reordered, "the parts reordered", 99, 10, 5)
+	reordered.expect(key, 1, true)
+	removed := f.sibling(s, algorithms.All(monthly, window), ratelimit.WithName("plan"))
+	remaining(removed, "the GCRA part removed", 98, 9)
+	removed.expect(key, 1, true)
+	back := f.sibling(s, algorithms.All(gcra, window, monthly), ratelimit.WithName("plan"))
+	// The removed part's state was carried, unread, by the writes without
+	// it: put back, it has its count.
+	remaining(back, "the GCRA part back after a write without it", 4, 8, 97)
+	raised := f.sibling(s, algorithms.All(algorithms.GCRA(20, sec, 20), algorithms.FixedWindow(30, min), monthly), ratelimit.WithName("plan"))
+	remaining(raised, "the numbers raised", 8, 23, 97) // the GCRA debt of 6 of 10 a second is 12 of 20
+	// A tier (a plan) of other parts decides on the same state: its parts
+	// find theirs by name.
+	tier, err := f.lim.Tier(algorithms.All(monthly, algorithms.FixedWindow(30, min)))
+	if err != nil {
+		t.Fatalf("Tier of other parts: %v", err)
+	}
+	d, err := tier.Allow(context.Background(), key)
+	if err != nil || !d.Allowed || len(d.Limits) != 2 || d.Limits[0].Remaining != 96 || d.Limits[1].Remaining != 22 {
+		t.Errorf("a tier of a monthly part and the window raised: Allow = %+v, %v; want admitted, the parts' remaining 96 and 22", d, err)
+	}
+	// Two composites deciding on one key in turn (two releases during a
+	// rolling deploy, two tiers) never erase each other's parts: the
+	// GCRA's burst of 10 holds though every other write is a composite
+	// without it.
+	const two = "composite-reshape-two"
+	a, b := f.sibling(s, algorithms.All(gcra, window), ratelimit.WithName("plan")), f.sibling(s, algorithms.All(monthly), ratelimit.WithName("plan"))
+	for i := 1; i <= 10; i++ {
+		a.expect(two, 1, true)
+		b.expect(two, 1, true)
+	}
+	if d := a.allow(two, 1); d.Allowed {
+		t.Errorf("the 11th request of a GCRA burst of 10 was admitted, every other request decided by a composite without the GCRA part (rule: a composite carries the state of parts it does not have)")
+	}
+	// The same at once, from many goroutines: each composite admits
+	// exactly its limit, the GCRA's burst of 10 and the monthly 100.
+	const both = "composite-reshape-concurrent"
+	var wg sync.WaitGroup
+	var byB int
+	wg.Add(1)
+	go func() { defer wg.Done(); byB = admitConcurrently(t, 8, 16, both, b.lim.Allow) }()
+	byA := admitConcurrently(t, 8, 4, both, a.lim.Allow)
+	wg.Wait()
+	if byA != 10 || byB != 100 {
+		t.Errorf("two composites on one key at once, at a fixed time: %d of 32 admitted by All(GCRA burst 10, ...) and %d of 128 by All(monthly 100), want exactly 10 and 100 (rule: each decision is atomic, and neither composite erases the other's parts)", byA, byB)
 	}
 }
 

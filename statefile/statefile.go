@@ -2,8 +2,10 @@ package statefile
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,9 +68,11 @@ func Export(ctx context.Context, st store.Store, namespace string, now time.Time
 // must not undo. Running a move twice therefore loses no admission.
 //
 // The namespace ("<limiter name>:<algorithm name>") tells which algorithm
-// the state belongs to when that is a built-in or a composite of built-ins
-// (algorithms.All): Import then checks, before writing anything, that the
-// state decodes as that algorithm's (an error wrapping
+// the state belongs to when that is a built-in or a composite
+// (algorithms.All, "<limiter name>:all", whose state names each part's
+// algorithm in the part's ID; see algorithms.PartIDs) of built-ins: Import
+// then checks, before writing anything, that the state decodes as that
+// algorithm's (an error wrapping
 // ratelimit.ErrCorruptState names the key when it does not), and a store
 // that keeps that algorithm's state in a form of its own (a
 // store.Importer, such as Redis's) writes it in that form. The state of
@@ -79,16 +83,21 @@ func Import(ctx context.Context, st store.Store, e store.Entry, now time.Time) (
 	if err := checkEntry(e); err != nil {
 		return false, err
 	}
-	alg := algorithmOf(e.Key.Namespace)
 	at := now.UnixMicro()
-	if err := checkState(alg, e, at); err != nil {
-		return false, err
+	alg, checked, err := algorithmOf(e.Key.Namespace, e.State, at)
+	if err != nil {
+		return false, fmt.Errorf("statefile: entry for %q is not composite state: %w", e.Key.String(), err)
+	}
+	if !checked {
+		if err := checkState(alg, e, at); err != nil {
+			return false, err
+		}
 	}
 	if im, ok := st.(store.Importer); ok {
 		return im.Import(ctx, alg, e, at)
 	}
 	wrote := false
-	err := st.Update(ctx, e.Key, at, func(cur []byte, now int64) ([]byte, int64, error) {
+	err = st.Update(ctx, e.Key, at, func(cur []byte, now int64) ([]byte, int64, error) {
 		wrote = false
 		if cur != nil || e.Expires <= now {
 			return nil, 0, nil
@@ -100,24 +109,169 @@ func Import(ctx context.Context, st store.Store, e store.Entry, now time.Time) (
 }
 
 // algorithmOf returns an algorithm of the kind that namespace ("<limiter
-// name>:<algorithm name>") names, or nil when it cannot tell: a built-in,
-// or a composite (algorithms.All) of built-ins, whose name "all-<hash>" it
-// matches against every sequence of up to algorithms.MaxParts built-ins.
-// Its numbers are placeholders (a limit of 1 over algorithms.MaxPeriod): it
-// tells Import which form the state takes and lets Import check that the
-// state decodes, nothing more. A composite with a part of the user's own is
-// nil, like the user's own algorithm.
-func algorithmOf(namespace string) algorithms.Algorithm {
+// name>:<algorithm name>") names, or nil when it cannot tell: a built-in;
+// a composite (algorithms.All, named "all") whose state (st, at now)
+// names built-ins with composite server forms in its parts' IDs
+// (compositeState); or a composite of the name of before parts were keyed
+// by name, "all-<hash>", which it matches against every sequence of up to
+// algorithms.MaxParts built-ins. Its numbers are placeholders (a limit of
+// 1 over algorithms.MaxPeriod): it tells Import which form the state takes
+// and lets Import check that the state decodes, nothing more. A composite
+// with a part of the user's own is nil, like the user's own algorithm. It
+// returns an error wrapping ratelimit.ErrCorruptState for the state of a
+// composite that does not frame as one, and checked when it has checked
+// the state itself (a composite named "all"), which a peek of the
+// placeholder would not read as it was written.
+func algorithmOf(namespace string, st []byte, now int64) (alg algorithms.Algorithm, checked bool, err error) {
 	_, name, _ := strings.Cut(namespace, ":")
 	for _, b := range forms.Builtins() {
 		if b.Name == name {
-			return placeholder(b)
+			return placeholder(b), false, nil
 		}
 	}
-	if strings.HasPrefix(name, "all-") {
-		return compositeOf(name)
+	switch {
+	case name == "all":
+		alg, err = compositeState(st, now)
+		return alg, true, err
+	case strings.HasPrefix(name, "all-"):
+		return compositeOf(name), false, nil
+	}
+	return nil, false, nil
+}
+
+// compositeState returns a composite of placeholder built-ins for st, a
+// composite's state (see algorithms.Composite), or nil when a part of it
+// is not a built-in with a composite server form (its state is where
+// Update keeps it). Each live part's state is checked with its built-in's
+// placeholder (a peek at now). State of before parts were keyed, which
+// says nothing of its parts' algorithms, is taken for a composite of
+// built-ins when it frames as one: its fields checked as int64 fields in
+// range, as the server forms keep them.
+func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
+	if len(st) < 8 || binary.LittleEndian.Uint64(st) != math.MaxUint64 {
+		for rest, i := st, 1; len(rest) > 0; i++ {
+			if len(rest) < 16 {
+				return nil, fmt.Errorf("%w: composite state ends in limit %d", ratelimit.ErrCorruptState, i)
+			}
+			exp, n := int64(binary.LittleEndian.Uint64(rest)), binary.LittleEndian.Uint64(rest[8:])
+			rest = rest[16:]
+			if exp < 0 || exp > algorithms.MaxExact || n%8 != 0 || n > uint64(len(rest)) || i > algorithms.MaxParts {
+				return nil, fmt.Errorf("%w: composite limit %d has expiry %d and length %d", ratelimit.ErrCorruptState, i, exp, n)
+			}
+			for j := uint64(0); j < n; j += 8 {
+				if v := int64(binary.LittleEndian.Uint64(rest[j:])); v < -1 || v > algorithms.MaxExact {
+					return nil, fmt.Errorf("%w: composite limit %d has field %d", ratelimit.ErrCorruptState, i, v)
+				}
+			}
+			rest = rest[n:]
+		}
+		return algorithms.All(placeholder(forms.Builtins()[0])), nil
+	}
+	var parts []algorithms.Algorithm
+	user := false
+	for rest, i := st[8:], 1; len(rest) > 0; i++ {
+		if len(rest) < 24 {
+			return nil, fmt.Errorf("%w: composite state entry %d ends in its header", ratelimit.ErrCorruptState, i)
+		}
+		id := int64(binary.LittleEndian.Uint64(rest))
+		exp, n := int64(binary.LittleEndian.Uint64(rest[8:])), binary.LittleEndian.Uint64(rest[16:])
+		rest = rest[24:]
+		if id < 0 || id >= algorithms.MaxExact/2 || exp < 1 || exp > algorithms.MaxExact || n == 0 || n > uint64(len(rest)) || i > 2*algorithms.MaxParts {
+			return nil, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ratelimit.ErrCorruptState, i, id, exp, n)
+		}
+		part, b := rest[:n], builtinNamed(algorithms.PartKind(id))
+		rest = rest[n:]
+		if b == nil || !b.Composable() {
+			user = true
+			continue
+		}
+		p := placeholder(b)
+		if now < exp {
+			if _, err := p.Decide(part, algorithms.Request{Now: now, Cost: 1, Peek: true}); err != nil {
+				if !errors.Is(err, ratelimit.ErrCorruptState) {
+					err = fmt.Errorf("%w: %w", ratelimit.ErrCorruptState, err)
+				}
+				return nil, fmt.Errorf("composite state entry %d (%s): %w", i, b.Name, err)
+			}
+		}
+		if len(parts) < algorithms.MaxParts { // enough to tell the form
+			parts = append(parts, algorithms.Named(fmt.Sprintf("part%d", i), p))
+		}
+	}
+	if user || len(parts) == 0 {
+		return nil, nil
+	}
+	return algorithms.All(parts...), nil
+}
+
+// builtinNamed returns the built-in algorithm named name, or nil.
+func builtinNamed(name string) *forms.Builtin {
+	for _, b := range forms.Builtins() {
+		if b.Name == name {
+			return b
+		}
 	}
 	return nil
+}
+
+// Rekey returns e, the state of a composite (algorithms.All) of built-ins
+// kept before parts were keyed by name, under its namespace of then
+// ("<limiter name>:all-<hash of its parts' algorithms>"), as the state
+// the same composite keeps now under namespace (its limiter's namespace
+// now, "<limiter name>:all"), keyed by its parts' names: parts names
+// them in the order the composite listed them then, as
+// algorithms.Composite's PartNames says ("gcra-1s" for a part not Named).
+// The composite then finds every part's state by name, so that parts may
+// be added, removed and reordered from its first decision on; state
+// renamed without Rekey is read by place until it is next written, by a
+// composite of the same parts in the same order. It returns an error
+// wrapping ratelimit.ErrInvalidParams when e's namespace is not such a
+// composite's or parts does not name each of its parts once, and one
+// wrapping ratelimit.ErrCorruptState when the state does not frame as that
+// composite's.
+func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error) {
+	_, name, _ := strings.Cut(e.Key.Namespace, ":")
+	old, _ := compositeOf(name).(algorithms.Composite)
+	if !strings.HasPrefix(name, "all-") || old == nil {
+		return e, fmt.Errorf("%w: namespace %q is not a composite's of built-ins of before parts were keyed by name (\"<name>:all-<hash>\")",
+			ratelimit.ErrInvalidParams, e.Key.Namespace)
+	}
+	if len(parts) != len(old.Parts()) {
+		return e, fmt.Errorf("%w: %d part names for the %d parts of %q", ratelimit.ErrInvalidParams, len(parts), len(old.Parts()), e.Key.Namespace)
+	}
+	named := make([]algorithms.Algorithm, len(parts))
+	for i, p := range old.Parts() {
+		named[i] = algorithms.Named(parts[i], p)
+	}
+	c := algorithms.All(named...)
+	if err := c.Validate(); err != nil {
+		return e, err
+	}
+	ids := algorithms.PartIDs(c.(algorithms.Composite))
+	next := binary.LittleEndian.AppendUint64(nil, math.MaxUint64)
+	rest := e.State
+	for i := range parts {
+		if len(rest) < 16 {
+			return e, fmt.Errorf("%w: entry for %q: composite state ends before limit %d", ratelimit.ErrCorruptState, e.Key.String(), i+1)
+		}
+		exp, n := binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])
+		rest = rest[16:]
+		if exp > algorithms.MaxExact || n > uint64(len(rest)) {
+			return e, fmt.Errorf("%w: entry for %q: composite limit %d has expiry %d and length %d", ratelimit.ErrCorruptState, e.Key.String(), i+1, exp, n)
+		}
+		if n > 0 && exp > 0 {
+			next = binary.LittleEndian.AppendUint64(next, uint64(ids[i]))
+			next = binary.LittleEndian.AppendUint64(next, exp)
+			next = binary.LittleEndian.AppendUint64(next, n)
+			next = append(next, rest[:n]...)
+		}
+		rest = rest[n:]
+	}
+	if len(rest) != 0 {
+		return e, fmt.Errorf("%w: entry for %q: composite state has %d bytes after its %d limits", ratelimit.ErrCorruptState, e.Key.String(), len(rest), len(parts))
+	}
+	e.Key.Namespace, e.State = namespace, next
+	return e, nil
 }
 
 // placeholder returns b with placeholder numbers.
@@ -133,9 +287,10 @@ var composites struct {
 
 const maxComposites = 1024
 
-// compositeOf returns a composite of built-ins named name, or nil when no
-// sequence of built-ins has that name. The name is an FNV-64a hash of the
-// parts' names, each followed by a NUL byte (see algorithms.All), so it
+// compositeOf returns a composite of built-ins that a composite named
+// name had as its parts before parts were keyed by name, or nil when no
+// sequence of built-ins has that name. The name was an FNV-64a hash of the
+// parts' names, each followed by a NUL byte, so it
 // walks every sequence of up to algorithms.MaxParts built-ins depth first,
 // hashing each prefix once: about two million sequences, some 30 ms, once
 // per name.
@@ -169,11 +324,11 @@ func compositeOf(name string) algorithms.Algorithm {
 		if walk(fnvOffset) {
 			parts := make([]algorithms.Algorithm, len(path))
 			for i, b := range path {
-				parts[i] = placeholder(b)
+				parts[i] = algorithms.Named(fmt.Sprintf("part%d", i+1), placeholder(b))
 			}
-			if c := algorithms.All(parts...); c.Name() == name {
-				alg = c
-			}
+			// A composite whose state is of before parts were keyed:
+			// its Decide reads that state by place.
+			alg = algorithms.All(parts...)
 		}
 	}
 	composites.Lock()

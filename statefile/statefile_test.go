@@ -3,8 +3,10 @@ package statefile_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"testing"
@@ -335,4 +337,71 @@ func dump(t *testing.T, s store.Store, now time.Time) string {
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
+}
+
+// TestRekey rewrites a composite's state of before parts were keyed by
+// name (namespace "<name>:all-<hash>", each part by place) keyed by the
+// parts' names under "<name>:all", imports it into a memory store, and
+// decides there with a part added and the parts reordered: every count is
+// kept and the new part starts fresh. Bad namespaces and names are errors.
+func TestRekey(t *testing.T) {
+	ctx := context.Background()
+	fake := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	gcra, window := algorithms.GCRA(10, time.Hour, 10), algorithms.FixedWindow(15, time.Hour)
+	alg := algorithms.All(gcra, window)
+	now := fake.Now().UnixMicro()
+	var keyed []byte
+	var exp int64
+	for range 4 {
+		st, err := alg.Decide(keyed, algorithms.Request{Now: now, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keyed, exp = st.Next, now+st.TTL
+	}
+	var old []byte // by place: (expiry, length, state) for each part
+	for rest := keyed[8:]; len(rest) > 0; {
+		n := int(binary.LittleEndian.Uint64(rest[16:]))
+		old = append(old, rest[8:24+n]...)
+		rest = rest[24+n:]
+	}
+	h := fnv.New64a()
+	for _, p := range alg.(algorithms.Composite).Parts() {
+		h.Write([]byte(p.Name()))
+		h.Write([]byte{0})
+	}
+	e := store.Entry{Key: store.Key{Namespace: fmt.Sprintf("plan:all-%016x", h.Sum64()), ID: "ann"}, State: old, Expires: exp}
+	got, err := statefile.Rekey(e, "plan:all", alg.(algorithms.Composite).PartNames())
+	if err != nil || !bytes.Equal(got.State, keyed) || got.Key.Namespace != "plan:all" {
+		t.Fatalf("Rekey = %q %v, %v; want the keyed state %v under plan:all", got.Key.Namespace, got.State, err, keyed)
+	}
+	st := memory.MustNew()
+	if wrote, err := statefile.Import(ctx, st, got, fake.Now()); !wrote || err != nil {
+		t.Fatalf("Import of the rekeyed entry = %v, %v", wrote, err)
+	}
+	lim, err := ratelimit.New(st, algorithms.All(algorithms.FixedWindow(100, 30*24*time.Hour), window, gcra), ratelimit.WithName("plan"), ratelimit.WithClock(fake))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := lim.Peek(ctx, "ann")
+	if err != nil || fmt.Sprint(d.Limits[0].Remaining, d.Limits[1].Remaining, d.Limits[2].Remaining) != "100 11 6" {
+		t.Errorf("after Rekey, a part added and the parts reordered: Peek = %+v, %v; want the parts' remaining 100 11 6", d, err)
+	}
+	for _, c := range []struct {
+		e     store.Entry
+		names []string
+	}{
+		{e, []string{"gcra-1h"}},
+		{e, []string{"x", "x"}},
+		{store.Entry{Key: store.Key{Namespace: "plan:gcra", ID: "ann"}, State: old, Expires: exp}, []string{"a", "b"}},
+	} {
+		if _, err := statefile.Rekey(c.e, "plan:all", c.names); !errors.Is(err, ratelimit.ErrInvalidParams) {
+			t.Errorf("Rekey(%q, %v) = %v, want ErrInvalidParams", c.e.Key.Namespace, c.names, err)
+		}
+	}
+	bad := e
+	bad.State = old[:len(old)-8]
+	if _, err := statefile.Rekey(bad, "plan:all", []string{"a", "b"}); !errors.Is(err, ratelimit.ErrCorruptState) {
+		t.Errorf("Rekey of a state cut short = %v, want ErrCorruptState", err)
+	}
 }

@@ -62,16 +62,16 @@ func form(path string) (string, bool) {
 //	KEYS[1]  the key that holds every part's state
 //	ARGV[1..5]  now, cost, peek, server clock and slack, as a Lua form takes them (see LuaReplyAllowed)
 //	ARGV[6]  the parts: their algorithm names, in order, separated by
-//	         spaces, a newline, then every part's ServerArgs, in order,
-//	         packed into one string (PackLuaArgs of their concatenation;
-//	         CompositeForm returns both)
+//	         spaces, a newline, then each part's ID and ServerArgs, in
+//	         order, packed into one string (PackLuaArgs of their
+//	         concatenation; CompositeForm returns both)
 //
 // The reply is an array of LuaReplyLen integers per part, in order (the fields a Lua form packs into its reply): each
 // part's own decision, which Combine turns into the composite's. The state
 // is a string of little-endian doubles: the latest of the parts' expiries,
-// then for each part its expiry, its state's length in bytes (0 when it
-// has none) and its fields, so that read as int64 fields after the first
-// it is the composite's Go form state (see Composite). The key's PX is the
+// then -1 and, for each part that has state, its ID, its expiry, its
+// state's length in bytes and its fields, so that read as int64 fields
+// after the first it is the composite's Go form state (see Composite). The key's PX is the
 // latest expiry's. The script holds each generated form's decide as a
 // function of (now, cost, peek, live, state, args) returning the decision,
 // the TTL and the next state, and calls every part's as a peek, then, when
@@ -91,7 +91,7 @@ func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
 //	ratelimit_all_<version>(
 //	    state  bigint[],  -- the key's live state, or NULL
 //	    now_us bigint, cost bigint, peek boolean,
-//	    args   bigint[],  -- every part's ServerArgs, in order
+//	    args   bigint[],  -- each part's ID and ServerArgs, in order
 //	    parts  text[])    -- the parts' algorithm names, in order
 //	RETURNS ratelimit_all_step
 //
@@ -99,7 +99,8 @@ func CompositeLua() string { s, _ := form("lua/all.lua"); return s }
 //	    next_state bigint[], ttl bigint, decisions bigint[])
 //
 // state is the composite's Go form state (see Composite) as int64 fields:
-// for each part its expiry, its length in bytes and its fields. decisions
+// -1, then for each part with state its ID, its expiry, its length in
+// bytes and its fields. decisions
 // holds six elements per part, [allowed (1 or 0), limit, remaining,
 // retry_after, reset_after, delay], which Combine turns into the
 // composite's decision. It calls each part's form through
@@ -163,19 +164,25 @@ type ToDecider interface {
 	DecideTo(state []byte, req algorithms.Request) (next []byte, ttl int64, allowed bool, limit, remaining, retryAfter, resetAfter, delay int64, err error)
 }
 
-// CompositeForm returns the names of parts' algorithms and their
-// ServerArgs concatenated, as the composite server forms take them (see
-// CompositeLua and CompositeSQL), and false when a part has no generated server form:
-// it is not a built-in, or it is the sliding log, whose forms are written
-// by hand and keep state the composite forms cannot hold.
+// CompositeForm returns the names of parts' algorithms and, for each part
+// in order, its ID (algorithms.PartIDs, the key of its state in the
+// composite's) followed by its ServerArgs, as the composite server forms
+// take them (see CompositeLua and CompositeSQL), and false when a part
+// has no composite server form: it is not a built-in, or its built-in is
+// not Composable.
 func CompositeForm(c algorithms.Composite) (names []string, args []int64, ok bool) {
-	for _, p := range c.Parts() {
+	ids := algorithms.PartIDs(c)
+	if len(ids) != len(c.Parts()) {
+		return nil, nil, false // an invalid composite
+	}
+	for i, p := range c.Parts() {
 		b := BuiltinOf(p)
 		sf, isSF := p.(ServerForm)
 		if b == nil || !isSF || !b.Composable() {
 			return nil, nil, false
 		}
 		names = append(names, b.Name)
+		args = append(args, ids[i])
 		args = append(args, sf.ServerArgs()...)
 	}
 	return names, args, true

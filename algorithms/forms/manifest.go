@@ -22,7 +22,7 @@ var manifest = struct {
 		{name: "token_bucket", source: "rate.go", goType: "tokenBucket", generated: true, composable: true, args: 5, fields: 3,
 			version: "0556e675", sqlFunction: "ratelimit_token_bucket_0556e675", sqlRowFunction: "ratelimit_token_bucket_row_0556e675"},
 	},
-	compositeSQLFunction: "ratelimit_all_36fb76e6",
+	compositeSQLFunction: "ratelimit_all_c7e8f6d7",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

@@ -49,6 +49,18 @@ Flags:
   -to STORE           where it goes
   -namespace NS       move only the keys of one limiter, "<name>:<algorithm>"
                       (default: every key the source store holds)
+  -rename NS          with -namespace: write its keys under namespace NS,
+                      each key's ID and state unchanged, for a limiter whose
+                      namespace changed: a composite's "<name>:all-<hash>"
+                      of before this release becomes "<name>:all"; -from
+                      and -to may then be the same store
+  -parts P1,P2,...    with -rename from "<name>:all-<hash>": rewrite each
+                      key's state keyed by these part names, one per part
+                      in the order the composite lists them (its
+                      PartNames: "gcra-1s" for GCRA(n, time.Second, b)),
+                      so that its parts may change from the first
+                      decision on (without -parts the state is read by
+                      place until a decision of the same parts rewrites it)
   -dry-run            count the live keys of the source, write nothing
   -allow-empty        succeed when the source holds no live key (under
                       -namespace); without it that is an error, as a
@@ -68,6 +80,8 @@ from a store (or file) to itself is refused.
 type moveConfig struct {
 	from, to   string
 	namespace  string
+	rename     string
+	parts      []string
 	dryRun     bool
 	allowEmpty bool
 	progress   time.Duration
@@ -80,6 +94,9 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 	fs.StringVar(&cfg.from, "from", "", "")
 	fs.StringVar(&cfg.to, "to", "", "")
 	fs.StringVar(&cfg.namespace, "namespace", "", "")
+	fs.StringVar(&cfg.rename, "rename", "", "")
+	var parts string
+	fs.StringVar(&parts, "parts", "", "")
 	fs.BoolVar(&cfg.dryRun, "dry-run", false, "")
 	fs.BoolVar(&cfg.allowEmpty, "allow-empty", false, "")
 	fs.DurationVar(&cfg.progress, "progress", time.Second, "")
@@ -102,6 +119,22 @@ func parseMoveFlags(args []string) (moveConfig, error) {
 	if cfg.namespace != "" {
 		if k, ok := store.ParseKey(cfg.namespace + ":k"); !ok || k.Namespace != cfg.namespace {
 			return cfg, fmt.Errorf("ratelimit move: -namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", cfg.namespace)
+		}
+	}
+	if parts != "" {
+		cfg.parts = strings.Split(parts, ",")
+		if cfg.rename == "" || !strings.Contains(cfg.namespace, ":all-") {
+			return cfg, errors.New("ratelimit move: -parts needs -rename and a -namespace \"<name>:all-<hash>\", a composite's of before parts were keyed by name")
+		}
+	}
+	if cfg.rename != "" {
+		switch k, ok := store.ParseKey(cfg.rename + ":k"); {
+		case cfg.namespace == "":
+			return cfg, errors.New("ratelimit move: -rename needs -namespace, the namespace it renames")
+		case !ok || k.Namespace != cfg.rename:
+			return cfg, fmt.Errorf("ratelimit move: -rename %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", cfg.rename)
+		case cfg.rename == cfg.namespace:
+			return cfg, fmt.Errorf("ratelimit move: -rename %q is the namespace itself", cfg.rename)
 		}
 	}
 	return cfg, nil
@@ -147,9 +180,11 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 		}
 	}
 	if !cfg.dryRun {
+		// A rename may write into the store it reads (other keys than it
+		// reads), but not into the file it reads, which the move replaces.
 		if same, err := sameEnd(cfg.from, cfg.to); err != nil {
 			return err
-		} else if same {
+		} else if same && (cfg.rename == "" || strings.HasPrefix(cfg.from, "file:")) {
 			return usageError{fmt.Errorf("-from %s and -to %s are the same store: a move to itself would change nothing, or lose the state", redact(cfg.from), redact(cfg.to))}
 		}
 	}
@@ -194,6 +229,15 @@ func move(ctx context.Context, cfg moveConfig, stdout, stderr io.Writer, getenv 
 	}
 	err = src.each(ctx, cfg.namespace, func(e store.Entry) error {
 		st.read++
+		switch {
+		case cfg.parts != nil:
+			var err error
+			if e, err = statefile.Rekey(e, cfg.rename, cfg.parts); err != nil {
+				return err
+			}
+		case cfg.rename != "":
+			e.Key.Namespace = cfg.rename
+		}
 		if !cfg.dryRun {
 			wrote, err := dst.put(ctx, e)
 			if err != nil {

@@ -161,7 +161,9 @@ func TestMoveChain(t *testing.T) {
 	for _, b := range forms.Builtins() {
 		cases = append(cases, chainCase{b.Name, b.New(5, time.Hour, 4)})
 	}
-	// A composite moves as one key holding every limit's state.
+	// A composite moves as one key holding every limit's state. Each case
+	// has a limiter name of its own: two composites under one name share
+	// their keys (plan:all).
 	cases = append(cases, chainCase{"composite", algorithms.All(algorithms.GCRA(5, time.Hour, 4), algorithms.FixedWindow(7, time.Hour))},
 		chainCase{"composite-log", algorithms.All(algorithms.SlidingLog(6, time.Hour), algorithms.FixedWindow(7, time.Hour))})
 	for _, c := range cases {
@@ -169,7 +171,7 @@ func TestMoveChain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			alg := c.alg
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-			ref, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
+			ref, err := ratelimit.New(memory.MustNew(), alg, ratelimit.WithClock(clk), ratelimit.WithName("chain-"+c.name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +180,7 @@ func TestMoveChain(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, uint64(len(b.Name))))
 			keys := []string{"alice", "bob", "{brace}", "100%", "ünï code", "\x00bin\xff"}
 			for hop, st := range chain {
-				lim, err := ratelimit.New(st, alg, ratelimit.WithClock(clk), ratelimit.WithName("chain"))
+				lim, err := ratelimit.New(st, alg, ratelimit.WithClock(clk), ratelimit.WithName("chain-"+c.name))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -862,8 +864,9 @@ func TestMovePairs(t *testing.T) {
 	want := map[string]map[string]map[string]ratelimit.Decision{}
 	for _, src := range sources {
 		want[src.name] = map[string]map[string]ratelimit.Decision{}
-		for _, alg := range algs {
-			lim, err := ratelimit.New(src.store, alg, ratelimit.WithName("from-"+src.name))
+		for j, alg := range algs {
+			// A name per algorithm: two composites of one name share keys.
+			lim, err := ratelimit.New(src.store, alg, ratelimit.WithName(fmt.Sprintf("from-%s-%d", src.name, j)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -909,8 +912,8 @@ func TestMovePairs(t *testing.T) {
 					}
 					store = mem
 				}
-				for _, alg := range algs {
-					lim, err := ratelimit.New(store, alg, ratelimit.WithName("from-"+src.name))
+				for j, alg := range algs {
+					lim, err := ratelimit.New(store, alg, ratelimit.WithName(fmt.Sprintf("from-%s-%d", src.name, j)))
 					if err != nil {
 						t.Fatal(err)
 					}

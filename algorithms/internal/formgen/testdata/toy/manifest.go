@@ -13,7 +13,7 @@ var manifest = struct {
 		{name: "counter", source: "toy.go", goType: "counter", generated: true, composable: true, args: 2, fields: 3,
 			version: "7f352c6d", sqlFunction: "ratelimit_counter_7f352c6d", sqlRowFunction: "ratelimit_counter_row_7f352c6d"},
 	},
-	compositeSQLFunction: "ratelimit_all_1cfe55f4",
+	compositeSQLFunction: "ratelimit_all_a22ee913",
 }
 
 // formEntry is one built-in algorithm's server-side forms.

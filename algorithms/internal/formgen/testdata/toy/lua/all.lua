@@ -4,14 +4,16 @@
 -- forms below, each the function of its algorithm's decide.
 -- Calling convention: see algorithms/forms/forms.go (CompositeLua).
 --   KEYS[1]  state: little-endian doubles: when the key's state expires
---            (the latest of its parts'), then for each part: when the
---            part's state expires, its length in bytes (0 for none, 8 per
---            field otherwise), and its fields (for the sliding log, the Go
---            form's: the header (-1, total), then (time, cost) pairs)
+--            (the latest of its parts'), -1, then for each part that has
+--            state: its ID, when the part's state expires, its length in
+--            bytes (8 per field), and its fields (for the sliding log, the
+--            Go form's: the header (-1, total), then (time, cost) pairs);
+--            a state of before parts were keyed (no -1; for each part by
+--            place: expiry, length, fields) is read too
 --   ARGV     now, cost, peek, server_clock, slack, the parts (ARGV[6]),
 --            [max_delay, refund, act]; the parts: their
 --            algorithm names, separated by spaces, a newline, then
---            packed(every part's parameters, in order)
+--            packed(for each part in order, its ID and its parameters)
 --   reply    for each part: {allowed, limit, remaining, retry_after,
 --            reset_after, delay}
 
@@ -129,7 +131,8 @@ local FORMS = {
 }
 
 -- The parts of spec (the parts' names, separated by spaces, a newline,
--- then their packed parameters), each with no state; or nil and an error.
+-- then, for each part, its ID and its parameters, packed), each with no
+-- state; or nil and an error.
 local function parse(spec)
   local sep = string.find(spec, '\n', 1, true)
   if not sep then
@@ -142,16 +145,18 @@ local function parse(spec)
     if not f then
       return nil, 'ratelimit: no composite Lua form for ' .. name
     end
-    if apos + 8 * f.na > #packed + 1 then
+    if apos + 8 * (1 + f.na) > #packed + 1 then
       return nil, 'ratelimit: composite parameters of ' .. #packed .. ' bytes'
     end
+    local id
+    id, apos = struct.unpack('<d', packed, apos)
     local a = {struct.unpack('<' .. string.rep('d', f.na), packed, apos)}
     apos = table.remove(a)
     local zero = {}
     if f.n then
       for j = 1, f.n do zero[j] = 0 end
     end
-    parts[#parts + 1] = {f = f, a = a, zero = zero, has = false, e = 0, s = zero}
+    parts[#parts + 1] = {f = f, a = a, id = id, zero = zero, has = false, e = 0, s = zero}
   end
   if #parts == 0 or apos ~= #packed + 1 then
     return nil, 'ratelimit: composite parameters of ' .. #packed .. ' bytes'
@@ -159,14 +164,46 @@ local function parse(spec)
   return parts
 end
 
+-- Reads part p's state of len bytes from raw at pos, expiring at e, into
+-- p (has: it has one, live or not). A state live at now is checked. It
+-- returns the position after it, or nil and the error of a state it cannot
+-- read.
+local function read_part(raw, pos, p, e, len, now, what)
+  if len ~= 0 and (p.f.n and len ~= 8 * p.f.n or not p.f.n and len % 16 ~= 0) then
+    return nil, 'CORRUPT composite part ' .. what
+  end
+  if len > 0 then
+    local s
+    if p.f.n then
+      s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
+      pos = table.remove(s)
+    else
+      -- A state of any length, read a field at a time (unpacking it
+      -- whole could pass Lua's limit on a call's results).
+      s = {}
+      for j = 1, len / 8 do s[j], pos = struct.unpack('<d', raw, pos) end
+    end
+    if now < e and not p.f.valid(s) then
+      return nil, 'CORRUPT composite part ' .. what .. ' state'
+    end
+    p.has, p.e, p.s = true, e, s
+  end
+  return pos
+end
+
 -- Reads raw, a key's stored state (or false for none), into parts: each
--- part's state and expiry (has: it has one, live or not). A part whose
--- state is live at now is checked. It returns nil, or the error of a state
--- it cannot read.
+-- part's state and expiry (has: it has one, live or not), found by the
+-- part's ID (a state keyed by part: the mark -1, then for each part with
+-- state its ID, expiry, length and fields; the entries of IDs no part has
+-- go to parts.carry, live or not, which decide carries while they live),
+-- or by its place (a state of before parts were keyed: for each part its
+-- expiry, length and fields). A part whose state is live at now is
+-- checked. It returns nil, or the error of a state it cannot read.
 local function read(raw, parts, now)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = false, 0, p.zero
   end
+  parts.carry = {}
   if not raw then
     return nil
   end
@@ -177,32 +214,48 @@ local function read(raw, parts, now)
   if not (top >= 0 and top <= MAX) then
     return 'CORRUPT composite state of ' .. #raw .. ' bytes'
   end
+  local err
+  if #raw >= 16 and struct.unpack('<d', raw, pos) == -1 then
+    pos = pos + 8
+    local seen, k = {}, 0
+    while pos <= #raw do
+      k = k + 1
+      if pos + 23 > #raw then
+        return 'CORRUPT composite state entry ' .. k .. ' ends in its header'
+      end
+      local id, e, len
+      id, e, len, pos = struct.unpack('<ddd', raw, pos)
+      if not (id >= 0 and id < MAX / 2 and e >= 1 and e <= MAX and len > 0 and len % 8 == 0)
+        or pos + len > #raw + 1 or seen[id] or k > 16 then
+        return 'CORRUPT composite state entry ' .. k
+      end
+      seen[id] = true
+      local p = nil
+      for _, q in ipairs(parts) do
+        if q.id == id then p = q end
+      end
+      if p then
+        pos, err = read_part(raw, pos, p, e, len, now, k)
+        if not pos then return err end
+      else
+        local c = {id = id, e = e, s = {}}
+        for j = 1, len / 8 do c.s[j], pos = struct.unpack('<d', raw, pos) end
+        parts.carry[#parts.carry + 1] = c
+      end
+    end
+    return nil
+  end
   for i, p in ipairs(parts) do
     if pos + 15 > #raw then
       return 'CORRUPT composite state ends before part ' .. i
     end
     local e, len
     e, len, pos = struct.unpack('<dd', raw, pos)
-    if not (e >= 0 and e <= MAX) or pos + len > #raw + 1
-      or (len ~= 0 and (p.f.n and len ~= 8 * p.f.n or not p.f.n and len % 16 ~= 0)) then
+    if not (e >= 0 and e <= MAX) or pos + len > #raw + 1 then
       return 'CORRUPT composite part ' .. i
     end
-    if len > 0 then
-      local s
-      if p.f.n then
-        s = {struct.unpack('<' .. string.rep('d', p.f.n), raw, pos)}
-        pos = table.remove(s)
-      else
-        -- A state of any length, read a field at a time (unpacking it
-        -- whole could pass Lua's limit on a call's results).
-        s = {}
-        for j = 1, len / 8 do s[j], pos = struct.unpack('<d', raw, pos) end
-      end
-      if now < e and not p.f.valid(s) then
-        return 'CORRUPT composite part ' .. i .. ' state'
-      end
-      p.has, p.e, p.s = true, e, s
-    end
+    pos, err = read_part(raw, pos, p, e, len, now, i)
+    if not pos then return err end
   end
   if pos ~= #raw + 1 then
     return 'CORRUPT composite state of ' .. #raw .. ' bytes'
@@ -223,7 +276,8 @@ end
 -- it is a peek: every part decides it for real. A refund has no check:
 -- every part gives back what it can. It returns true and the
 -- latest of the parts' expiries when the key is to hold the parts' next
--- states (each part's new state, or its state as it was), and false when
+-- states (each part's new state, or its state as it was) and the entries
+-- of parts.carry live at now (at most 16 entries in all), and false when
 -- nothing is to be written.
 local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   max_delay, act = max_delay or 0, act or 0
@@ -240,7 +294,7 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   if not ok or peek and not refund then
     return false
   end
-  local top = 0
+  local top, written = 0, 0
   for i, p in ipairs(parts) do
     local r = {p.f.decide(now, cost, false, p.live, p.cur, p.a, max_delay, refund, act)}
     ok = (put(out, base, i, r[1], r[2], r[3], r[4], r[5], r[6]) or refund) and ok
@@ -252,6 +306,14 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
       p.ne, p.ns = 0, nil
     end
     top = max(top, p.ne)
+    if p.ns and #p.ns > 0 then written = written + 1 end
+  end
+  local keep = {}
+  for _, c in ipairs(parts.carry) do
+    if now < c.e and written + #keep < 16 then
+      keep[#keep + 1] = c
+      top = max(top, c.e)
+    end
   end
   if not ok or top <= now then
     return false
@@ -259,22 +321,29 @@ local function decide(parts, now, cost, peek, out, max_delay, refund, act)
   for _, p in ipairs(parts) do
     p.has, p.e, p.s = p.ns ~= nil, p.ne, p.ns or p.zero
   end
+  parts.carry = keep
   return true, top
 end
 
--- Writes the parts' states to key, expiring top - now µs from now (in
--- whole ms rounded up) plus slack ms.
+-- Writes the parts' states to key, keyed by part (the mark -1, then for
+-- each part with state its ID, expiry, length and fields, then the
+-- entries carried for parts it does not have), expiring
+-- top - now µs from now (in whole ms rounded up) plus slack ms.
 local function write(key, parts, top, now, slack)
-  local vals = {top}
+  local vals = {top, -1}
   for _, p in ipairs(parts) do
-    if p.has then
+    if p.has and #p.s > 0 then
+      vals[#vals + 1] = p.id
       vals[#vals + 1] = p.e
       vals[#vals + 1] = 8 * #p.s
       for j = 1, #p.s do vals[#vals + 1] = p.s[j] end
-    else
-      vals[#vals + 1] = 0
-      vals[#vals + 1] = 0
     end
+  end
+  for _, c in ipairs(parts.carry) do
+    vals[#vals + 1] = c.id
+    vals[#vals + 1] = c.e
+    vals[#vals + 1] = 8 * #c.s
+    for j = 1, #c.s do vals[#vals + 1] = c.s[j] end
   end
   local r999 = top - now + 999
   local q = floor(r999 / 1000)
