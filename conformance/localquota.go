@@ -415,6 +415,18 @@ func quotaReservations(t *testing.T, s store.Store, a algorithm) {
 		if d, err := lim.Peek(ctx, key); err != nil || d.Remaining != limit {
 			t.Errorf("rule: under local quota a cancel gives back: after %d reserve-then-cancel pairs, Peek = %d remaining, %v; want %d", limit/2+1, d.Remaining, err, limit)
 		}
+		if cl, ok := lim.(closer); ok {
+			if err := cl.Close(ctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		plain, err := subjects.limiter(s, alg, ratelimit.WithClock(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := plain.Peek(ctx, key); err != nil || d.Remaining != limit {
+			t.Errorf("rule: under local quota a cancel gives back: after %d reserve-then-cancel pairs and Close, a limiter without local quota sees %d remaining, %v; want %d", limit/2+1, d.Remaining, err, limit)
+		}
 	default:
 		t.Skipf("%s neither reserves into the future nor gives back within a window", alg.Name())
 	}
