@@ -20,8 +20,19 @@ import (
 // Decider, the same written-once forms), so the store has counted it before
 // any of it is spent. Requests are then admitted from the share, without a
 // store call, until it is spent or lifetime has passed since it was taken;
-// a fixed window's share also ends with the window the store counted it in.
-// A key with no live share, or too little of one, takes a new share.
+// a share of units bound to their window (a fixed window's) also ends with
+// the window the store counted it in. A key with no live share, or too
+// little of one, gives back what is left of it and takes a new share. A
+// request whose clock reading is older than the share (a caller that read
+// its clock, then waited) spends from it: it is decided after the store
+// counted the share.
+//
+// Reservations with a max delay (Limiter.Reserve, and Wait when it books
+// its slot) and every refund (Reservation.Cancel) are not served from
+// shares: they go to the store, which books and gives back exactly as it
+// does without local quota. A reservation with a max delay of 0 is a
+// decision like Allow's and may be served from a share; its Cancel gives
+// the unit back to the store as any refund does.
 //
 // Share sizes follow demand, per key: the first share is 1 unit, the next
 // doubles when a share was spent within a quarter of lifetime and halves
@@ -40,9 +51,14 @@ import (
 //     so at most min(r·lifetime, N·S) more than without shares;
 //   - sliding window and sliding log: at most N·S more than the limit in
 //     any period;
-//   - under-admission: at most N·(S−1) units per window (fixed window) or
-//     per lifetime (the others) counted by the store and never spent,
-//     held by processes that went quiet.
+//   - under-admission: at any instant at most N·(S−1) units are counted by
+//     the store and held unspent (each process holds one share per key,
+//     of which its taker spent at least one unit); each is spent or given
+//     back within about a lifetime of its share's last use, so a window
+//     (fixed window) loses at most N·(S−1), those held when it ends, and
+//     nothing is lost past its period. A bucket's give-back keeps what
+//     could have refilled while the share held it (rounded up to a unit);
+//     a sliding log keeps what it counted until it leaves its period.
 //
 // A decision from a share has Source SourceStore (the store counted it);
 // its Remaining is the share's unspent units plus what the store said
@@ -52,27 +68,34 @@ import (
 // leaky bucket's Delay is each unit's place in the share's turn in the
 // queue.
 //
-// Unspent units go back to the store (one refund, algorithms.Request's
-// Refund) when the limiter closes (Limiter.Close, which also stops taking
-// shares) and when no request has spent from a share for half a lifetime
-// (then the key's next share is half the size): a bucket gets back what
-// has not refilled since, never more than its empty state; a window, what
-// was counted in the window that is still current; a sliding log keeps
-// them until they leave its period. A goroutine of the limiter's does the
-// idle give-backs while it holds shares, and ends when it holds none (two
-// lifetimes after the last share was taken) or when it is closed.
+// Unspent units go back to the store in one refund (algorithms.Request's
+// Refund) whenever a share is replaced (it expired, or holds less than a
+// request's cost), when the limiter closes (Limiter.Close, which also stops
+// taking shares) and when no request has spent from a share for half a
+// lifetime (then the key's next share is half the size): a bucket gets
+// back what has not refilled since, never more than its empty state; a
+// window, what was counted in the window that is still current; a sliding
+// log keeps them until they leave its period. What each algorithm's refund
+// gives back, and how its counted units age, the link reads from the
+// algorithm's facts (algorithms.Facts), never from its name. A goroutine
+// of the limiter's does the idle give-backs while it holds shares, and
+// ends when it holds none (two lifetimes after the last share was taken)
+// or when it is closed. A give-back the store fails leaves its units to
+// expire with their share.
 //
 // It composes with the deny cache (a denial is the store's, so the cache
 // keeps it), the fallback and the breaker (a share is taken through them;
 // what the fallback admits is not a share), tiers (a share is spent only at
-// the numbers it was taken with; a request at other numbers drops it) and
-// composites without a leaky bucket part. maxShare below 1, a lifetime
-// that is not a positive whole number of microseconds, an algorithm that is
-// not built in (nor a composite of built-ins), or a composite with a leaky
-// bucket part, is an error wrapping ErrInvalidParams.
+// the numbers it was taken with; a request at other numbers gives it back)
+// and composites without a queue part (a leaky bucket). maxShare below 1,
+// a lifetime that is not a positive whole number of microseconds, an
+// algorithm that is not built in (nor a composite of built-ins) or does
+// not state its facts (algorithms.FactStater), or a composite with a queue
+// part, is an error wrapping ErrInvalidParams.
 //
-// The memory the shares take is bounded by the keys decided within one
-// lifetime: an expired share is reclaimed when the map it lives in grows.
+// The memory the shares take is bounded by the keys decided within two
+// lifetimes: a share that holds nothing is reclaimed when the map it lives
+// in grows, and one that holds units once the idle give-back has run.
 func WithLocalQuota(maxShare int, lifetime time.Duration) Option {
 	return func(l *Limiter) error {
 		if err := checkPositive("local quota max share", maxShare); err != nil {
