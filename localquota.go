@@ -580,7 +580,8 @@ func (q *quota) giveBack(ctx context.Context, u unspent, now int64) error {
 //   - otherwise now, while now lies in the window (of every part that
 //     counts in windows) the share was counted in: the buckets
 //     (Facts.Refills) give back what has not refilled, the windows within
-//     their window;
+//     their window; for a bucket, now plus the time the share was held
+//     (see below);
 //   - otherwise an instant of the windows the share was counted in: those
 //     still current give back, the rest nothing (a fixed window's units
 //     are worth nothing after their window); and nothing at all once no
@@ -602,6 +603,22 @@ func (n *quotaNumbers) act(u unspent, now int64) (int64, bool) {
 		}
 	}
 	switch {
+	case same && len(n.refills) > 0:
+		// A bucket compares Act with its own clock, which on a store that
+		// decides by its server's clock reads later than now: Act = now
+		// would have passed by then and give nothing back. Name now plus
+		// the time the share has been held, which the give-back's cost
+		// already leaves out (what could have refilled meanwhile): the
+		// bucket gives back no more than the units never spent, less what
+		// later reservations built on. (Within the windows, when there
+		// are any.)
+		late := now + max(now-u.taken, 0)
+		for _, p := range n.windows {
+			if late/p != u.counted/p {
+				return now, true
+			}
+		}
+		return late, true
 	case same:
 		return now, true
 	case any:

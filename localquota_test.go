@@ -996,3 +996,52 @@ func refillsAsOfNow(alg algorithms.Algorithm) bool {
 	}
 	return false
 }
+
+// TestLocalQuotaGivesBackServerClock is TestLocalQuotaGivesBack on a Redis
+// store that decides by its server's clock (the default), with the real
+// clock: a bucket compares a refund's time to act with the server's clock,
+// which reads later than the limiter's, and gave nothing back before. Four
+// requests take shares of 1, 2 and 4 (3 units unspent); 20ms later Close
+// gives them back, less, for a bucket, the unit that could have refilled
+// meanwhile (rounded up).
+func TestLocalQuotaGivesBackServerClock(t *testing.T) {
+	for _, alg := range []algorithms.Algorithm{
+		algorithms.GCRA(100, time.Hour, 100),
+		algorithms.TokenBucket(100, time.Hour, 100),
+		algorithms.LeakyBucket(100, time.Hour, 100),
+		algorithms.FixedWindow(100, time.Hour),
+		algorithms.SlidingWindow(100, time.Hour),
+	} {
+		t.Run(alg.Name(), func(t *testing.T) {
+			if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < time.Second {
+				time.Sleep(left + 10*time.Millisecond) // the hour must not end during the test
+			}
+			st := quotaStore(t, "redis", uniqueName("quotasc"))
+			ctx := context.Background()
+			lim, err := ratelimit.New(st, alg, ratelimit.WithName("sc"), ratelimit.WithLocalQuota(8, time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, err := ratelimit.New(st, alg, ratelimit.WithName("sc"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+					t.Fatalf("request %d: %+v, %v", i+1, d, err)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := lim.Close(ctx); err != nil {
+				t.Fatal(err)
+			}
+			want := 96
+			if refillsAsOfNow(alg) {
+				want = 95
+			}
+			if d, err := plain.Peek(ctx, "k"); err != nil || d.Remaining != want {
+				t.Errorf("after 4 requests through shares of 1, 2 and 4 and Close: %d remaining, %v; want %d", d.Remaining, err, want)
+			}
+		})
+	}
+}
