@@ -373,11 +373,14 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 	sh.mu.Lock()
 	e.fetching = nil
 	close(ch)
+	giving = false
 	if err == nil && d.Source == SourceStore {
 		if d.Allowed {
 			e.took(t, nums, req, size, q.lifetime, after, d)
 			if q.closed.Load() {
-				e.units = 0 // closed while the share was taken: keep none
+				// Closed while the share was taken: keep none, and give
+				// back what is left of it.
+				back, giving = e.unspent(k.ID)
 			} else if e.units > 0 && !q.idling.Swap(true) {
 				go q.idle()
 			}
@@ -386,6 +389,9 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 		}
 	}
 	sh.mu.Unlock()
+	if giving {
+		_ = q.giveBack(ctx, back, after)
+	}
 	return err
 }
 
