@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -649,24 +650,30 @@ func TestLocalQuotaReservations(t *testing.T) {
 // TestLocalQuotaOneProcess is issue 29's one-process case (defect 3): 32
 // callers on one key of FixedWindow(500/hour), WithLocalQuota(1000,
 // 100ms), each asking until it is denied; then an idle pause of three
-// lifetimes, and again, in three rounds on fresh keys. The stated bound
+// lifetimes, and again, in three rounds on fresh keys, on a clock whose
+// readings reach the limiter up to 2ms old and so out of order (as a
+// caller's does when it waits between reading and deciding). The stated bound
 // for one process is S−1 = 124 units per window (S = 125, a quarter of the
 // limit), held in its share at the window's end; within the window, what a
 // share holds goes back once it is idle, so after the pause all 500 are
 // admitted within the hour. Before the fix a caller that waited for
 // another caller's share, having read its clock earlier, dropped it:
-// 227–308, then nothing after the pause.
+// 150–271 of 500 here (227–308 in the probe that found it), then nothing
+// after the pause.
 func TestLocalQuotaOneProcess(t *testing.T) {
-	for _, sname := range []string{"memory", "redis"} {
+	for sname, open := range quotaStores() {
 		t.Run(sname, func(t *testing.T) {
 			const limit, callers, most = 500, 32, 500 / 4
 			// The hour must not end during the test.
 			if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 5*time.Second {
 				time.Sleep(left + 10*time.Millisecond)
 			}
-			st := quotaStore(t, sname, uniqueName("quota1"))
+			st := open(t) // on the limiter's clock
 			ctx := context.Background()
-			lim, err := ratelimit.New(st, algorithms.FixedWindow(limit, time.Hour), ratelimit.WithLocalQuota(1000, 100*time.Millisecond))
+			// Each reading up to 2ms old, as a caller's is when it waited
+			// between reading its clock and deciding.
+			lim, err := ratelimit.New(st, algorithms.FixedWindow(limit, time.Hour), ratelimit.WithClock(jitterClock{2 * time.Millisecond}),
+				ratelimit.WithLocalQuota(1000, 100*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -710,6 +717,17 @@ func TestLocalQuotaOneProcess(t *testing.T) {
 		})
 	}
 }
+
+// jitterClock is the system clock read up to most ago: readings that reach
+// the limiter out of order, as those of callers that read the clock and
+// then waited do.
+type jitterClock struct{ most time.Duration }
+
+func (c jitterClock) Now() time.Time {
+	return time.Now().Add(-time.Duration(rand.Int64N(int64(c.most))))
+}
+
+func (jitterClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // quotaStore opens a store named sname ("memory", "redis", "valkey",
 // "cluster") with its own client, on the key prefix prefix: several opened
