@@ -34,3 +34,31 @@ func ExampleWithLocalQuota() {
 	// admitted: 100
 	// fewer store calls than decisions: true
 }
+
+// Under local quota a reservation with a max delay is booked by the store,
+// as without it, and its Cancel gives the units back.
+func ExampleWithLocalQuota_reservations() {
+	ctx := context.Background()
+	lim, err := ratelimit.New(memory.MustNew(), algorithms.FixedWindow(10, time.Minute),
+		ratelimit.WithLocalQuota(4, time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer lim.Close(ctx)
+	r, err := lim.Reserve(ctx, "user-1", 3, time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("reserved:", r.OK())
+	if err := r.Cancel(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	d, _ := lim.Peek(ctx, "user-1")
+	fmt.Println("remaining after Cancel:", d.Remaining)
+	// Output:
+	// reserved: true
+	// remaining after Cancel: 10
+}

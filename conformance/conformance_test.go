@@ -360,6 +360,7 @@ var brokenCases = []struct {
 	{"breaker-blames-caller", "FaultBreaker/caller-deadlines", "the breaker opens only on store faults, never on a caller's own deadline"},
 	{"quota-keeps-share", "LocalQuota/update/fixed_window/shares-expire", "a local-quota share is not spent once its window is over"},
 	{"quota-keeps-share", "LocalQuota/update/gcra/shares-expire", "a local-quota share is not spent once its lifetime is over"},
+	{"quota-keeps-share", "LocalQuota/update/fixed_window/never-drops", "no unit the store counted for a local-quota share is dropped: it is spent or given back"},
 }
 
 // TestBrokenStoreHelper runs the suite on the store named by

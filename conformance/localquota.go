@@ -19,8 +19,12 @@ import (
 // bounds docs/scaling.md ("Local quota") states: no over-admission in any
 // fixed window across all of them; a share never spent once its window
 // (fixed window) or its lifetime (the others) is over; for the others,
-// at most what the stated bound allows over any span; and for the fixed
-// window, under-admission within its bound.
+// at most what the stated bound allows over any span; for the fixed
+// window, under-admission within its bound; no unit the store counted for
+// a share ever dropped (it is spent or given back); and reservations and
+// their cancels keeping the promises they keep without local quota. What
+// it needs to know of an algorithm it reads from the algorithm's facts
+// (algorithms.Facts), never from its name.
 
 // The numbers the group runs each built-in algorithm with.
 const (
@@ -49,7 +53,7 @@ func newQuotaLimiter(t *testing.T, s store.Store, alg algorithms.Algorithm, life
 // window can end them.
 func quotaCase(a algorithm) (alg algorithms.Algorithm, lifetime time.Duration, fixed bool) {
 	alg = forms.BuiltinOf(a.alg).New(quotaLimit, time.Second, quotaLimit)
-	fixed = alg.Name() == algorithms.FixedWindow(1, time.Second).Name()
+	fixed = factsOf(alg).WindowBound
 	lifetime = quotaLifetime
 	if fixed {
 		lifetime = 10 * time.Second
@@ -63,7 +67,17 @@ func testLocalQuota(t *testing.T, newHarness func(*testing.T) Harness) {
 		t.Run("shares-expire", func(t *testing.T) { quotaSharesExpire(t, s, alg, lifetime, fixed) })
 		t.Run("four-holders", func(t *testing.T) { quotaFourHolders(t, s, alg, lifetime, fixed) })
 		t.Run("gives-back", func(t *testing.T) { quotaGivesBack(t, s, alg, lifetime) })
+		t.Run("never-drops", func(t *testing.T) { quotaNeverDrops(t, s, a) })
+		t.Run("reservations", func(t *testing.T) { quotaReservations(t, s, a) })
 	})
+}
+
+// factsOf returns alg's facts: the zero Facts when it states none.
+func factsOf(alg algorithms.Algorithm) algorithms.Facts {
+	if s, ok := alg.(algorithms.FactStater); ok {
+		return s.Facts()
+	}
+	return algorithms.Facts{}
 }
 
 // closer is a limiter that can close (ratelimit.Limiter.Close).
@@ -110,18 +124,19 @@ func quotaGivesBack(t *testing.T, s store.Store, alg algorithms.Algorithm, lifet
 		t.Fatalf("Close: %v", err)
 	}
 	want := quotaLimit - 4
-	if alg.Name() == algorithms.SlidingLog(1, time.Second).Name() {
-		want = quotaLimit - 7
+	if !factsOf(alg).Refunds {
+		want = quotaLimit - 7 // (the sliding log)
 	}
 	if got := remaining(); got != want {
 		t.Errorf("rule: a limiter with local quota gives back its unspent units when it closes: %d remaining after Close, want %d", got, want)
 	}
 }
 
-// quotaSharesExpire checks that a share is not spent once its window (a
-// fixed window) or its lifetime is over: holder A takes shares, time
-// passes beyond them, holder B spends all the store has, and A must then
-// be denied.
+// quotaSharesExpire checks that a share is not spent once its window (an
+// algorithm that counts in windows) or its lifetime is over: holder A
+// takes shares, time passes beyond them, holder B spends all the store
+// has, and A must then be denied (a bucket's give-back keeps what refilled
+// meanwhile, here more than A held).
 func quotaSharesExpire(t *testing.T, s store.Store, alg algorithms.Algorithm, lifetime time.Duration, fixed bool) {
 	ctx := context.Background()
 	c := clock.NewFake(epoch)
@@ -135,9 +150,13 @@ func quotaSharesExpire(t *testing.T, s store.Store, alg algorithms.Algorithm, li
 			t.Fatalf("A.Allow #%d on a fresh key = %s, %v; want allowed", i, verdict(d.Allowed), err)
 		}
 	}
+	// Past the lifetime; for an algorithm that counts in windows, into
+	// the next window (within the lifetime of a fixed window's share):
+	// within its window a share's unspent units go back exactly, and the
+	// store may then admit them again.
 	pass := lifetime + time.Microsecond
-	if fixed {
-		pass = time.Second // the next window, within the lifetime
+	if factsOf(alg).Window > 0 {
+		pass = time.Second
 	}
 	c.Advance(pass)
 	admitted := 0
@@ -159,7 +178,7 @@ func quotaSharesExpire(t *testing.T, s store.Store, alg algorithms.Algorithm, li
 	}
 	if d.Allowed {
 		what := fmt.Sprintf("its lifetime (%v)", lifetime)
-		if fixed {
+		if factsOf(alg).Window > 0 {
 			what = "its window"
 		}
 		t.Errorf("rule: a share is not spent once %s is over: A admitted a request %v after taking shares, after B spent all the store had (%d); want denied", what, pass, admitted)
@@ -197,10 +216,12 @@ func quotaFourHolders(t *testing.T, s store.Store, alg algorithms.Algorithm, lif
 	}
 	pol := alg.(algorithms.PolicyStater).Policy()
 	period := int64(pol.Period / time.Microsecond)
-	switch pol.Algorithm {
-	case "fixed_window", "sliding_window":
+	switch f := factsOf(alg); {
+	case f.Window > 0:
+		// Per window: at most the limit when units are bound to their
+		// window, the limit + N·S otherwise.
 		extra := int64(0)
-		if !fixed {
+		if !f.WindowBound {
 			extra = quotaHolders * quotaShare
 		}
 		perWindow := map[int64]int64{}
@@ -216,8 +237,8 @@ func quotaFourHolders(t *testing.T, s store.Store, alg algorithms.Algorithm, lif
 				t.Errorf("rule: under-admission is at most N·(S−1) = %d per window: window %d admitted %d of %d, with demand %d", quotaHolders*(quotaShare-1), w, n, quotaLimit, 4*quotaLimit)
 			}
 		}
-	case "sliding_log":
-		// Any period: at most the limit + N·S.
+	case !f.Refills:
+		// Any period: at most the limit + N·S (the sliding log).
 		for i, j := 0, 0; j < len(times); j++ {
 			for times[j]-times[i] >= period {
 				i++
@@ -259,5 +280,154 @@ func checkBucketBound(t *testing.T, times []int64, pol algorithms.Policy, lifeti
 		span := time.Duration(times[wj]-times[wi]) * time.Microsecond
 		t.Errorf("rule: with shares of lifetime L, a bucket admits at most B + r·(T + L) (+1 for rounding) over any span T: %d admitted within %v from t+%v, which exceeds B + r·T by %.1f, more than r·L + 1 = %.1f",
 			wj-wi+1, span, time.Duration(times[wi])*time.Microsecond, worst-float64(pol.Burst), rate*life+1)
+	}
+}
+
+// quotaNeverDrops checks that no unit the store counted for a share is
+// dropped, for each algorithm whose refunds give anything back (the sliding
+// log keeps what it counted until it leaves its period), at 100 an hour so
+// that the time the test moves refills nothing: a holder takes shares of 1,
+// 2, 4 and 8 for 8 requests (7 units left), then a request whose clock
+// reading is older than its share spends from it, and one after the share's
+// lifetime (within its window) takes a new one; once the holder has closed,
+// a limiter without local quota sees 100 remaining less exactly what was
+// admitted.
+func quotaNeverDrops(t *testing.T, s store.Store, a algorithm) {
+	alg := forms.BuiltinOf(a.alg).New(quotaLimit, time.Hour, quotaLimit)
+	if !factsOf(alg).Refunds {
+		t.Skipf("%s gives nothing back (algorithms.Facts.Refunds): what it counted stays counted until it leaves its period", alg.Name())
+	}
+	ctx := context.Background()
+	start := epoch.Add(time.Second)
+	c := clock.NewFake(start)
+	holder := newQuotaLimiter(t, s, alg, quotaLifetime, ratelimit.WithClock(c))
+	plain, err := subjects.limiter(s, alg, ratelimit.WithClock(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "quota-never-drops"
+	admitted := 0
+	allow := func(what string) {
+		t.Helper()
+		d, err := holder.Allow(ctx, key)
+		if err != nil || !d.Allowed {
+			t.Fatalf("Allow (%s) = %s, %v; want allowed", what, verdict(d.Allowed), err)
+		}
+		admitted++
+	}
+	for admitted < 8 {
+		allow("taking shares of 1, 2, 4 and 8")
+	}
+	c.Set(start.Add(-time.Millisecond)) // a reading older than the share
+	allow("a reading older than the share")
+	c.Set(start.Add(quotaLifetime + time.Millisecond)) // the share's lifetime is over
+	allow("after the share's lifetime")
+	cl, ok := holder.(closer)
+	if !ok {
+		t.Fatalf("rule: a limiter with local quota gives back its unspent units when it closes: %T has no Close", holder)
+	}
+	if err := cl.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	d, err := plain.Peek(ctx, key)
+	if err != nil {
+		t.Fatalf("Peek: %v", err)
+	}
+	// A bucket that refills as of now keeps what could have refilled
+	// while the share held its units, rounded up: here one unit.
+	kept := 0
+	if f := factsOf(alg); f.Refills && !f.Queue {
+		kept = 1
+	}
+	if d.Remaining < quotaLimit-admitted-kept || d.Remaining > quotaLimit-admitted {
+		t.Errorf("rule: no unit the store counted for a share is dropped (spent, or given back; a bucket keeps what could have refilled meanwhile, %d here): %d admitted (shares of 1, 2, 4, 8; a request with a reading older than the last share; one after its lifetime), then Close: %d remaining, want %d", kept, admitted, d.Remaining, quotaLimit-admitted)
+	}
+}
+
+// reserver is a limiter that makes reservations (ratelimit.Limiter.Reserve).
+type reserver interface {
+	Reserve(ctx context.Context, key string, n int, maxDelay time.Duration) (*ratelimit.Reservation, error)
+}
+
+// quotaReservations checks that reservations and their cancels keep, under
+// local quota, the promises they keep without it: the store books each
+// reservation, so that on a drained bucket (Facts.Debt) those that may act
+// within a span are at most what refills in it, however many are booked;
+// and a cancel gives back rather than takes, so that reserve-then-cancel
+// pairs leave the whole limit to a window algorithm.
+func quotaReservations(t *testing.T, s store.Store, a algorithm) {
+	ctx := context.Background()
+	alg := forms.BuiltinOf(a.alg).New(quotaLimit, time.Second, quotaLimit/5)
+	f := factsOf(alg)
+	c := clock.NewFake(epoch.Add(time.Second))
+	lim := newQuotaLimiter(t, s, alg, quotaLifetime, ratelimit.WithClock(c))
+	r, ok := lim.(reserver)
+	if !ok {
+		t.Skipf("%T makes no reservations", lim)
+	}
+	switch {
+	case f.Debt:
+		const key = "quota-reserve-debt"
+		for i := 0; ; i++ {
+			d, err := lim.Allow(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !d.Allowed {
+				break
+			}
+			if i > 2*quotaLimit {
+				t.Fatalf("a burst of %d admitted more than %d at one instant", f.Burst, 2*quotaLimit)
+			}
+		}
+		const span = 300 * time.Millisecond
+		from := c.Now()
+		booked, acting := 0, 0
+		for c.Now().Sub(from) < span {
+			res, err := r.Reserve(ctx, key, 1, 5*time.Second)
+			if err != nil {
+				t.Fatalf("Reserve: %v", err)
+			}
+			if res.OK() {
+				booked++
+				if res.TimeToAct().Sub(from) <= span {
+					acting++
+				}
+			}
+			c.Advance(time.Millisecond)
+		}
+		most := int(float64(f.Limit)*span.Seconds()) + 1 // r·T + 1
+		if acting > most {
+			t.Errorf("rule: under local quota the store books reservations: drained, then a Reserve(1, 5s) every ms for %v: %d booked, %d of them act within the span; want at most r·T + 1 = %d", span, booked, acting, most)
+		}
+	case f.Window > 0:
+		const key = "quota-reserve-cancel"
+		limit := int(f.Limit)
+		for i := range limit/2 + 1 {
+			res, err := r.Reserve(ctx, key, 1, time.Second)
+			if err != nil || !res.OK() {
+				t.Fatalf("pair %d: Reserve(1, 1s) = ok %v, %v; want admitted", i+1, res.OK(), err)
+			}
+			if err := res.Cancel(ctx); err != nil {
+				t.Fatalf("pair %d: Cancel: %v", i+1, err)
+			}
+		}
+		if d, err := lim.Peek(ctx, key); err != nil || d.Remaining != limit {
+			t.Errorf("rule: under local quota a cancel gives back: after %d reserve-then-cancel pairs, Peek = %d remaining, %v; want %d", limit/2+1, d.Remaining, err, limit)
+		}
+		if cl, ok := lim.(closer); ok {
+			if err := cl.Close(ctx); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+		}
+		plain, err := subjects.limiter(s, alg, ratelimit.WithClock(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, err := plain.Peek(ctx, key); err != nil || d.Remaining != limit {
+			t.Errorf("rule: under local quota a cancel gives back: after %d reserve-then-cancel pairs and Close, a limiter without local quota sees %d remaining, %v; want %d", limit/2+1, d.Remaining, err, limit)
+		}
+	default:
+		t.Skipf("%s neither reserves into the future nor gives back within a window", alg.Name())
 	}
 }
