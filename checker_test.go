@@ -158,17 +158,6 @@ func dropPostgres(t *testing.T, table string) {
 // (TestChecker) leaves out the part of the space that finds it. When a
 // fix is merged, delete its line here: THE ONE PLACE to turn a case on.
 var issue29Open = map[string]string{
-	"gcra-older-reading-gives-back-debt": "h1-clock",
-	"token-bucket-older-reading-ttl":     "h1-clock",
-	"leaky-bucket-older-reading-ttl":     "h1-clock",
-	"composite-older-reading-ttl":        "h1-clock",
-	"skewed-instances-ttl":               "h1-clock",
-	"local-quota-reserve-acts-at-once":   "the local quota fix (issue 29, item 2)",
-	"local-quota-cancel-takes-a-unit":    "the local quota fix (issue 29, item 2)",
-	"local-quota-under-admits":           "the local quota fix (issue 29, item 3)",
-	"wait-below-rate":                    "the Wait/Reserve fix (issue 29, item 5)",
-	"reserve-within-max-delay":           "the Wait/Reserve fix (issue 29, item 5)",
-	"multi-limit-part-added":             "the multi-limit identity fix (issue 29, item 4)",
 	// Found by the checker, not in the issue; no branch fixes it yet.
 	"dynamo-stale-cache-after-reset":  "none yet (store/dynamo's per-process cache)",
 	"dynamo-stale-cache-after-cancel": "none yet (store/dynamo's per-process cache)",

@@ -349,7 +349,7 @@ func (cfg CheckConfig) draw(rt *rapid.T, sets []OptionSet, twin bool) Trace {
 	case choice < 2:
 		tr.Alg = drawBuiltin(rt, "alg")
 	case choice == 2:
-		tr.Alg = algorithms.All(drawBuiltin(rt, "part1"), drawBuiltin(rt, "part2"))
+		tr.Alg = algorithms.All(algorithms.Named("first", drawBuiltin(rt, "part1")), algorithms.Named("second", drawBuiltin(rt, "part2")))
 	default:
 		a := cfg.Algorithms[choice-3]
 		tr.Alg, tr.Model = a.Alg, a.Model
@@ -685,8 +685,9 @@ func (tr Trace) GoString() string {
 func goAlg(alg algorithms.Algorithm) string {
 	if c, ok := alg.(algorithms.Composite); ok {
 		var ps []string
-		for _, p := range c.Parts() {
-			ps = append(ps, goAlg(p))
+		names := c.PartNames()
+		for i, p := range c.Parts() {
+			ps = append(ps, fmt.Sprintf("algorithms.Named(%q, %s)", names[i], goAlg(p)))
 		}
 		return "algorithms.All(" + strings.Join(ps, ", ") + ")"
 	}
