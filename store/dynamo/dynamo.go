@@ -113,6 +113,25 @@ const shardCount = 64
 // the store allows (WithMaxConflicts).
 var ErrContention = errors.New("dynamo: too many conflicting writers")
 
+// ErrNoTable is wrapped by the error of a call on a table that DynamoDB
+// says does not exist (ResourceNotFoundException): one CreateTable never
+// made, in another region or account, or still being created by a
+// CreateTable that has not returned. The error names the table, says to
+// run CreateTable, and wraps DynamoDB's error as well. Check for it with
+// errors.Is.
+var ErrNoTable = errors.New("no table")
+
+// noTable returns err, wrapping ErrNoTable and what to do as well when
+// DynamoDB answered that the store's table does not exist.
+func (s *Store) noTable(err error) error {
+	var nf *types.ResourceNotFoundException
+	if err == nil || !errors.As(err, &nf) || errors.Is(err, ErrNoTable) {
+		return err
+	}
+	return fmt.Errorf("dynamo: %w: table %s does not exist (or is still being created): create it with dynamo.CreateTable, at start or from a deployment step, which returns once it is ACTIVE: %w",
+		ErrNoTable, s.table, err)
+}
+
 // Option configures a Store.
 type Option func(*Store) error
 
@@ -377,7 +396,7 @@ func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.U
 		if err == errPanicked {
 			panic(o.panicked)
 		}
-		return err
+		return s.noTable(err)
 	case <-ctx.Done():
 	}
 	sh.mu.Lock()
@@ -392,11 +411,11 @@ func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.U
 		if err == errPanicked {
 			panic(o.panicked)
 		}
-		return err
+		return s.noTable(err)
 	default:
 	}
 	if last := o.last.Load(); last != nil {
-		return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored); last failure: %w", truncate(key.String()), ctx.Err(), *last)
+		return s.noTable(fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored); last failure: %w", truncate(key.String()), ctx.Err(), *last))
 	}
 	return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored)", truncate(key.String()), ctx.Err())
 }
@@ -423,7 +442,7 @@ func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	delete(sh.cache, string(pk))
 	sh.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("dynamo: delete %q from table %s: %w", truncate(key.String()), s.table, err)
+		return s.noTable(fmt.Errorf("dynamo: delete %q from table %s: %w", truncate(key.String()), s.table, err))
 	}
 	return nil
 }
