@@ -37,6 +37,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -454,13 +455,21 @@ func (s *Store) Delete(ctx context.Context, key store.Key) error {
 func oneAttempt(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} }
 
 // retryable reports whether err is worth retrying: throttling, a server
-// error or a network failure.
+// error or a network failure other than a refused connection.
 func retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
+		return false
+	}
+	// A refused connection means nothing listens at the endpoint (a
+	// wrong endpoint, an emulator or a proxy that is down): retrying it
+	// until the deadline held every decision for the limiter's whole
+	// budget (a second) and reported a timeout; it is reported at once,
+	// as what it is, and the limiter's failure policy decides.
+	if errors.Is(err, syscall.ECONNREFUSED) {
 		return false
 	}
 	var api smithy.APIError

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -117,4 +119,38 @@ func TestNoTable(t *testing.T) {
 	_, err = lim.Peek(ctx, "k")
 	check("Peek", err)
 	check("Reset", lim.Reset(ctx, "k"))
+}
+
+// TestRefusedEndpoint: a store whose endpoint refuses connections (nothing
+// listens there) answers every decision within 100ms with an error that
+// says "connection refused" and wraps it (before: each decision retried
+// the dial until the limiter's 1s budget was nearly spent, 650-1000ms).
+func TestRefusedEndpoint(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s, err := dynamo.New(newClient("http://" + addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lim, err := ratelimit.New(s, algorithms.GCRA(10, time.Second, 5), ratelimit.WithName("refused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		start := time.Now()
+		d, err := lim.Allow(context.Background(), "k")
+		took := time.Since(start)
+		switch {
+		case err == nil || d.Allowed:
+			t.Fatalf("Allow %d on an endpoint that refuses connections: allowed %v, %v", i, d.Allowed, err)
+		case took > 100*time.Millisecond:
+			t.Errorf("Allow %d answered after %v, want within 100ms: %v", i, took, err)
+		case !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused"):
+			t.Errorf("Allow %d: error %q does not say and wrap connection refused", i, err)
+		}
+	}
 }
