@@ -20,8 +20,10 @@
 // Every item carries its expiry in microseconds, which is checked on every
 // read (an item past it is absent, whether or not DynamoDB has deleted it),
 // and a TTL attribute in epoch seconds so that DynamoDB's TTL reclaims it.
-// CreateTable makes a table with the right layout; docs/stores/dynamo.md
-// describes it for teams that manage tables with their own tools.
+// CreateTable makes a table with the right layout and returns once it is
+// ACTIVE; docs/stores/dynamo.md describes it for teams that manage tables
+// with their own tools. A call on a table that does not exist fails with
+// an error wrapping ErrNoTable, which says to run CreateTable.
 //
 // Time is the limiter's clock: DynamoDB has no server clock a request can
 // read. See docs/stores/dynamo.md for what clock skew between application

@@ -36,6 +36,11 @@
 //	if err := store.Migrate(ctx); err != nil { ... }
 //	lim, err := ratelimit.New(store, algorithms.GCRA(100, time.Minute, 20))
 //
+// Migrate on a schema already in place only reads the catalog, so every
+// process may run it at start. A call on a table or function that is not
+// there fails with an error wrapping ErrNoSchema, which says to run
+// Migrate.
+//
 // Time comes from the server's clock by default; see WithServerClock.
 // Expired rows never affect decisions; DeleteExpired reclaims them.
 package postgres
