@@ -64,6 +64,7 @@ func Example() {
 		Addr:                  "localhost:6379",
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
+		MaxRetries:            -1,
 	})
 	store, err := redis.New(client)
 	if err != nil {

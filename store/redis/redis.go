@@ -20,17 +20,20 @@
 //
 // Create the client with ContextTimeoutEnabled, so that a call ends at its
 // context's deadline (the limiter's store budget, a second by default),
-// and with DialerRetries set to 1, so that a server that refuses
-// connections is reported as that at once instead of after five dials
-// 100ms apart:
+// with DialerRetries set to 1, so that a server that refuses connections
+// is reported as that at once instead of after five dials 100ms apart,
+// and with MaxRetries set to -1, so that go-redis does not retry the
+// handshake of a new connection (HELLO) that the server dropped, 10ms to
+// 1s apart:
 //
 //	client := redis.NewClient(&redis.Options{ // import "github.com/redis/go-redis/v9"
 //		Addr:                  "localhost:6379",
 //		ContextTimeoutEnabled: true,
 //		DialerRetries:         1,
+//		MaxRetries:            -1,
 //	})
 //
-// The store sends each of its commands once whatever the client's
+// The store sends each of its own commands once whatever the client's
 // MaxRetries says (a decision sent again may have run already), so a
 // refused connection, a dropped one or a timeout comes back as the
 // client's error, which the store's error wraps.
@@ -359,6 +362,8 @@ func (b backend) Del(ctx context.Context, keys ...string) error {
 // every command of the store is sent once whatever MaxRetries says, and
 // its error comes back as it is; the limiter's failure policy decides. A
 // cluster client still follows MOVED and ASK, which are not retries.
+// (go-redis's own commands, such as the HELLO that opens a connection,
+// still follow MaxRetries: hence MaxRetries: -1 in the documented options.)
 type once struct{ *goredis.Cmd }
 
 // NoRetry tells go-redis not to send the command again.
