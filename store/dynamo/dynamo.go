@@ -20,8 +20,10 @@
 // Every item carries its expiry in microseconds, which is checked on every
 // read (an item past it is absent, whether or not DynamoDB has deleted it),
 // and a TTL attribute in epoch seconds so that DynamoDB's TTL reclaims it.
-// CreateTable makes a table with the right layout; docs/stores/dynamo.md
-// describes it for teams that manage tables with their own tools.
+// CreateTable makes a table with the right layout and returns once it is
+// ACTIVE; docs/stores/dynamo.md describes it for teams that manage tables
+// with their own tools. A call on a table that does not exist fails with
+// an error wrapping ErrNoTable, which says to run CreateTable.
 //
 // Time is the limiter's clock: DynamoDB has no server clock a request can
 // read. See docs/stores/dynamo.md for what clock skew between application
@@ -37,6 +39,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -112,6 +115,25 @@ const shardCount = 64
 // losing to other writers (processes or machines) more times in a row than
 // the store allows (WithMaxConflicts).
 var ErrContention = errors.New("dynamo: too many conflicting writers")
+
+// ErrNoTable is wrapped by the error of a call on a table that DynamoDB
+// says does not exist (ResourceNotFoundException): one CreateTable never
+// made, in another region or account, or still being created by a
+// CreateTable that has not returned. The error names the table, says to
+// run CreateTable, and wraps DynamoDB's error as well. Check for it with
+// errors.Is.
+var ErrNoTable = errors.New("no table")
+
+// noTable returns err, wrapping ErrNoTable and what to do as well when
+// DynamoDB answered that the store's table does not exist.
+func (s *Store) noTable(err error) error {
+	var nf *types.ResourceNotFoundException
+	if err == nil || !errors.As(err, &nf) || errors.Is(err, ErrNoTable) {
+		return err
+	}
+	return fmt.Errorf("dynamo: %w: table %s does not exist (or is still being created): create it with dynamo.CreateTable, at start or from a deployment step, which returns once it is ACTIVE: %w",
+		ErrNoTable, s.table, err)
+}
 
 // Option configures a Store.
 type Option func(*Store) error
@@ -377,7 +399,7 @@ func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.U
 		if err == errPanicked {
 			panic(o.panicked)
 		}
-		return err
+		return s.noTable(err)
 	case <-ctx.Done():
 	}
 	sh.mu.Lock()
@@ -392,11 +414,11 @@ func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.U
 		if err == errPanicked {
 			panic(o.panicked)
 		}
-		return err
+		return s.noTable(err)
 	default:
 	}
 	if last := o.last.Load(); last != nil {
-		return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored); last failure: %w", truncate(key.String()), ctx.Err(), *last)
+		return s.noTable(fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored); last failure: %w", truncate(key.String()), ctx.Err(), *last))
 	}
 	return fmt.Errorf("dynamo: update %q: %w while its request was in flight (a write may have been stored)", truncate(key.String()), ctx.Err())
 }
@@ -423,7 +445,7 @@ func (s *Store) Delete(ctx context.Context, key store.Key) error {
 	delete(sh.cache, string(pk))
 	sh.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("dynamo: delete %q from table %s: %w", truncate(key.String()), s.table, err)
+		return s.noTable(fmt.Errorf("dynamo: delete %q from table %s: %w", truncate(key.String()), s.table, err))
 	}
 	return nil
 }
@@ -435,13 +457,21 @@ func (s *Store) Delete(ctx context.Context, key store.Key) error {
 func oneAttempt(o *dynamodb.Options) { o.Retryer = aws.NopRetryer{} }
 
 // retryable reports whether err is worth retrying: throttling, a server
-// error or a network failure.
+// error or a network failure other than a refused connection.
 func retryable(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
+		return false
+	}
+	// A refused connection means nothing listens at the endpoint (a
+	// wrong endpoint, an emulator or a proxy that is down): retrying it
+	// until the deadline held every decision for the limiter's whole
+	// budget (a second) and reported a timeout; it is reported at once,
+	// as what it is, and the limiter's failure policy decides.
+	if errors.Is(err, syscall.ECONNREFUSED) {
 		return false
 	}
 	var api smithy.APIError

@@ -45,8 +45,12 @@ type TableStatus struct {
 // CreateTable makes sure the table named table exists with the store's
 // layout and has TTL enabled on AttrTTL. It is idempotent: on a table that
 // exists it checks the key schema and enables TTL if it is off. A new table
-// uses on-demand (PAY_PER_REQUEST) billing; CreateTable waits until it is
-// ACTIVE or ctx ends.
+// uses on-demand (PAY_PER_REQUEST) billing. CreateTable returns once the
+// table is ACTIVE, whoever created it: a table that another process
+// (another CreateTable, racing this one) is creating is waited for too,
+// by DescribeTable every 50ms at first, up to every 2s, until it is ACTIVE
+// or ctx ends; so a write right after CreateTable returns finds the
+// table. A table being deleted is an error.
 //
 // The layout is one partition key, AttrKey of type B, and no sort key;
 // the other attributes need no declaration. Where the endpoint lacks the
@@ -79,6 +83,16 @@ func CreateTable(ctx context.Context, client TableClient, table string) (TableSt
 		}
 	case err != nil:
 		return st, fmt.Errorf("dynamo: describe table %s: %w", table, err)
+	case desc.Table == nil:
+		return st, fmt.Errorf("dynamo: table %s: no description", table)
+	case desc.Table.TableStatus == types.TableStatusCreating:
+		// Another process is creating it: its items cannot be read or
+		// written until it is ACTIVE.
+		if desc, err = waitActive(ctx, client, table); err != nil {
+			return st, err
+		}
+	case desc.Table.TableStatus == types.TableStatusDeleting:
+		return st, fmt.Errorf("dynamo: table %s is being deleted: run CreateTable again once it is gone", table)
 	}
 	if err := checkSchema(table, desc.Table); err != nil {
 		return st, err

@@ -36,6 +36,11 @@
 //	if err := store.Migrate(ctx); err != nil { ... }
 //	lim, err := ratelimit.New(store, algorithms.GCRA(100, time.Minute, 20))
 //
+// Migrate on a schema already in place only reads the catalog, so every
+// process may run it at start. A call on a table or function that is not
+// there fails with an error wrapping ErrNoSchema, which says to run
+// Migrate.
+//
 // Time comes from the server's clock by default; see WithServerClock.
 // Expired rows never affect decisions; DeleteExpired reclaims them.
 package postgres
@@ -270,12 +275,28 @@ const numericOutOfRange = "22003"
 // forms of the release that migrated it, decides instead.
 func undefinedFunction(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42883"
+	return errors.As(err, &pe) && pe.Code == undefinedFunctionCode
 }
 
 // lockNotAvailable is the SQLSTATE of a lock wait that outlasted
 // lock_timeout.
 const lockNotAvailable = "55P03"
+
+// ErrNoSchema is wrapped by the error of a call on a table that Migrate
+// has not created, or whose functions are missing (a database that
+// SchemaSQL was never applied to, another search_path, a table name the
+// migration did not use): the error says to run Migrate, names the
+// table, and wraps PostgreSQL's own error (*pgconn.PgError, "relation
+// does not exist" or "function does not exist") as well. Check for it with
+// errors.Is.
+var ErrNoSchema = errors.New("no schema")
+
+// undefinedTable and undefinedFunctionCode are the SQLSTATEs of a relation
+// and a function that do not exist.
+const (
+	undefinedTable        = "42P01"
+	undefinedFunctionCode = "42883"
+)
 
 // zeroKey stands for "no key" in error messages.
 var zeroKey store.Key
@@ -582,6 +603,11 @@ func (s *Store) fail(ctx context.Context, op string, key store.Key, err error) e
 			if pe.Code == numericOutOfRange && op == "decide" {
 				return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
 			}
+		case pe.Code == undefinedTable || pe.Code == undefinedFunctionCode:
+			// The store's statements name only its own table and
+			// functions (and PostgreSQL's own, which exist).
+			return fmt.Errorf("%s: %w: table %s or its functions do not exist: run Migrate on the store at start or from a deployment step (or apply SchemaSQL with your own migration tool): %w",
+				what, ErrNoSchema, s.ident(s.table), err)
 		case pe.Code == lockNotAvailable && deadline:
 			// The lock wait was bounded by the context's deadline.
 			return fmt.Errorf("%s: %w: %w", what, context.DeadlineExceeded, err)

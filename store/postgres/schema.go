@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -60,13 +62,36 @@ const migrateLock = 0x726c6d6967726174 // "rlmigrat"
 
 // Migrate creates the store's table and functions, or brings the functions
 // up to date, in one transaction. It is idempotent: run it at every start
-// or once from a deployment step. It executes SchemaSQL, then checks the
-// table: a table of that name that already existed with a column of
-// another type, a NOT NULL column of its own that an INSERT does not set,
-// or without its primary key on key, is an error that names
-// the table, the column, the type found and wanted, and the fix, and
-// Migrate commits nothing.
+// or once from a deployment step. It checks the table: a table of that
+// name that already existed with a column of another type, a NOT NULL
+// column of its own that an INSERT does not set, or without its primary
+// key on key, is an error that names the table, the column, the type found
+// and wanted, and the fix, and Migrate commits nothing.
+//
+// What it locks, and for how long: on a database this release has already
+// migrated (the table and every function there, and the mark SchemaSQL
+// leaves on the table's lease function saying which schema it installed),
+// Migrate only reads the catalog, in two queries, and writes and locks
+// nothing: the usual case, every process of a deploy but the first. Else
+// it takes a transaction-level advisory lock (other Migrate calls on the
+// database wait for each other there, so that concurrent migrations do not
+// fail with "tuple concurrently updated"), reads the catalog again (a
+// migration that ran meanwhile leaves nothing to do), and executes
+// SchemaSQL, which takes no lock that a decision takes or waits for: CREATE
+// TABLE IF NOT EXISTS takes none on a table that exists (and a new table's
+// ACCESS EXCLUSIVE lock is on a table nobody uses yet), CREATE OR REPLACE
+// FUNCTION rewrites the function's catalog row (a decision running it goes
+// on with the version it started with), and the COMMENT that marks the
+// schema locks the lease function against other DDL only. All of it is
+// held until the transaction commits, a few hundred milliseconds
+// (docs/stores/postgres.md has the figures). At the commit, every session
+// that runs the replaced functions compiles them again once.
 func (s *Store) Migrate(ctx context.Context) error {
+	if current, err := s.schemaCurrent(ctx, s.db); err != nil {
+		return s.fail(ctx, "migrate", zeroKey, err)
+	} else if current {
+		return s.checkSchema(ctx, s.db)
+	}
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return s.fail(ctx, "migrate", zeroKey, err)
@@ -75,8 +100,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", int64(migrateLock)); err != nil {
 		return s.fail(ctx, "migrate", zeroKey, err)
 	}
-	if _, err := tx.Exec(ctx, s.SchemaSQL()); err != nil {
+	// Another process may have migrated while this one waited for the
+	// lock: then there is nothing to write.
+	current, err := s.schemaCurrent(ctx, tx)
+	if err != nil {
 		return s.fail(ctx, "migrate", zeroKey, err)
+	}
+	if !current {
+		if _, err := tx.Exec(ctx, s.SchemaSQL()); err != nil {
+			return s.fail(ctx, "migrate", zeroKey, err)
+		}
 	}
 	// CREATE TABLE IF NOT EXISTS keeps a table of the same name whatever
 	// its columns: one the statements cannot use is refused here, before
@@ -90,6 +123,56 @@ func (s *Store) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// leaseArgs are the argument types of the table's lease function
+// (lease.sql), which name it for the COMMENT that marks the schema.
+const leaseArgs = "bytea, bigint, integer, bigint, bigint, bytea"
+
+// schemaMark returns the comment SchemaSQL leaves on the table's lease
+// function: a hash of the statements before it, so that a schema
+// installed by this release's SchemaSQL, for this table and these
+// options, is recognised without reading the functions' text.
+func schemaMark(statements string) string {
+	sum := sha256.Sum256([]byte(statements))
+	return "ratelimit schema " + hex.EncodeToString(sum[:12])
+}
+
+// schemaFunctions returns the names, unquoted, of every function
+// SchemaSQL creates.
+func (s *Store) schemaFunctions() []string {
+	names := []string{"ratelimit_now", "ratelimit_int8s", s.forms.composite.function,
+		s.table + "_decide_" + compositeName, s.table + "_lease"}
+	for _, alg := range builtins {
+		f := s.forms.alg[alg.Name]
+		names = append(names, f.function, s.table+"_decide_"+alg.Name)
+		if f.row != "" {
+			names = append(names, f.row)
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// schemaCurrentSQL reports whether the schema SchemaSQL installs is in
+// place: the table ($1) exists, the lease function ($2, with its
+// arguments) carries the mark $3, and every function named in $4 exists
+// (a function dropped by hand since is put back). It reads the catalog
+// only, and locks nothing.
+const schemaCurrentSQL = `SELECT to_regclass($1) IS NOT NULL
+   AND coalesce(obj_description(to_regprocedure($2), 'pg_proc') = $3, false)
+   AND (SELECT count(DISTINCT proname) FROM pg_proc
+        WHERE proname = ANY($4::text[]) AND pg_function_is_visible(oid)) = cardinality($4::text[])`
+
+// schemaCurrent reports, through q, whether the schema SchemaSQL would
+// install is already in place, so that Migrate has nothing to write.
+func (s *Store) schemaCurrent(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (bool, error) {
+	var current bool
+	err := q.QueryRow(ctx, schemaCurrentSQL, s.ident(s.table), s.leaseFunction()+"("+leaseArgs+")",
+		schemaMark(s.schemaStatements()), s.schemaFunctions()).Scan(&current)
+	return current, err
+}
+
 // SchemaSQL returns the SQL that Migrate executes, for teams that apply
 // migrations with their own tools: the table, two small helper functions
 // (ratelimit_now, the server's clock in microseconds, and ratelimit_int8s,
@@ -97,7 +180,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // the composite SQL form (ratelimit_all_<version>, forms.CompositeSQL),
 // the table's decide functions (one per algorithm, and one for
 // composites), which call the forms, and the table's lease function
-// (lease.sql). Run it in one transaction. Every
+// (lease.sql), and last a COMMENT on the lease function that marks the
+// schema as this release's, so that Migrate finds it in place and writes
+// nothing. Run it in one transaction. Every
 // statement creates only what is missing or replaces a function, so it can
 // run again after an upgrade. Objects are created in the first schema of
 // the search_path.
@@ -110,6 +195,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 // versions that no decide function calls any longer can be dropped (see
 // docs/stores/postgres.md).
 func (s *Store) SchemaSQL() string {
+	statements := s.schemaStatements()
+	return statements + fmt.Sprintf("-- The mark Migrate reads to find this schema in place.\nCOMMENT ON FUNCTION %s(%s) IS '%s';\n",
+		s.leaseFunction(), leaseArgs, schemaMark(statements))
+}
+
+// schemaStatements returns SchemaSQL's statements but the mark.
+func (s *Store) schemaStatements() string {
 	var b strings.Builder
 	execute(&b, schemaTemplate, struct {
 		Table, Corrupt, Now string

@@ -57,13 +57,13 @@ func (b backend) send(ctx context.Context, words [][]any, nodes []any) []*goredi
 				p = n.Pipeline()
 				byNode[n] = p
 			}
-			cmds[i] = p.Do(ctx, w...)
+			cmds[i] = sendOnce(ctx, p, w...)
 			continue
 		}
 		if pipe == nil {
 			pipe = b.c.Pipeline()
 		}
-		cmds[i] = pipe.Do(ctx, w...)
+		cmds[i] = sendOnce(ctx, pipe, w...)
 	}
 	// Every pipeline at once: all but one on goroutines of their own, the
 	// last on this one (a batch of one node's decisions, the usual case,

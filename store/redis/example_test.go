@@ -55,10 +55,17 @@ func ExampleStateKey() {
 	// Output: rl:{api:gcra:user %7B42%7D}
 }
 
-// A decision, with a server (go test skips examples without Output).
+// A decision, with a server (go test skips examples without Output). The
+// client's options are the ones the package's doc recommends: calls end at
+// their context's deadline, and a refused connection is reported at once.
 func Example() {
 	ctx := context.Background()
-	client := goredis.NewClient(&goredis.Options{Addr: "localhost:6379"})
+	client := goredis.NewClient(&goredis.Options{
+		Addr:                  "localhost:6379",
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
+		MaxRetries:            -1,
+	})
 	store, err := redis.New(client)
 	if err != nil {
 		panic(err)

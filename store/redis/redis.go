@@ -18,15 +18,38 @@
 // expiry. By default the scripts read the server's clock (TIME); see
 // WithServerClock. docs/stores/redis.md has the details.
 //
+// Create the client with ContextTimeoutEnabled, so that a call ends at its
+// context's deadline (the limiter's store budget, a second by default),
+// with DialerRetries set to 1, so that a server that refuses connections
+// is reported as that at once instead of after five dials 100ms apart,
+// and with MaxRetries set to -1, so that go-redis does not retry the
+// handshake of a new connection (HELLO) that the server dropped, 10ms to
+// 1s apart:
+//
+//	client := redis.NewClient(&redis.Options{ // import "github.com/redis/go-redis/v9"
+//		Addr:                  "localhost:6379",
+//		ContextTimeoutEnabled: true,
+//		DialerRetries:         1,
+//		MaxRetries:            -1,
+//	})
+//
+// The store sends each of its own commands once whatever the client's
+// MaxRetries says (a decision sent again may have run already), so a
+// refused connection, a dropped one or a timeout comes back as the
+// client's error, which the store's error wraps.
+//
 // The store is this package's client adapter over the engine it shares
 // with store/valkey (internal/redisengine), which holds the logic.
 package redis
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -220,7 +243,7 @@ func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []
 		keys, args = slices.Clone(keys), slices.Clone(args)
 	}
 	return detached(b, ctx, func(ctx context.Context) (any, error) {
-		return b.c.EvalSha(ctx, sha, keys, args...).Result()
+		return result(ctx, sendOnce(ctx, b.c, scriptWords("evalsha", sha, keys, args)...))
 	})
 }
 
@@ -229,7 +252,7 @@ func (b backend) Eval(ctx context.Context, src string, keys []string, args []any
 		keys, args = slices.Clone(keys), slices.Clone(args)
 	}
 	return detached(b, ctx, func(ctx context.Context) (any, error) {
-		return b.c.Eval(ctx, src, keys, args...).Result()
+		return result(ctx, sendOnce(ctx, b.c, scriptWords("eval", src, keys, args)...))
 	})
 }
 
@@ -249,23 +272,23 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 			words[i], nodes[i] = c.Command(), c.Node
 		}
 		for i, cmd := range b.send(ctx, words, nodes) {
-			calls[i].Reply, calls[i].Err = cmd.Result()
+			calls[i].Reply, calls[i].Err = result(ctx, cmd)
 		}
 		return
 	}
 	if len(calls) == 1 {
 		c := calls[0]
-		c.Reply, c.Err = b.c.Do(ctx, c.Command()...).Result()
+		c.Reply, c.Err = result(ctx, sendOnce(ctx, b.c, c.Command()...))
 		return
 	}
 	pipe := b.c.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = pipe.Do(ctx, c.Command()...)
+		cmds[i] = sendOnce(ctx, pipe, c.Command()...)
 	}
 	_, _ = pipe.Exec(ctx) // every command's error is its own, read below
 	for i, c := range calls {
-		c.Reply, c.Err = cmds[i].Result()
+		c.Reply, c.Err = result(ctx, cmds[i])
 	}
 }
 
@@ -278,7 +301,7 @@ func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call
 		c := calls[0]
 		words := slices.Clone(c.Command())
 		c.Reply, c.Err = detached(b, ctx, func(ctx context.Context) (any, error) {
-			return b.c.Do(ctx, words...).Result()
+			return result(ctx, sendOnce(ctx, b.c, words...))
 		})
 		return
 	}
@@ -294,7 +317,7 @@ func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call
 			c.Reply, c.Err = nil, err
 			continue
 		}
-		c.Reply, c.Err = cmds[i].Result()
+		c.Reply, c.Err = result(ctx, cmds[i])
 	}
 }
 
@@ -321,10 +344,92 @@ func (b backend) Del(ctx context.Context, keys ...string) error {
 	if b.detach {
 		keys = slices.Clone(keys)
 	}
-	_, err := detached(b, ctx, func(ctx context.Context) (int64, error) {
-		return b.c.Del(ctx, keys...).Result()
+	_, err := detached(b, ctx, func(ctx context.Context) (any, error) {
+		return result(ctx, sendOnce(ctx, b.c, delWords(keys)...))
 	})
 	return err
+}
+
+// once is a go-redis command sent at most once. go-redis sends a command
+// again when its attempt failed on the network (a refused dial, a dropped
+// connection, a timeout), up to the client's MaxRetries (3 by default)
+// with a growing back-off (MinRetryBackoff 10ms to MaxRetryBackoff 1s):
+// on a server that refuses connections that cost each call 40-160ms and,
+// with the client's five dial attempts 100ms apart, more than the
+// limiter's 1s budget, so that the caller saw a timeout instead of
+// "connection refused" (issue 29). And a script sent again after its
+// connection dropped may have run already: a decision counted twice. So
+// every command of the store is sent once whatever MaxRetries says, and
+// its error comes back as it is; the limiter's failure policy decides. A
+// cluster client still follows MOVED and ASK, which are not retries.
+// (go-redis's own commands, such as the HELLO that opens a connection,
+// still follow MaxRetries: hence MaxRetries: -1 in the documented options.)
+type once struct{ *goredis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (once) NoRetry() bool { return true }
+
+// processor is what sends a command: a client, or a pipeline that queues it.
+type processor interface {
+	Process(ctx context.Context, cmd goredis.Cmder) error
+}
+
+// sendOnce sends (or, on a pipeline, queues) the command words through p,
+// at most once (see once), and returns it; its reply and error are read
+// from it once sent.
+func sendOnce(ctx context.Context, p processor, words ...any) *goredis.Cmd {
+	cmd := goredis.NewCmd(ctx, words...)
+	_ = p.Process(ctx, once{cmd}) // the error is the command's own, read by the caller
+	return cmd
+}
+
+// result returns cmd's reply and error once sent under ctx. An error that
+// came back when ctx had ended wraps ctx's error as well: a client with
+// ContextTimeoutEnabled sets the socket's deadline from ctx, so a call on a
+// server that stopped answering ends with the read's "i/o timeout" (which
+// go-redis, retrying, used to turn into ctx's error), and callers, the
+// limiter's budget and its breaker tell a caller's deadline from a store
+// failure by errors.Is(err, context.DeadlineExceeded). The socket's
+// deadline may pass a moment before ctx's timer fires: a network timeout
+// at or after ctx's deadline is the deadline's.
+func result(ctx context.Context, cmd *goredis.Cmd) (any, error) {
+	v, err := cmd.Result()
+	if err == nil {
+		return v, nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(err, cerr) {
+			return v, err
+		}
+		return v, fmt.Errorf("%w: %w", cerr, err)
+	}
+	var ne net.Error
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) && errors.As(err, &ne) && ne.Timeout() {
+		return v, fmt.Errorf("%w: %w", context.DeadlineExceeded, err)
+	}
+	return v, err
+}
+
+// scriptWords returns the words of EVALSHA or EVAL (name) of script (a
+// SHA or a source) with keys and args, as go-redis's EvalSha and Eval
+// build them.
+func scriptWords(name, script string, keys []string, args []any) []any {
+	w := make([]any, 0, 3+len(keys)+len(args))
+	w = append(w, name, script, len(keys))
+	for _, k := range keys {
+		w = append(w, k)
+	}
+	return append(w, args...)
+}
+
+// delWords returns the words of DEL of keys.
+func delWords(keys []string) []any {
+	w := make([]any, 0, 1+len(keys))
+	w = append(w, "del")
+	for _, k := range keys {
+		w = append(w, k)
+	}
+	return w
 }
 
 func (b backend) NoScript(err error) bool {
