@@ -21,6 +21,8 @@ func init() {
 		entry[*gcra](GCRA),
 		entry[*leakyBucket](LeakyBucket),
 	}
+	builtin.PartIDs = func(c any) []int64 { return partIDs(c.(Composite)) }
+	builtin.PartKind = partKind
 }
 
 // entry makes the builtin entry of the algorithm whose Go form is the type T.

@@ -117,7 +117,7 @@ func (n *namedPart) String() string { return fmt.Sprintf("Named(%q, %v)", n.name
 // A composite's state (what its Decide takes and returns) is a sequence
 // of little-endian int64 fields: first -1, which marks the state as keyed
 // by part, then, for each part that has state, in the composite's order:
-// the part's ID (PartIDs), when the part's state expires (µs since the
+// the part's ID (partIDs), when the part's state expires (µs since the
 // Unix epoch), the length in bytes of the part's state, and the part's
 // own state. A part with no state is not written. Reading, a part finds
 // its state by its ID, wherever it was written. The live state of an ID
@@ -149,7 +149,7 @@ type Composite interface {
 	PartNames() []string
 }
 
-// PartIDs returns, for each part of c in order, the ID under which c
+// partIDs returns, for each part of c in order, the ID under which c
 // keeps the part's state (see Composite): the part's name hashed
 // (FNV-64a, its top 48 bits), times 16, plus a number that says which
 // built-in algorithm the part is (1 fixed window, 2 sliding log, 3
@@ -158,7 +158,7 @@ type Composite interface {
 // composite server forms take them with the parts' parameters (see
 // package forms, CompositeForm). It returns nil for a composite whose
 // Validate fails.
-func PartIDs(c Composite) []int64 {
+func partIDs(c Composite) []int64 {
 	if cc, ok := c.(*composite); ok {
 		if cc.err != nil {
 			return nil
@@ -172,10 +172,10 @@ func PartIDs(c Composite) []int64 {
 	return ids
 }
 
-// PartKind returns the built-in algorithm a part ID (PartIDs) says its
+// partKind returns the built-in algorithm a part ID (partIDs) says its
 // part is: the algorithm's Name, or "" for a user's algorithm or a number
 // that names none.
-func PartKind(id int64) string {
+func partKind(id int64) string {
 	k := int(id & 15)
 	if k >= 1 && k < len(partKinds) {
 		return partKinds[k]
@@ -187,7 +187,7 @@ func PartKind(id int64) string {
 // they never change; a new built-in takes the next one.
 var partKinds = [...]string{"", "fixed_window", "sliding_log", "sliding_window", "token_bucket", "gcra", "leaky_bucket"}
 
-// partID is the ID of the part named name (see PartIDs).
+// partID is the ID of the part named name (see partIDs).
 func partID(name string, p Algorithm) int64 {
 	h := fnv.New64a()
 	h.Write([]byte(name))

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 )
 
 // TestAllInvalid: bad compositions are errors wrapping ErrInvalidParams,
@@ -181,9 +182,9 @@ func TestAllIdentity(t *testing.T) {
 	if got := c.(algorithms.Composite).PartNames(); fmt.Sprint(got) != "[burst daily]" {
 		t.Errorf("PartNames() of named parts = %v, want [burst daily]", got)
 	}
-	ids := algorithms.PartIDs(c.(algorithms.Composite))
-	if algorithms.PartKind(ids[0]) != "gcra" || algorithms.PartKind(ids[1]) != "fixed_window" || ids[0] < 0 || ids[0] >= algorithms.MaxExact/2 {
-		t.Errorf("PartIDs = %v, kinds %q, %q; want IDs below 2^52 naming gcra and fixed_window", ids, algorithms.PartKind(ids[0]), algorithms.PartKind(ids[1]))
+	ids := forms.PartIDs(c.(algorithms.Composite))
+	if forms.PartKind(ids[0]) != "gcra" || forms.PartKind(ids[1]) != "fixed_window" || ids[0] < 0 || ids[0] >= algorithms.MaxExact/2 {
+		t.Errorf("PartIDs = %v, kinds %q, %q; want IDs below 2^52 naming gcra and fixed_window", ids, forms.PartKind(ids[0]), forms.PartKind(ids[1]))
 	}
 	for _, bad := range []algorithms.Algorithm{
 		algorithms.All(algorithms.FixedWindow(1, time.Hour), algorithms.FixedWindow(2, time.Hour)),

@@ -70,7 +70,7 @@ func Export(ctx context.Context, st store.Store, namespace string, now time.Time
 // The namespace ("<limiter name>:<algorithm name>") tells which algorithm
 // the state belongs to when that is a built-in or a composite
 // (algorithms.All, "<limiter name>:all", whose state names each part's
-// algorithm in the part's ID; see algorithms.PartIDs) of built-ins: Import
+// algorithm in the part's ID; see forms.PartIDs) of built-ins: Import
 // then checks, before writing anything, that the state decodes as that
 // algorithm's (an error wrapping
 // ratelimit.ErrCorruptState names the key when it does not), and a store
@@ -179,7 +179,7 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 		if id < 0 || id >= algorithms.MaxExact/2 || exp < 1 || exp > algorithms.MaxExact || n == 0 || n > uint64(len(rest)) || i > 2*algorithms.MaxParts {
 			return nil, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ratelimit.ErrCorruptState, i, id, exp, n)
 		}
-		part, b := rest[:n], builtinNamed(algorithms.PartKind(id))
+		part, b := rest[:n], builtinNamed(forms.PartKind(id))
 		rest = rest[n:]
 		if b == nil || !b.Composable() {
 			user = true
@@ -247,7 +247,7 @@ func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error)
 	if err := c.Validate(); err != nil {
 		return e, err
 	}
-	ids := algorithms.PartIDs(c.(algorithms.Composite))
+	ids := forms.PartIDs(c.(algorithms.Composite))
 	next := binary.LittleEndian.AppendUint64(nil, math.MaxUint64)
 	rest := e.State
 	for i := range parts {

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/algorithms/internal/builtin"
 )
 
 //go:embed lua sql
@@ -165,13 +166,13 @@ type ToDecider interface {
 }
 
 // CompositeForm returns the names of parts' algorithms and, for each part
-// in order, its ID (algorithms.PartIDs, the key of its state in the
+// in order, its ID (PartIDs, the key of its state in the
 // composite's) followed by its ServerArgs, as the composite server forms
 // take them (see CompositeLua and CompositeSQL), and false when a part
 // has no composite server form: it is not a built-in, or its built-in is
 // not Composable.
 func CompositeForm(c algorithms.Composite) (names []string, args []int64, ok bool) {
-	ids := algorithms.PartIDs(c)
+	ids := PartIDs(c)
 	if len(ids) != len(c.Parts()) {
 		return nil, nil, false // an invalid composite
 	}
@@ -187,3 +188,19 @@ func CompositeForm(c algorithms.Composite) (names []string, args []int64, ok boo
 	}
 	return names, args, true
 }
+
+// PartIDs returns, for each part of c in order, the ID under which c
+// keeps the part's state: the part's name (algorithms.Named, or the
+// default that Composite.PartNames reports) hashed (FNV-64a, its top 48
+// bits), times 16, plus a number that says which built-in algorithm the
+// part is (1 fixed window, 2 sliding log, 3 sliding window, 4 token
+// bucket, 5 GCRA, 6 leaky bucket; 0 for a user's algorithm). IDs are below
+// 2^52, exact in every form's arithmetic; the composite server forms take
+// them with the parts' parameters (CompositeForm). It returns nil for a
+// composite whose Validate fails.
+func PartIDs(c algorithms.Composite) []int64 { return builtin.PartIDs(c) }
+
+// PartKind returns the built-in algorithm a part ID (PartIDs) says its
+// part is: the algorithm's Name, or "" for a user's algorithm or a number
+// that names none.
+func PartKind(id int64) string { return builtin.PartKind(id) }

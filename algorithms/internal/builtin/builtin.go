@@ -19,3 +19,11 @@ type Entry struct {
 // Entries are the built-in algorithms, in the order the command's
 // comparison shows them.
 var Entries []Entry
+
+// PartIDs returns the IDs of a composite's parts (an algorithms.Composite),
+// and PartKind the built-in a part ID names; package algorithms sets them,
+// forms exports them to the stores (forms.PartIDs, forms.PartKind).
+var (
+	PartIDs  func(c any) []int64
+	PartKind func(id int64) string
+)
