@@ -28,7 +28,8 @@ import (
 // ratio is the SDK's decisions/s ÷ the peer's in the same round, and the
 // table gives the median over the rounds with the smallest and largest.
 // The bar is ≥ 1.0× redis_rate for every algorithm. It runs only with
-// RATELIMIT_BENCH_BAR=1; RATELIMIT_BENCH_ROUNDS sets the rounds (9), and
+// RATELIMIT_BENCH_BAR=1; RATELIMIT_BENCH_ROUNDS sets the rounds (41, of
+// 500 decisions per contender), and
 // RATELIMIT_BENCH_CONTEXT_TIMEOUT=1 builds the client with
 // ContextTimeoutEnabled instead, for comparison.
 //
@@ -37,7 +38,13 @@ func TestDefaultClientBar(t *testing.T) {
 	if os.Getenv("RATELIMIT_BENCH_BAR") == "" {
 		t.Skip("set RATELIMIT_BENCH_BAR=1 to measure the bar")
 	}
-	rounds := benchRounds(t)
+	// Short rounds, many of them: on a machine shared with other work, the
+	// contenders of one round then run within a second of each other, and
+	// the ratio of a round compares like with like.
+	rounds := 41
+	if os.Getenv("RATELIMIT_BENCH_ROUNDS") != "" {
+		rounds = benchRounds(t)
+	}
 	opts := &goredis.Options{Addr: redisAddr(t)} // go-redis's defaults
 	opts.ContextTimeoutEnabled = os.Getenv("RATELIMIT_BENCH_CONTEXT_TIMEOUT") == "1"
 	client := goredis.NewClient(opts)
@@ -80,7 +87,7 @@ func TestDefaultClientBar(t *testing.T) {
 		}},
 	}
 	rr, ul := len(cs)-2, len(cs)-1
-	const n = 4000
+	const n = 500
 	decide := make([]decideFunc, len(cs))
 	for i, c := range cs {
 		decide[i] = c.make(t, prefix())
