@@ -311,6 +311,9 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			// Let the impatient callers fill the store's queues first.
 			time.Sleep(20 * time.Millisecond)
 			const requests = 200
+			// The fixed window is the clock's hour: a run across the top of
+			// the hour may admit a second 100 in the new window.
+			hour := time.Now().Truncate(time.Hour)
 			var fromStore, admitted, policy, late int
 			var lastErr error
 			deadline := time.Now().Add(60 * time.Second) // the test's own bound
@@ -345,7 +348,12 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			// never more than the limit. On a machine so loaded that the
 			// patient caller did not get its answers within the test's
 			// bound, the answers it got are checked alike.
-			if policy != 0 || admitted > 100 || fromStore == requests && admitted < 100-late {
+			limit := 100
+			if !time.Now().Truncate(time.Hour).Equal(hour) {
+				limit = 200
+				t.Logf("%s: the run crossed the top of the hour: up to 200 admitted", st.name)
+			}
+			if policy != 0 || admitted > limit || fromStore == requests && admitted < 100-late {
 				t.Errorf("patient caller of lim.Allow (limit 100) beside 63 callers with %v deadlines: %d of %d answers from the store, %d admitted by it, %d from elsewhere (last error %v), %d ended by its own deadline; want all %d from the store, 100 admitted (less those its own deadline hid)",
 					st.impatient, fromStore, requests, admitted, policy, lastErr, late, requests)
 			}
