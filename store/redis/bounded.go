@@ -12,7 +12,7 @@ import (
 )
 
 // A go-redis client created without ContextTimeoutEnabled bounds a call's
-// socket reads and writes by its own ReadTimeout and WriteTimeout (three
+// socket reads and writes by its own ReadTimeout and WriteTimeout (five
 // seconds each by default, and a read that times out is retried), not by
 // the call's context; it honours the context only while the call waits
 // for a connection, dials one, or sleeps between retries. The limiter's

@@ -141,7 +141,7 @@ func TestDefaultClientHooksSeeEveryCall(t *testing.T) {
 }
 
 // TestDefaultClientHungServerWithinBudget: through a go-redis client built
-// with default options (read timeout three seconds, retried), a frozen
+// with default options (read timeout five seconds, retried), a frozen
 // server still costs each decision at most the limiter's default one-second
 // budget: 20 concurrent callers and then a lone one each answer within it
 // (and a little slack for a loaded machine), with an error wrapping
