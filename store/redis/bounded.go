@@ -118,39 +118,71 @@ func stepUp(d time.Duration) time.Duration {
 
 // hookless reports whether c has no hooks (Client.AddHook), as far as the
 // store can see: a clone of WithTimeout keeps none of its parent's in this
-// go-redis (they live in the pools' shared baseClient, which the clone
-// copies without them), so a client with hooks, whose hooks would then not
-// see the store's calls, is not cloned. It reads go-redis's unexported hook
-// state by reflection, and reports false (so the store detaches its calls
-// as before) whenever that state is not where this version keeps it. It
-// is checked on every call, so a hook added after the store was made is
-// seen at once.
-func hookless(c *goredis.Client) (ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	base := reflect.ValueOf(c).Elem().FieldByName("baseClient")
-	if base.Kind() != reflect.Pointer || base.IsNil() {
+// go-redis (they live in the baseClient, which the clone copies without
+// them), so a client with hooks, whose hooks would then not see the
+// store's calls, is not cloned. It reads go-redis's unexported hook state
+// by reflection, along the path hookPath found once, and reports false (so
+// the store detaches the client's calls as before) whenever that state is
+// not where this version keeps it. It is checked on every call (about
+// 20ns), so a hook added after the store was made is seen at once.
+func hookless(c *goredis.Client) bool {
+	path := hookPath()
+	if !path.ok {
 		return false
 	}
-	ptr := base.Elem().FieldByName("hooksMixin").FieldByName("state") // *atomic.Pointer[hooksState]
-	if ptr.Kind() != reflect.Pointer || ptr.IsNil() {
+	base := reflect.ValueOf(c).Elem().Field(path.base)
+	if base.IsNil() {
 		return false
 	}
-	atom := ptr.Elem()
-	v, typ := atom.FieldByName("v"), atom.FieldByName("_") // unsafe.Pointer, [0]*hooksState
-	if v.Kind() != reflect.UnsafePointer || typ.Kind() != reflect.Array || typ.Type().Elem().Kind() != reflect.Pointer {
+	state := base.Elem().FieldByIndex(path.state) // *atomic.Pointer[hooksState]
+	if state.IsNil() {
 		return false
 	}
-	p := v.UnsafePointer()
+	p := state.Elem().Field(path.v).UnsafePointer()
 	if p == nil {
 		return false
 	}
-	slice := reflect.NewAt(typ.Type().Elem().Elem(), p).Elem().FieldByName("slice")
-	if slice.Kind() != reflect.Slice || slice.Len() != 0 {
-		return false
-	}
-	return true
+	return reflect.NewAt(path.hooksState, p).Elem().Field(path.slice).Len() == 0
 }
+
+// hookPath is where go-redis keeps a client's hooks: Client.baseClient
+// (*baseClient) .hooksMixin.state (*atomic.Pointer[hooksState]) .v
+// (unsafe.Pointer to a hooksState) and hooksState.slice ([]Hook), as field
+// indexes; ok is false when any of it is not there, as in another version.
+var hookPath = sync.OnceValue(func() (path struct {
+	ok             bool
+	base, v, slice int
+	state          []int
+	hooksState     reflect.Type
+}) {
+	client := reflect.TypeFor[goredis.Client]()
+	base, ok := client.FieldByName("baseClient")
+	if !ok || base.Type.Kind() != reflect.Pointer || base.Type.Elem().Kind() != reflect.Struct {
+		return path
+	}
+	mixin, ok := base.Type.Elem().FieldByName("hooksMixin")
+	if !ok || mixin.Type.Kind() != reflect.Struct {
+		return path
+	}
+	state, ok := mixin.Type.FieldByName("state")
+	if !ok || state.Type.Kind() != reflect.Pointer || state.Type.Elem().Kind() != reflect.Struct {
+		return path
+	}
+	atom := state.Type.Elem()
+	v, ok1 := atom.FieldByName("v")
+	typ, ok2 := atom.FieldByName("_") // [0]*hooksState
+	if !ok1 || !ok2 || v.Type.Kind() != reflect.UnsafePointer || typ.Type.Kind() != reflect.Array ||
+		typ.Type.Elem().Kind() != reflect.Pointer || typ.Type.Elem().Elem().Kind() != reflect.Struct {
+		return path
+	}
+	hs := typ.Type.Elem().Elem()
+	slice, ok := hs.FieldByName("slice")
+	if !ok || slice.Type.Kind() != reflect.Slice || len(base.Index) != 1 || len(v.Index) != 1 || len(slice.Index) != 1 {
+		return path
+	}
+	path.ok = true
+	path.base, path.v, path.slice = base.Index[0], v.Index[0], slice.Index[0]
+	path.state = append(append([]int{}, mixin.Index...), state.Index...)
+	path.hooksState = hs
+	return path
+})

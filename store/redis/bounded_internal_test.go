@@ -3,6 +3,8 @@ package redis
 import (
 	"testing"
 	"time"
+
+	goredis "github.com/redis/go-redis/v9"
 )
 
 // TestStepUp: the time left is rounded up, never down, and by less than
@@ -28,5 +30,30 @@ func TestStepUp(t *testing.T) {
 	}
 	if len(steps) > 3 {
 		t.Errorf("remaining times from 995ms to 1s fall in %d steps, want at most 3", len(steps))
+	}
+}
+
+type nopHook struct{}
+
+func (nopHook) DialHook(next goredis.DialHook) goredis.DialHook          { return next }
+func (nopHook) ProcessHook(next goredis.ProcessHook) goredis.ProcessHook { return next }
+func (nopHook) ProcessPipelineHook(next goredis.ProcessPipelineHook) goredis.ProcessPipelineHook {
+	return next
+}
+
+// TestHookless: this go-redis's hook state is found (so a plain client's
+// calls are not detached), and a hook added later is seen at once.
+func TestHookless(t *testing.T) {
+	if !hookPath().ok {
+		t.Fatal("go-redis keeps its hooks somewhere hookPath does not look: every call of a default client is detached again")
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if !hookless(c) {
+		t.Error("hookless(a new client) = false, want true")
+	}
+	c.AddHook(nopHook{})
+	if hookless(c) {
+		t.Error("hookless(a client with a hook) = true, want false")
 	}
 }
