@@ -93,11 +93,15 @@ func openDynamo(t *testing.T) store.Store {
 	return openDynamoOn(t, client, undropped{client, make(chan struct{}, 16)})
 }
 
-// undropped is a DynamoDB client whose requests with less than 100ms to
-// live run to their end whatever their caller's context does (at most
-// cap(slots) at once, so that they do not bury dynalite), while the call
-// returns when its context ends, as the SDK's would: so dynalite never
-// sees a dropped request. Every request still reaches the server.
+// undropped is a DynamoDB client whose requests run to their end whatever
+// their caller's context does, while the call returns when its context
+// ends, as the SDK's would: so dynalite never sees a dropped request.
+// Requests with less than 100ms to live (the impatient callers') run at
+// most cap(slots) at once, so that they do not bury dynalite; the others
+// (the patient caller's) take no slot. Every request still reaches the
+// server. (Only the impatient requests were kept whole once: on a loaded
+// machine a patient request that outlived its second was dropped, dynalite
+// exited, and the breaker rightly opened on the refused connections.)
 type undropped struct {
 	c     *dynamodb.Client
 	slots chan struct{}
@@ -107,13 +111,17 @@ type undropped struct {
 // or ctx's error when ctx ends first.
 func do[T any](u undropped, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
 	var zero T
-	if dl, ok := ctx.Deadline(); !ok || time.Until(dl) > 100*time.Millisecond {
+	if ctx.Done() == nil {
 		return call(ctx)
 	}
-	select {
-	case u.slots <- struct{}{}:
-	case <-ctx.Done():
-		return zero, ctx.Err()
+	slot := false
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= 100*time.Millisecond {
+		select {
+		case u.slots <- struct{}{}:
+			slot = true
+		case <-ctx.Done():
+			return zero, ctx.Err()
+		}
 	}
 	type result struct {
 		v   T
@@ -121,7 +129,11 @@ func do[T any](u undropped, ctx context.Context, call func(context.Context) (T, 
 	}
 	ch := make(chan result, 1)
 	go func() {
-		defer func() { <-u.slots }()
+		defer func() {
+			if slot {
+				<-u.slots
+			}
+		}()
 		v, err := call(context.WithoutCancel(ctx))
 		ch <- result{v, err}
 	}()
@@ -299,13 +311,19 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			// Let the impatient callers fill the store's queues first.
 			time.Sleep(20 * time.Millisecond)
 			const requests = 200
+			// The fixed window is the clock's hour: a run across the top of
+			// the hour may admit a second 100 in the new window.
+			hour := time.Now().Truncate(time.Hour)
 			var fromStore, admitted, policy, late int
 			var lastErr error
 			deadline := time.Now().Add(60 * time.Second) // the test's own bound
 			for fromStore+policy < requests && time.Now().Before(deadline) {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				dl, _ := ctx.Deadline()
 				d, err := lim.Allow(ctx, "patient")
-				ownDeadline := ctx.Err() != nil
+				// The caller's deadline has passed on the monotonic clock
+				// (its context may say so a moment later).
+				ownDeadline := ctx.Err() != nil || !time.Now().Before(dl)
 				cancel()
 				switch {
 				case d.Source == ratelimit.SourceStore && err == nil:
@@ -326,9 +344,24 @@ func TestBreakerBlamesOnlyTheStore(t *testing.T) {
 			close(stop)
 			wg.Wait()
 			t.Logf("%s: impatient callers made %d calls, %d ended by their own deadline; the patient caller's own deadline ended %d calls", st.name, calls.Load(), early.Load(), late)
-			if fromStore != requests || admitted > 100 || admitted < 100-late {
+			// The breaker's blame: no answer from the failure policy, and
+			// never more than the limit. On a machine so loaded that the
+			// patient caller did not get its answers within the test's
+			// bound, the answers it got are checked alike.
+			limit := 100
+			if !time.Now().Truncate(time.Hour).Equal(hour) {
+				limit = 200
+				t.Logf("%s: the run crossed the top of the hour: up to 200 admitted", st.name)
+			}
+			if policy != 0 || admitted > limit || fromStore == requests && admitted < 100-late {
 				t.Errorf("patient caller of lim.Allow (limit 100) beside 63 callers with %v deadlines: %d of %d answers from the store, %d admitted by it, %d from elsewhere (last error %v), %d ended by its own deadline; want all %d from the store, 100 admitted (less those its own deadline hid)",
 					st.impatient, fromStore, requests, admitted, policy, lastErr, late, requests)
+			}
+			if fromStore < requests {
+				t.Logf("%s: the patient caller got %d of its %d answers within the test's bound (a loaded machine)", st.name, fromStore, requests)
+				if fromStore < 20 {
+					t.Errorf("the patient caller got only %d answers from the store within the test's bound: the test did not test", fromStore)
+				}
 			}
 			if early.Load() == 0 {
 				t.Errorf("no impatient call ended by its deadline: the test did not test")

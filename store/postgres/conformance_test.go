@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/postgres"
 )
@@ -49,11 +51,14 @@ func dropTable(t testing.TB, p *testPool, name string) {
 	}
 }
 
-// newStore creates a migrated store on a fresh table of p.
+// newStore creates a migrated store on a fresh table of p. The store is
+// on p's *pgxpool.Pool, as a user's is, not on the testPool, whose Query
+// (rows as values, for the tests) hides the pool's and so would make the
+// store unable to Export.
 func newStore(t testing.TB, p *testPool, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	name := newTable(t, p, "rl_test")
-	s, err := postgres.New(p, append([]postgres.Option{postgres.WithTable(name)}, opts...)...)
+	s, err := postgres.New(p.Pool, append([]postgres.Option{postgres.WithTable(name)}, opts...)...)
 	if err != nil {
 		t.Fatalf("postgres.New: %v", err)
 	}
@@ -96,7 +101,7 @@ func harness(t *testing.T, p *testPool, s *postgres.Store) conformance.Harness {
 		State:    state(p, s),
 		ServerClock: func(t *testing.T) store.Store {
 			// The same table (its generated name needs no quoting).
-			sc, err := postgres.New(p, postgres.WithTable(strings.Trim(s.Table(), `"`)))
+			sc, err := postgres.New(p.Pool, postgres.WithTable(strings.Trim(s.Table(), `"`)))
 			if err != nil {
 				t.Fatalf("postgres.New: %v", err)
 			}
@@ -133,7 +138,7 @@ func state(p *testPool, s *postgres.Store) func(ctx context.Context, key store.K
 // twin returns a factory of stores on s's table through a new pool.
 func twin(s *postgres.Store, opts ...postgres.Option) func(t *testing.T) store.Store {
 	return func(t *testing.T) store.Store {
-		t2, err := postgres.New(newTestPool(t, 8), append([]postgres.Option{postgres.WithTable(strings.Trim(s.Table(), `"`))}, opts...)...)
+		t2, err := postgres.New(newTestPool(t, 8).Pool, append([]postgres.Option{postgres.WithTable(strings.Trim(s.Table(), `"`))}, opts...)...)
 		if err != nil {
 			t.Fatalf("postgres.New: %v", err)
 		}
@@ -147,8 +152,43 @@ func TestConformance(t *testing.T) {
 		s := newStore(t, p, postgres.WithServerClock(false))
 		h := harness(t, p, s)
 		h.Twin = twin(s, postgres.WithServerClock(false))
+		h.Freeze = frozen
 		return h
 	})
+}
+
+// frozen is the conformance harness's Freeze: a store on a fresh table,
+// through a pool of its own whose connections a testserver.Freezer
+// freezes (the shared server cannot be stopped with SIGSTOP: other tests
+// use it), so that the FaultHungStore group holds every call to its bound
+// on connections that stay open and answer nothing, new ones included.
+func frozen(t *testing.T) (store.Store, func()) {
+	f := testserver.NewFreezer(t)
+	cfg, err := pgxpool.ParseConfig(testserver.PostgresURL(t))
+	if err != nil {
+		t.Fatalf("pgxpool.ParseConfig: %v", err)
+	}
+	cfg.MaxConns = 8
+	cfg.ConnConfig.DialFunc = f.Dial
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("pgxpool.NewWithConfig: %v", err)
+	}
+	// The table is made and dropped through a pool that never freezes;
+	// the frozen pool closes first (cleanups run last first), which ends
+	// its sessions and their locks before the drop.
+	name := newTable(t, newTestPool(t, 2), "rl_frozen")
+	t.Cleanup(pool.Close)
+	s, err := postgres.New(pool, postgres.WithTable(name), postgres.WithServerClock(false))
+	if err != nil {
+		t.Fatalf("postgres.New: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("store.Migrate: %v", err)
+	}
+	return s, f.Freeze
 }
 
 // TestConformanceUnlogged runs the suite on an UNLOGGED table.

@@ -119,7 +119,7 @@ func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
 		return nil, fmt.Errorf("redis: nil client: %w", ratelimit.ErrInvalidParams)
 	}
-	e, err := redisengine.New("redis", backend{client, ignoresDeadlines(client)}, opts...)
+	e, err := redisengine.New("redis", newBackend(client), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -207,8 +207,21 @@ type backend struct {
 	// context's deadline (created without ContextTimeoutEnabled, so that
 	// only its own read and write timeouts bound a call): each call whose
 	// context can end then runs on a goroutine of its own, and the caller
-	// returns with the context's error when it ends first (see detached).
+	// returns with the context's error when it ends first (see direct).
 	detach bool
+	// bound, for a plain client that ignores deadlines, hands out the
+	// client's clones whose timeouts end a call by its context's
+	// deadline, so that such a call needs no goroutine (bounded.go).
+	bound *timeouts
+}
+
+// newBackend returns the backend for client.
+func newBackend(client goredis.UniversalClient) backend {
+	b := backend{c: client, detach: ignoresDeadlines(client)}
+	if c, ok := client.(*goredis.Client); ok && b.detach {
+		b.bound = &timeouts{c: c}
+	}
+	return b
 }
 
 // ignoresDeadlines reports whether c is a go-redis client created without
@@ -226,32 +239,43 @@ func ignoresDeadlines(c goredis.UniversalClient) bool {
 	return false
 }
 
-// detached runs call through ctxaware.Until when b.detach is set, so that
-// a client which ignores deadlines never holds a caller past its context
-// (the limiter's store budget, one second by default): the abandoned call
-// runs on until the client's own timeouts end it, so call must own
-// everything it reads and writes. Without detach it is call(ctx).
-func detached[T any](b backend, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
-	if !b.detach {
-		return call(ctx)
+// direct returns the client to call under ctx on the caller's goroutine,
+// or false when the call must run detached from it (ctxaware.Until): a
+// client that honours ctx, or a context that cannot end, is called as it
+// is; a plain client that ignores deadlines is called through its clone
+// whose read and write timeouts end the call by ctx's deadline (bounded.go);
+// any other client that ignores deadlines (a cluster client or a ring,
+// which have no such clones), or a context that can end but has no
+// deadline, needs the detached call, so that the client never holds a
+// caller past its context (the limiter's store budget, one second by
+// default). An abandoned detached call runs on until the client's own
+// timeouts end it, so it must own everything it reads and writes.
+func (b backend) direct(ctx context.Context) (goredis.UniversalClient, bool) {
+	if !b.detach || ctx.Done() == nil {
+		return b.c, true
 	}
-	return ctxaware.Until(ctx, call)
+	if c := b.bound.within(ctx); c != nil {
+		return c, true
+	}
+	return nil, false
 }
 
 func (b backend) EvalSha(ctx context.Context, sha string, keys []string, args []any) (any, error) {
-	if b.detach {
-		keys, args = slices.Clone(keys), slices.Clone(args)
+	if c, ok := b.direct(ctx); ok {
+		return result(ctx, sendOnce(ctx, c, scriptWords("evalsha", sha, keys, args)...))
 	}
-	return detached(b, ctx, func(ctx context.Context) (any, error) {
+	keys, args = slices.Clone(keys), slices.Clone(args)
+	return ctxaware.Until(ctx, func(ctx context.Context) (any, error) {
 		return result(ctx, sendOnce(ctx, b.c, scriptWords("evalsha", sha, keys, args)...))
 	})
 }
 
 func (b backend) Eval(ctx context.Context, src string, keys []string, args []any) (any, error) {
-	if b.detach {
-		keys, args = slices.Clone(keys), slices.Clone(args)
+	if c, ok := b.direct(ctx); ok {
+		return result(ctx, sendOnce(ctx, c, scriptWords("eval", src, keys, args)...))
 	}
-	return detached(b, ctx, func(ctx context.Context) (any, error) {
+	keys, args = slices.Clone(keys), slices.Clone(args)
+	return ctxaware.Until(ctx, func(ctx context.Context) (any, error) {
 		return result(ctx, sendOnce(ctx, b.c, scriptWords("eval", src, keys, args)...))
 	})
 }
@@ -259,10 +283,12 @@ func (b backend) Eval(ctx context.Context, src string, keys []string, args []any
 // Pipeline sends calls in one go-redis pipeline: a cluster client or a
 // ring splits it by the node each call's key lives on and sends the parts
 // at once, and follows MOVED and ASK replies; each command keeps its own
-// reply and error. On a client that ignores deadlines, the pipeline is
-// detached: when ctx ends first, every call gets ctx's error.
+// reply and error. On a client that ignores deadlines and has no clone
+// bounded by ctx (direct), the pipeline is detached: when ctx ends first,
+// every call gets ctx's error.
 func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
-	if b.detach && ctx.Done() != nil {
+	client, ok := b.direct(ctx)
+	if !ok {
 		b.pipelineDetached(ctx, calls)
 		return
 	}
@@ -278,10 +304,10 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 	if len(calls) == 1 {
 		c := calls[0]
-		c.Reply, c.Err = result(ctx, sendOnce(ctx, b.c, c.Command()...))
+		c.Reply, c.Err = result(ctx, sendOnce(ctx, client, c.Command()...))
 		return
 	}
-	pipe := b.c.Pipeline()
+	pipe := client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
 		cmds[i] = sendOnce(ctx, pipe, c.Command()...)
@@ -292,7 +318,7 @@ func (b backend) Pipeline(ctx context.Context, calls []*redisengine.Call) {
 	}
 }
 
-// pipelineDetached is Pipeline through detached: the pipeline's commands
+// pipelineDetached is Pipeline through ctxaware.Until: the pipeline's commands
 // are built from copies of the calls' words, and its replies are handed to
 // the calls only if they arrive before ctx ends.
 func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call) {
@@ -300,7 +326,7 @@ func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call
 		// One command, as Pipeline sends one: no pipeline to build.
 		c := calls[0]
 		words := slices.Clone(c.Command())
-		c.Reply, c.Err = detached(b, ctx, func(ctx context.Context) (any, error) {
+		c.Reply, c.Err = ctxaware.Until(ctx, func(ctx context.Context) (any, error) {
 			return result(ctx, sendOnce(ctx, b.c, words...))
 		})
 		return
@@ -309,7 +335,7 @@ func (b backend) pipelineDetached(ctx context.Context, calls []*redisengine.Call
 	for i, c := range calls {
 		words[i], nodes[i] = slices.Clone(c.Command()), c.Node
 	}
-	cmds, err := detached(b, ctx, func(ctx context.Context) ([]*goredis.Cmd, error) {
+	cmds, err := ctxaware.Until(ctx, func(ctx context.Context) ([]*goredis.Cmd, error) {
 		return b.send(ctx, words, nodes), nil
 	})
 	for i, c := range calls {
@@ -341,10 +367,12 @@ func (b backend) Slot(key string) int {
 }
 
 func (b backend) Del(ctx context.Context, keys ...string) error {
-	if b.detach {
-		keys = slices.Clone(keys)
+	if c, ok := b.direct(ctx); ok {
+		_, err := result(ctx, sendOnce(ctx, c, delWords(keys)...))
+		return err
 	}
-	_, err := detached(b, ctx, func(ctx context.Context) (any, error) {
+	keys = slices.Clone(keys)
+	_, err := ctxaware.Until(ctx, func(ctx context.Context) (any, error) {
 		return result(ctx, sendOnce(ctx, b.c, delWords(keys)...))
 	})
 	return err

@@ -127,9 +127,47 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, harnessOn(cluster(t), cluster))
+	newHarness := harnessOn(cluster(t), cluster)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		h := newHarness(t)
+		h.Freeze = frozenCluster
+		return h
+	})
 }
 
 func TestConformanceRing(t *testing.T) {
-	conformance.Run(t, harnessOn(ring(t), ring))
+	newHarness := harnessOn(ring(t), ring)
+	conformance.Run(t, func(t *testing.T) conformance.Harness {
+		h := newHarness(t)
+		h.Freeze = frozenRing
+		return h
+	})
+}
+
+// frozenCluster is the Cluster harness's Freeze: a store on a cluster
+// client of its own whose connections to every node, those it opens after
+// the freeze included, a testserver.Freezer freezes (the shared cluster's
+// nodes cannot be stopped: other tests use them).
+func frozenCluster(t *testing.T) (store.Store, func()) {
+	f := testserver.NewFreezer(t)
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: testserver.RedisClusterAddrs(t), ContextTimeoutEnabled: true, Dialer: f.Dial})
+	t.Cleanup(func() { c.Close() })
+	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()), redis.WithServerClock(false))
+	if err != nil {
+		t.Fatalf("redis.New: %v", err)
+	}
+	return s, f.Freeze
+}
+
+// frozenRing is the Ring harness's Freeze: a store on a one-shard ring of
+// a private redis-server (testserver.StartRedis), frozen with SIGSTOP.
+func frozenRing(t *testing.T) (store.Store, func()) {
+	r := testserver.StartRedis(t)
+	c := goredis.NewRing(&goredis.RingOptions{Addrs: map[string]string{"one": r.Addr()}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	s, err := redis.New(c, redis.WithPrefix(uniquePrefix()), redis.WithServerClock(false))
+	if err != nil {
+		t.Fatalf("redis.New: %v", err)
+	}
+	return s, r.Freeze
 }
