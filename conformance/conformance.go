@@ -137,7 +137,9 @@ type Harness struct {
 	// store instance may still decide an outcome that writes nothing (a
 	// denial, a Peek) from what it saw of the key before, by the
 	// limiter's clock: the bound a store with a per-process cache
-	// documents (store/dynamo's WithMaxStaleness). Check then does not
+	// documents (store/dynamo's WithMaxStaleness). The Reset group, with
+	// a Twin, holds the store to it (the Twin admits once Staleness has
+	// passed on the clock after the Store's Reset), and Check does not
 	// hold a denial to the algorithm's lower bound within Staleness of
 	// another instance's Reset or Cancel. Zero: instances see each
 	// other's at once.
