@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -125,5 +126,29 @@ func TestHotDeniedKeyReads(t *testing.T) {
 	}
 	if reads == 0 {
 		t.Errorf("%d denials in %v made no read: the cache stood past its staleness bound %v", decisions, elapsed, dynamo.DefaultMaxStaleness)
+	}
+}
+
+// TestMaxStalenessOption checks WithMaxStaleness's bounds and that zero
+// confirms every decision that writes nothing by a read.
+func TestMaxStalenessOption(t *testing.T) {
+	client := newClient(testserver.DynamoDBEndpoint(t))
+	if _, err := dynamo.New(client, dynamo.WithMaxStaleness(-time.Millisecond)); !errors.Is(err, ratelimit.ErrInvalidParams) {
+		t.Errorf("dynamo.New(WithMaxStaleness(-1ms)) = %v, want an error wrapping ErrInvalidParams", err)
+	}
+	_, c, lim, _, _, _ := setup(t, algorithms.FixedWindow(1, time.Hour), dynamo.WithMaxStaleness(0))
+	ctx := context.Background()
+	if d, err := lim.Allow(ctx, "k"); err != nil || !d.Allowed {
+		t.Fatalf("lim.Allow(k) = %+v, %v; want allowed", d, err)
+	}
+	c.reset()
+	const n = 5
+	for range n {
+		if d, err := lim.Allow(ctx, "k"); err != nil || d.Allowed {
+			t.Fatalf("lim.Allow(k) on a full window = %+v, %v; want denied", d, err)
+		}
+	}
+	if got := c.gets.Load(); got != n || c.total() != n {
+		t.Errorf("%d denials with WithMaxStaleness(0) made %d requests (%d reads), want %d reads", n, c.total(), got, n)
 	}
 }
