@@ -132,7 +132,9 @@ func checkerStores() []checkerStore {
 				}
 				return s
 			}
-			return conformance.Harness{Store: open(t), Twin: open}
+			// A process sees another's Reset or Cancel within the
+			// store's staleness bound (dynamo.WithMaxStaleness).
+			return conformance.Harness{Store: open(t), Twin: open, Staleness: dynamo.DefaultMaxStaleness}
 		}},
 	}
 }
@@ -157,11 +159,7 @@ func dropPostgres(t *testing.T, table string) {
 // While a defect is open its regression case skips, and the exploration
 // (TestChecker) leaves out the part of the space that finds it. When a
 // fix is merged, delete its line here: THE ONE PLACE to turn a case on.
-var issue29Open = map[string]string{
-	// Found by the checker, not in the issue; no branch fixes it yet.
-	"dynamo-stale-cache-after-reset":  "none yet (store/dynamo's per-process cache)",
-	"dynamo-stale-cache-after-cancel": "none yet (store/dynamo's per-process cache)",
-}
+var issue29Open = map[string]string{}
 
 // skipOpen skips t while the defect its case checks is open, unless
 // RATELIMIT_CHECKER_OPEN is set (to see the open cases fail).
@@ -186,11 +184,6 @@ func openIn(names ...string) bool {
 // everything, less what finds a defect that is still open (issue29Open).
 func explored(storeName string) conformance.CheckConfig {
 	var cfg conformance.CheckConfig
-	if storeName == "dynamodb" && openIn("dynamo-stale-cache-after-reset", "dynamo-stale-cache-after-cancel") {
-		// Neither another process's Reset nor its Cancel.
-		cfg.Calls = []conformance.Call{conformance.CallAllow, conformance.CallAllow, conformance.CallAllow, conformance.CallReserve,
-			conformance.CallWait, conformance.CallPeek, conformance.CallConcurrent}
-	}
 	if openIn("gcra-older-reading-gives-back-debt", "token-bucket-older-reading-ttl", "leaky-bucket-older-reading-ttl", "composite-older-reading-ttl", "skewed-instances-ttl") {
 		cfg.Clocks = []conformance.ClockMode{conformance.ClockMonotonic}
 	}
@@ -309,14 +302,18 @@ func checkerCases() []checkerCase {
 				{Call: conformance.CallAllow, Instance: 1, Cost: 2},
 				{Call: conformance.CallAllow, Instance: 1, Cost: 1},
 				{Call: conformance.CallReset},
-				{Call: conformance.CallAllow, Instance: 1, Cost: 1},
+				// Once the store's staleness bound has passed (within it,
+				// the denial may stand: Harness.Staleness).
+				{Call: conformance.CallAllow, Instance: 1, Cost: 1, Advance: dynamo.DefaultMaxStaleness},
 			}}},
 		{"dynamo-stale-cache-after-cancel", "found by the checker: a DynamoDB store's per-process cache denies on state another process's Cancel gave back",
-			conformance.Trace{Alg: algorithms.FixedWindow(1, 100*ms), Options: "none", Instances: 2, Steps: []step{
+			conformance.Trace{Alg: algorithms.FixedWindow(1, time.Hour), Options: "none", Instances: 2, Steps: []step{
 				{Call: conformance.CallReserve, Instance: 1, Cost: 1},
 				allow(1),
 				{Call: conformance.CallCancel},
-				allow(1),
+				// Once the store's staleness bound has passed, in the
+				// same window.
+				{Call: conformance.CallAllow, Cost: 1, Advance: dynamo.DefaultMaxStaleness},
 			}}},
 		{"multi-limit-part-added", "4: adding a limit to a multi-limit resets every key's counts",
 			conformance.Trace{Alg: algorithms.All(algorithms.FixedWindow(5, time.Hour), algorithms.TokenBucket(10, time.Second, 10)), Options: "none", Instances: 1, Steps: []step{

@@ -265,7 +265,7 @@ func Check(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckConfig)
 	rapid.Check(t, func(rt *rapid.T) {
 		tr := cfg.draw(rt, sets, twin != nil)
 		name := fmt.Sprintf("check-%d-%d", time.Now().UnixNano()%1e9, n.Add(1))
-		if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, sets, tr, name); msg != "" {
+		if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, h.Staleness, sets, tr, name); msg != "" {
 			rt.Fatal(msg)
 		}
 	})
@@ -283,7 +283,7 @@ func CheckTrace(t *testing.T, newHarness func(t *testing.T) Harness, cfg CheckCo
 	if tr.Instances > 1 && twin == nil {
 		t.Skip("the trace runs two instances and the harness has no Twin")
 	}
-	if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, cfg.options(), tr, fmt.Sprintf("replay-%d", time.Now().UnixNano()%1e9)); msg != "" {
+	if msg := runTrace(t, h.Store, twin, h.RealTimeExpiry, h.Staleness, cfg.options(), tr, fmt.Sprintf("replay-%d", time.Now().UnixNano()%1e9)); msg != "" {
 		t.Fatal(msg)
 	}
 }
@@ -505,14 +505,36 @@ type run struct {
 	lastReal time.Time
 	lq       *LocalQuota
 	share    int64 // the largest share local quota takes
+	// stale is Harness.Staleness in µs, and gave the times (on r.now) and
+	// instances of the trace's Resets and Cancels.
+	stale int64
+	gave  []gift
+}
+
+// gift is a Reset or Cancel: what another instance may see late.
+type gift struct {
+	inst int
+	at   int64
+}
+
+// late reports whether a denial by inst at now (on r.now, less the
+// reading's age) may stand on what inst saw before another instance's
+// Reset or Cancel (Harness.Staleness).
+func (r *run) late(inst int, now int64) bool {
+	for _, g := range r.gave {
+		if g.inst != inst && now-g.at < r.stale {
+			return true
+		}
+	}
+	return false
 }
 
 const ctxTimeout = 30 * time.Second
 
 // runTrace runs tr on st (and twin) under names unique to it, and returns
 // the first breach of the model, with the trace, or "".
-func runTrace(t *testing.T, st, twin store.Store, realTime bool, sets []OptionSet, tr Trace, name string) string {
-	r := &run{tr: tr, key: "k", base: epoch.UnixMicro(), waitFrom: -1, realTime: realTime, lastReal: time.Now()}
+func runTrace(t *testing.T, st, twin store.Store, realTime bool, stale time.Duration, sets []OptionSet, tr Trace, name string) string {
+	r := &run{tr: tr, key: "k", base: epoch.UnixMicro(), waitFrom: -1, realTime: realTime, lastReal: time.Now(), stale: int64(stale / time.Microsecond)}
 	for _, s := range sets {
 		if s.Name == tr.Options {
 			r.set = s
@@ -799,7 +821,7 @@ func (r *run) step(i int, s Step) string {
 		line("%s.AllowN(key, %d) = %s", who, s.Cost, outcome(d))
 		if d.Allowed && !d.Shadowed {
 			admit(read, d.Delay, 0, int64(s.Cost))
-		} else if monotone {
+		} else if monotone && !r.late(inst, now-back) {
 			if msg := r.checkLeast(read, int64(s.Cost), "", 0); msg != "" {
 				return fmt.Sprintf("%s.AllowN(key, %d) at %s = %s, want allowed: %s", who, s.Cost, when, outcome(d), msg)
 			}
@@ -826,7 +848,7 @@ func (r *run) step(i int, s Step) string {
 			}
 		} else {
 			line("%s.Reserve(key, %d, %v) = not ok (%s)", who, s.Cost, s.MaxDelay, outcome(d))
-			if monotone {
+			if monotone && !r.late(inst, now-back) {
 				if msg := r.checkLeast(read, int64(s.Cost), "reserve", int64(s.MaxDelay/time.Microsecond)); msg != "" {
 					return fmt.Sprintf("%s.Reserve(key, %d, %v) at %s = not ok (%s), want ok: %s", who, s.Cost, s.MaxDelay, when, outcome(d), msg)
 				}
@@ -853,6 +875,7 @@ func (r *run) step(i int, s Step) string {
 			return fmt.Sprintf("%s.Cancel() at %s: %v", who, when, err)
 		}
 		r.events[rv.ev].cancelled = true
+		r.gave = append(r.gave, gift{rv.inst, now})
 		r.events[rv.ev].refunded = r.refundsAll(rv.ev, read)
 	case CallPeek:
 		d, err := c.Peek(ctx, r.key)
@@ -871,6 +894,7 @@ func (r *run) step(i int, s Step) string {
 			return fmt.Sprintf("lim[%d].Reset(key) at %s: %v", inst, when, err)
 		}
 		r.events = nil
+		r.gave = append(r.gave, gift{inst, now})
 		for j := range r.resv {
 			r.resv[j].ev = -1
 		}

@@ -133,6 +133,18 @@ type Harness struct {
 	// so.
 	Twin func(t *testing.T) store.Store
 
+	// Staleness is how long after another instance's Reset or Cancel a
+	// store instance may still decide an outcome that writes nothing (a
+	// denial, a Peek) from what it saw of the key before, by the
+	// limiter's clock: the bound a store with a per-process cache
+	// documents (store/dynamo's WithMaxStaleness). The Reset group, with
+	// a Twin, holds the store to it (the Twin admits once Staleness has
+	// passed on the clock after the Store's Reset), and Check does not
+	// hold a denial to the algorithm's lower bound within Staleness of
+	// another instance's Reset or Cancel. Zero: instances see each
+	// other's at once.
+	Staleness time.Duration
+
 	// Freeze, for a store whose backend the test can stop answering (a
 	// private server frozen with SIGSTOP, say), returns a fresh store on
 	// such a backend and a function that freezes it: connections stay

@@ -734,7 +734,8 @@ func testPeek(t *testing.T, newHarness func(*testing.T) Harness) {
 	})
 }
 
-// testReset checks that Reset forgets a key, and only that key.
+// testReset checks that Reset forgets a key, and only that key; and, with
+// a Twin, that another instance sees it within Harness.Staleness.
 func testReset(t *testing.T, newHarness func(*testing.T) Harness) {
 	forEach(t, newHarness, func(t *testing.T, h Harness, s store.Store, a algorithm) {
 		f := newFixture(t, s, a.alg)
@@ -751,6 +752,22 @@ func testReset(t *testing.T, newHarness func(*testing.T) Harness) {
 			t.Errorf("lim.Allow(key) after Reset = remaining %d, want %d", d.Remaining, a.limit-1)
 		}
 		f.expect("kept", 1, false)
+		// Another instance that denied the key from what it saw admits
+		// once the store's staleness bound has passed on the clock.
+		tw := twinOf(t, h, s)
+		if tw == nil {
+			return
+		}
+		g := f.sibling(tw, a.alg)
+		f.exhaust("other", a.limit)
+		g.expect("other", 1, false)
+		if err := f.lim.Reset(context.Background(), "other"); err != nil {
+			t.Fatalf("lim.Reset(key): %v", err)
+		}
+		f.clock.Advance(h.Staleness)
+		if d := g.allow("other", 1); !d.Allowed {
+			t.Errorf("the Twin's lim.Allow(key) %v after the Store's lim.Reset(key) (Harness.Staleness) = denied (retry after %v), want allowed: another instance's Reset must be seen within the store's documented bound", h.Staleness, d.RetryAfter)
+		}
 	})
 }
 

@@ -17,6 +17,15 @@
 //     A hot key therefore costs at most one write per decision, and fewer
 //     under load.
 //
+// A decision that writes nothing (a denial, a Peek) stands on the cached
+// item only while the table vouched for it (this process read or wrote the
+// item) less than a staleness bound ago, DefaultMaxStaleness (100ms) unless
+// WithMaxStaleness says otherwise; past it, it is confirmed by a strongly
+// consistent read. So a process sees another's Reset or Cancel within the
+// bound, and a key this process keeps denying costs at most one read per
+// bound. Admissions never stand on the cache: they write, conditionally on
+// the item being the one they were computed from.
+//
 // Every item carries its expiry in microseconds, which is checked on every
 // read (an item past it is absent, whether or not DynamoDB has deleted it),
 // and a TTL attribute in epoch seconds so that DynamoDB's TTL reclaims it.
@@ -102,6 +111,10 @@ const (
 	DefaultMaxRetries = 8
 	// DefaultCacheSize is how many keys the per-process cache remembers.
 	DefaultCacheSize = 1 << 16
+	// DefaultMaxStaleness is how old a cached item may be for a decision
+	// that writes nothing (a denial, a Peek) to stand on it: a process
+	// sees another's Reset or Cancel within it (WithMaxStaleness).
+	DefaultMaxStaleness = 100 * time.Millisecond
 )
 
 // maxBatch bounds how many queued decisions on one key one write carries.
@@ -229,6 +242,27 @@ func WithCacheSize(n int) Option {
 	}
 }
 
+// WithMaxStaleness sets how old what the cache knows of a key may be for a
+// decision that writes nothing (a denial, a Peek) to stand on it without a
+// request (default DefaultMaxStaleness). An entry's age counts from the
+// last time the table vouched for it (this process read the item, or
+// wrote it), by the limiter's clock (the times Update is passed) or by
+// this process's real clock, whichever has passed more; an older entry is
+// confirmed by a consistent read first. So a process sees another's Reset
+// or Cancel (which only make the state admit more) within d, and a key
+// this process keeps denying costs at most one read per d, and no write.
+// Admissions always write, so they never stand on the cache whatever d
+// is. Zero confirms every such decision by a read.
+func WithMaxStaleness(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < 0 {
+			return fmt.Errorf("%w: dynamo max staleness %v is negative", ratelimit.ErrInvalidParams, d)
+		}
+		s.maxStale = d
+		return nil
+	}
+}
+
 // Store is a store.Store on a DynamoDB table. Create it with New; the
 // zero value is not usable. Most callers only pass it to ratelimit.New and
 // use the Limiter. It is safe for concurrent use, across goroutines,
@@ -248,17 +282,27 @@ type Store struct {
 	backoff      time.Duration
 	maxBackoff   time.Duration
 	cacheSize    int
+	maxStale     time.Duration
 	perShard     int // cache entries per shard
 	// returnsItem records whether the server returns the item with a
 	// failed condition: 0 not known yet, 1 yes, 2 no (dynalite).
 	returnsItem atomic.Int32
+	start       time.Time // the origin of entry.wall
 	shards      [shardCount]shard
 }
 
 type shard struct {
 	mu     sync.Mutex
 	queues map[string]*queue
-	cache  map[string]*item
+	cache  map[string]entry
+}
+
+// entry is what the cache holds for a key: the item, and when the table
+// last vouched for it, for WithMaxStaleness.
+type entry struct {
+	it   *item
+	seen int64         // the limiter's time, in µs (the batch's earliest)
+	wall time.Duration // this process's monotonic clock (since Store.start)
 }
 
 // New returns a store that keeps its state in a table of client (by default
@@ -276,6 +320,8 @@ func New(client Client, opts ...Option) (*Store, error) {
 		backoff:      10 * time.Millisecond,
 		maxBackoff:   time.Second,
 		cacheSize:    DefaultCacheSize,
+		maxStale:     DefaultMaxStaleness,
+		start:        time.Now(),
 	}
 	for _, opt := range opts {
 		if err := opt(s); err != nil {
@@ -285,7 +331,7 @@ func New(client Client, opts ...Option) (*Store, error) {
 	s.perShard = (s.cacheSize + shardCount - 1) / shardCount
 	for i := range s.shards {
 		s.shards[i].queues = make(map[string]*queue)
-		s.shards[i].cache = make(map[string]*item)
+		s.shards[i].cache = make(map[string]entry)
 	}
 	return s, nil
 }
@@ -362,9 +408,11 @@ type item struct {
 // the state returned with the failure; only the last results are stored.
 //
 // A decision that stores nothing (a Peek, or a denial) is computed from the
-// state this process last saw for the key, without a request when it has
-// one: it can lag a change made by another process, but it can never admit
-// a request, since admissions always write.
+// state this process last saw for the key, without a request when the
+// table vouched for it within the staleness bound (WithMaxStaleness), and
+// after a consistent read otherwise: it can lag a change made by another
+// process by up to that bound, but it can never admit a request, since
+// admissions always write.
 //
 // When ctx ends while the call waits behind others on its key, Update
 // returns at once, having stored nothing. When it ends while the call's

@@ -164,6 +164,8 @@ func TestConformance(t *testing.T) {
 				return readState(ctx, client, table, s, key)
 			},
 			Freeze: frozen, // real faults on a private dynalite
+			// A process sees another's Reset or Cancel within this.
+			Staleness: dynamo.DefaultMaxStaleness,
 			Twin: func(t *testing.T) store.Store {
 				s2, err := dynamo.New(newClient(testserver.DynamoDBEndpoint(t)), dynamo.WithTable(table))
 				if err != nil {

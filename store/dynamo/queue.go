@@ -197,15 +197,17 @@ func batchContext(ops []*op) (context.Context, context.CancelFunc) {
 // an unknown key costs at most one request more than on a known one.
 func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) error {
 	name := truncate(ops[0].key.String())
-	minNow := ops[0].now
+	minNow, maxNow := ops[0].now, ops[0].now
 	for _, o := range ops {
-		minNow = min(minNow, o.now)
+		minNow, maxNow = min(minNow, o.now), max(maxNow, o.now)
 	}
 	confirm := false
 	for _, o := range ops {
 		confirm = confirm || o.confirm
 	}
-	base, known := s.cached(sh, pk)
+	// young: the table vouched for the cached item within the staleness
+	// bound (WithMaxStaleness).
+	base, known, young := s.cached(sh, pk, maxNow)
 	// fresh: base came from the table during this call, not from the
 	// cache.
 	fresh := false
@@ -225,9 +227,12 @@ func (s *Store) decide(ctx context.Context, sh *shard, pk string, ops []*op) err
 		}
 		next, expires, writes := run(ops, from)
 		if !writes {
-			// A decision that writes nothing stands on the cache, unless
-			// a caller asked for it to be confirmed by the table.
-			if known && (fresh || !confirm) {
+			// A decision that writes nothing stands on the cache while
+			// the table vouched for it within the staleness bound, unless
+			// a caller asked for it to be confirmed by the table: past
+			// the bound, another process's Reset or Cancel may have left
+			// the key admitting more than the cache says.
+			if known && (fresh || (young && !confirm)) {
 				return nil
 			}
 			var err error
@@ -401,31 +406,39 @@ func (s *Store) read(ctx context.Context, pk string, ops []*op) (*item, error) {
 	return parseItem(out.Item)
 }
 
-// cached returns what the cache knows of pk.
-func (s *Store) cached(sh *shard, pk string) (*item, bool) {
+// cached returns what the cache knows of pk, and whether the table
+// vouched for it within the staleness bound, at the limiter's time now and
+// by this process's real clock.
+func (s *Store) cached(sh *shard, pk string, now int64) (it *item, ok, young bool) {
 	sh.mu.Lock()
-	it, ok := sh.cache[pk]
+	e, ok := sh.cache[pk]
 	sh.mu.Unlock()
-	return it, ok
+	if !ok {
+		return nil, false, false
+	}
+	young = now-e.seen < int64(s.maxStale/time.Microsecond) && time.Since(s.start)-e.wall < s.maxStale
+	return e.it, true, young
 }
 
-// remember caches it as pk's item. Items are never modified once cached.
-// When the shard is full, it evicts an entry expired by now among a few,
-// or else the first it looked at.
+// remember caches it as pk's item, as the table vouched for it at now (the
+// limiter's time) and at this moment. Items are never modified once
+// cached. When the shard is full, it evicts an entry expired by now among
+// a few, or else the first it looked at.
 func (s *Store) remember(sh *shard, pk string, it *item, now int64) {
 	if s.cacheSize == 0 {
 		return
 	}
+	wall := time.Since(s.start)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if _, ok := sh.cache[pk]; !ok && len(sh.cache) >= s.perShard {
 		var victim string
 		seen := 0
 		for k, e := range sh.cache {
-			if seen == 0 || e.expires <= now {
+			if seen == 0 || e.it.expires <= now {
 				victim = k
 			}
-			if e.expires <= now {
+			if e.it.expires <= now {
 				break
 			}
 			if seen++; seen == 8 {
@@ -434,7 +447,7 @@ func (s *Store) remember(sh *shard, pk string, it *item, now int64) {
 		}
 		delete(sh.cache, victim)
 	}
-	sh.cache[pk] = it
+	sh.cache[pk] = entry{it: it, seen: now, wall: wall}
 }
 
 // forget drops pk from the cache, after a failure that leaves its item
