@@ -21,8 +21,13 @@ import (
 // any of it is spent. Requests are then admitted from the share, without a
 // store call, until it is spent or lifetime has passed since it was taken;
 // a share of units bound to their window (a fixed window's) also ends with
-// the window the store counted it in. A key with no live share, or too
-// little of one, gives back what is left of it and takes a new share. A
+// the window the store counted it in. A key with no live share gives back
+// what is left of it and takes a new share; a live share that holds less
+// than a request's cost is topped up: the request spends what it holds and
+// takes from the store only what it lacks (a new share of at least that),
+// so a share is never dropped for holding too little (when the store
+// counted the new units in a later fixed window, the request spends its
+// whole cost from them, or is the store's decision alone). A
 // request whose clock reading is older than the share (a caller that read
 // its clock, then waited) spends from it: it is decided after the store
 // counted the share.
@@ -69,8 +74,7 @@ import (
 // queue.
 //
 // Unspent units go back to the store in one refund (algorithms.Request's
-// Refund) whenever a share is replaced (it expired, or holds less than a
-// request's cost), when the limiter closes (Limiter.Close, which also stops
+// Refund) whenever a share is replaced (it expired), when the limiter closes (Limiter.Close, which also stops
 // taking shares) and when no request has spent from a share for half a
 // lifetime (then the key's next share is half the size): a bucket gets
 // back what has not refilled since, never more than its empty state; a
