@@ -654,7 +654,8 @@ func (q *quota) giveBack(ctx context.Context, u unspent, now int64) error {
 //   - otherwise an instant of the windows the share was counted in: those
 //     still current give back, the rest nothing (a fixed window's units
 //     are worth nothing after their window); and nothing at all once no
-//     window is current.
+//     window is current (a reading older than the share's window takes
+//     it as current: the store counts into the window it holds).
 func (n *quotaNumbers) act(u unspent, now int64) (int64, bool) {
 	if !n.givesBack {
 		return 0, false
@@ -665,9 +666,15 @@ func (n *quotaNumbers) act(u unspent, now int64) (int64, bool) {
 	}
 	same, any := true, false
 	for _, p := range n.windows {
-		if now/p == u.counted/p {
+		switch {
+		case now/p == u.counted/p:
 			any = true
-		} else {
+		case now/p < u.counted/p:
+			// A reading older than the window the store counted the share
+			// in (another process's clock moved the key's window on): the
+			// store still counts in that window.
+			any, same = true, false
+		default:
 			same = false
 		}
 	}

@@ -1128,3 +1128,60 @@ func TestLocalQuotaTopsUp(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalQuotaTopUpNextWindow tops up a fixed window's share whose held
+// units belong to a window that has ended by the store's count: another
+// process moved the key's window on, and this one's reading is older (the
+// store counts into the window it holds). The held units are worth
+// nothing there, so the request spends its whole cost from the new share,
+// or, when the new share holds less than the cost, gives the new share
+// back and is the store's own decision; either way the new window admits
+// at most its limit.
+func TestLocalQuotaTopUpNextWindow(t *testing.T) {
+	const limit = 16 // shares of at most 4 (a quarter of the limit)
+	for sname, open := range quotaStores() {
+		for _, cost := range []int{3, 5} {
+			t.Run(fmt.Sprintf("%s/cost-%d", sname, cost), func(t *testing.T) {
+				st := open(t)
+				ctx := context.Background()
+				t0 := time.Unix(1_900_000_000, 0)
+				c := clock.NewFake(t0.Add(100 * time.Millisecond))
+				alg := algorithms.FixedWindow(limit, time.Second)
+				a, err := ratelimit.New(st, alg, ratelimit.WithClock(c), ratelimit.WithName("nw"), ratelimit.WithLocalQuota(4, time.Minute))
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { a.Close(ctx) })
+				b, err := ratelimit.New(st, alg, ratelimit.WithClock(c), ratelimit.WithName("nw"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Shares of 3, 3 and 4 for three requests of 3: 1 unit held.
+				for range 3 {
+					allowN(t, a, 3)
+				}
+				c.Set(t0.Add(1100 * time.Millisecond)) // the next window
+				admitted := allowN(t, b, 10)
+				c.Set(t0.Add(200 * time.Millisecond)) // a's reading: the old window, its share live
+				admitted += allowN(t, a, cost)
+				// Everyone asks for the rest of the window.
+				for _, lim := range []*ratelimit.Limiter{a, b, a, b} {
+					for {
+						d, err := lim.Allow(ctx, "k")
+						if err != nil {
+							t.Fatal(err)
+						}
+						if !d.Allowed {
+							break
+						}
+						admitted++
+					}
+				}
+				t.Logf("the next window admitted %d of %d", admitted, limit)
+				if admitted > limit || admitted < limit-3 {
+					t.Errorf("the next window admitted %d: want at most its limit %d (and at least %d)", admitted, limit, limit-3)
+				}
+			})
+		}
+	}
+}
