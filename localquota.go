@@ -75,8 +75,9 @@ import (
 //
 // Unspent units go back to the store in one refund (algorithms.Request's
 // Refund) whenever a share is replaced (it expired), when the limiter
-// closes (Limiter.Close, which also stops taking shares) and when no request has spent from a share for half a
-// lifetime (then the key's next share is half the size): a bucket gets
+// closes (Limiter.Close, which also stops taking shares) and when no
+// request has spent from a share for half a lifetime (then the key's next
+// share is half the size): a bucket gets
 // back what has not refilled since, never more than its empty state; a
 // window, what was counted in the window that is still current; a sliding
 // log keeps them until they leave its period. What each algorithm's refund
