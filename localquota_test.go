@@ -931,7 +931,7 @@ func TestLocalQuotaNeverDrops(t *testing.T) {
 			c.Advance(1500 * time.Millisecond) // past the 1s lifetime, within the hour
 			return allowN(t, lim, 1)
 		}},
-		{"a cost above what is left gives back", func(t *testing.T, lim *ratelimit.Limiter, c *clock.Fake, t0 time.Time) int {
+		{"a cost above what is left tops up", func(t *testing.T, lim *ratelimit.Limiter, c *clock.Fake, t0 time.Time) int {
 			return allowN(t, lim, 12)
 		}},
 	}
