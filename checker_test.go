@@ -291,6 +291,13 @@ func checkerCases() []checkerCase {
 				{Call: conformance.CallConcurrent, Advance: 200 * ms, Instance: 1, Cost: 3, Callers: 32},
 				allow(3),
 			}}},
+		{"local-quota-log-replaced-share", "found by the checker: a sliding log's share replaced while it held fewer units than a request's cost loses them for the period, every replacement",
+			conformance.Trace{Alg: algorithms.SlidingLog(50, 2*time.Second), Options: "local-quota", Instances: 2, Steps: []step{
+				{Call: conformance.CallReserve, Cost: 3, MaxDelay: 567 * ms},
+				allow(1),
+				{Call: conformance.CallConcurrent, Cost: 3, Callers: 32},
+				allow(2),
+			}}},
 		{"wait-below-rate", "5: Wait polls and loses a slot to every late timer",
 			conformance.Trace{Alg: algorithms.GCRA(20, time.Second, 1), Options: "none", Instances: 1,
 				Steps: many(30, step{Call: conformance.CallWait, Cost: 1, Tick: 20 * ms})}},

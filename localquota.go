@@ -21,8 +21,13 @@ import (
 // any of it is spent. Requests are then admitted from the share, without a
 // store call, until it is spent or lifetime has passed since it was taken;
 // a share of units bound to their window (a fixed window's) also ends with
-// the window the store counted it in. A key with no live share, or too
-// little of one, gives back what is left of it and takes a new share. A
+// the window the store counted it in. A key with no live share gives back
+// what is left of it and takes a new share; a live share that holds less
+// than a request's cost is topped up: the request spends what it holds and
+// takes from the store only what it lacks (a new share of at least that),
+// so a share is never dropped for holding too little (when the store
+// counted the new units in a later fixed window, the request spends its
+// whole cost from them, or is the store's decision alone). A
 // request whose clock reading is older than the share (a caller that read
 // its clock, then waited) spends from it: it is decided after the store
 // counted the share.
@@ -69,10 +74,10 @@ import (
 // queue.
 //
 // Unspent units go back to the store in one refund (algorithms.Request's
-// Refund) whenever a share is replaced (it expired, or holds less than a
-// request's cost), when the limiter closes (Limiter.Close, which also stops
-// taking shares) and when no request has spent from a share for half a
-// lifetime (then the key's next share is half the size): a bucket gets
+// Refund) whenever a share is replaced (it expired), when the limiter
+// closes (Limiter.Close, which also stops taking shares) and when no
+// request has spent from a share for half a lifetime (then the key's next
+// share is half the size): a bucket gets
 // back what has not refilled since, never more than its empty state; a
 // window, what was counted in the window that is still current; a sliding
 // log keeps them until they leave its period. What each algorithm's refund
@@ -343,9 +348,14 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 		sh.mu.Unlock()
 		return nil
 	}
-	// Take a share, of a size that follows demand. What is left of the
-	// last one goes back to the store first, in one refund: no unit the
-	// store counted is dropped.
+	// Take a share, of a size that follows demand. A live share that holds
+	// less than the cost is topped up, not replaced: the request spends
+	// what is left of it and takes from the store only what it lacks (a
+	// share of at least that), so no unit the store counted is left
+	// unspent by a replacement (a sliding log cannot take them back, a
+	// bucket's give-back keeps what could have refilled). What is left of
+	// a share that is no longer live goes back to the store first, in one
+	// refund.
 	switch {
 	case e.units > 0 && req.Now >= e.expires && e.full:
 		e.next = max(1, e.next/2) // expired unspent
@@ -353,11 +363,18 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 		e.next = e.next * 2 // spent quickly
 	}
 	e.next = min(e.next, nums.most)
-	size := max(e.next, req.Cost)
-	if !giving {
-		back, giving = e.unspent(k.ID)
+	need, held := req.Cost, int64(0)
+	if !giving && e.live(req.Now) {
+		// Kept for the request while the rest is taken (restored to the
+		// share if the store does not admit it).
+		held, e.units = e.units, 0
+		need -= held
 	}
-	e.size = 0
+	size := max(e.next, need)
+	if !giving && held == 0 {
+		back, giving = e.unspent(k.ID)
+		e.size = 0
+	}
 	ch := make(chan struct{})
 	e.fetching = ch
 	sh.mu.Unlock()
@@ -367,56 +384,103 @@ func (q *quota) decide(ctx context.Context, t *Tier, k store.Key, req algorithms
 		// expire, as a share held by a process that stopped would.
 		_ = q.giveBack(ctx, back, req.Now)
 	}
-	size, err := q.take(ctx, t, k, req, size, d)
+	size, err := q.take(ctx, t, k, req, need, size, d)
 	after := q.now()
 
 	sh.mu.Lock()
 	e.fetching = nil
 	close(ch)
 	giving = false
-	if err == nil && d.Source == SourceStore {
-		if d.Allowed {
-			e.took(t, nums, req, size, q.lifetime, after, d)
-			if q.closed.Load() {
-				// Closed while the share was taken: keep none, and give
-				// back what is left of it.
+	redo := false
+	switch {
+	case err == nil && d.Source == SourceStore && d.Allowed:
+		counted := e.counted
+		e.took(t, nums, req, size, need, q.lifetime, after, d)
+		if held > 0 && nums.crossed(counted, e.counted) {
+			// The store counted the new units in a later window than the
+			// held ones, which are worth nothing there: the request spends
+			// its whole cost from the new share, or, when that holds too
+			// little, gives it back and is the store's decision alone.
+			if e.units >= held {
+				e.units -= held
+				d.Remaining = int(min(e.remaining+e.units, e.limit))
+			} else {
+				e.units = size
 				back, giving = e.unspent(k.ID)
-			} else if e.units > 0 && !q.idling.Swap(true) {
-				go q.idle()
+				redo = true
+				break
 			}
-		} else {
+		}
+		if q.closed.Load() {
+			// Closed while the share was taken: keep none, and give
+			// back what is left of it.
+			back, giving = e.unspent(k.ID)
+		} else if e.units > 0 && !q.idling.Swap(true) {
+			go q.idle()
+		}
+	case err == nil && d.Allowed:
+		// The fallback admitted what the request lacked: it spends the
+		// held units too.
+	default:
+		// Denied, or the store failed: the request spent nothing, and the
+		// share keeps what it held.
+		e.units = held
+		if err == nil && d.Source == SourceStore {
 			e.next = max(1, e.next/2)
+			if held > 0 && d.Limit > 0 {
+				d.Remaining = min(d.Remaining+int(held), d.Limit)
+			}
+		}
+		if held > 0 && q.closed.Load() {
+			back, giving = e.unspent(k.ID)
 		}
 	}
 	sh.mu.Unlock()
 	if giving {
 		_ = q.giveBack(ctx, back, after)
 	}
+	if redo {
+		*d = Decision{}
+		return q.next.decide(ctx, t, k, req, d)
+	}
 	return err
 }
 
+// crossed reports whether a fixed part counted a share at counted in a
+// later window than one at was (the instants within their windows that
+// share.counted keeps).
+func (n *quotaNumbers) crossed(was, counted int64) bool {
+	for _, f := range n.fixed {
+		if counted/f.period != was/f.period {
+			return true
+		}
+	}
+	return false
+}
+
 // take asks the rest of the chain for a share of size units (at least
-// req.Cost), and when the store denies it, for what the store says
-// remains, at least req.Cost: the store's decision of req itself when
+// need, what req lacks), and when the store denies it, for what the store
+// says remains, at least need: the store's decision of need units when
 // less remains. It returns the size asked last.
-func (q *quota) take(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, size int64, d *Decision) (int64, error) {
+func (q *quota) take(ctx context.Context, t *Tier, k store.Key, req algorithms.Request, need, size int64, d *Decision) (int64, error) {
 	r := req
 	r.Cost = size
 	err := q.next.decide(ctx, t, k, r, d)
-	if err != nil || d.Allowed || size == req.Cost || d.Source != SourceStore {
+	if err != nil || d.Allowed || size == need || d.Source != SourceStore {
 		return size, err
 	}
-	r.Cost = max(req.Cost, min(int64(d.Remaining), size-1))
+	r.Cost = max(need, min(int64(d.Remaining), size-1))
 	*d = Decision{}
 	return r.Cost, q.next.decide(ctx, t, k, r, d)
 }
 
 // took makes e the share of size units the store admitted in d for req,
-// of which req spends its cost, and makes d req's decision. after is the
-// limiter's clock when the store had answered.
-func (e *share) took(t *Tier, nums *quotaNumbers, req algorithms.Request, size, lifetime, after int64, d *Decision) {
+// of which req spends spent (its cost, less what it held of the last
+// share), and makes d req's decision. after is the limiter's clock when
+// the store had answered.
+func (e *share) took(t *Tier, nums *quotaNumbers, req algorithms.Request, size, spent, lifetime, after int64, d *Decision) {
 	e.tier = t
-	e.size, e.units, e.taken, e.used = size, size-req.Cost, req.Now, req.Now
+	e.size, e.units, e.taken, e.used = size, size-spent, req.Now, req.Now
 	e.counted, e.expires, e.full = req.Now, req.Now+lifetime, true
 	// A fixed window's share lives within the window it was counted in:
 	// ResetAfter, counted from before the store's own clock read, is no
@@ -591,7 +655,8 @@ func (q *quota) giveBack(ctx context.Context, u unspent, now int64) error {
 //   - otherwise an instant of the windows the share was counted in: those
 //     still current give back, the rest nothing (a fixed window's units
 //     are worth nothing after their window); and nothing at all once no
-//     window is current.
+//     window is current (a reading older than the share's window takes
+//     it as current: the store counts into the window it holds).
 func (n *quotaNumbers) act(u unspent, now int64) (int64, bool) {
 	if !n.givesBack {
 		return 0, false
@@ -602,9 +667,15 @@ func (n *quotaNumbers) act(u unspent, now int64) (int64, bool) {
 	}
 	same, any := true, false
 	for _, p := range n.windows {
-		if now/p == u.counted/p {
+		switch {
+		case now/p == u.counted/p:
 			any = true
-		} else {
+		case now/p < u.counted/p:
+			// A reading older than the window the store counted the share
+			// in (another process's clock moved the key's window on): the
+			// store still counts in that window.
+			any, same = true, false
+		default:
 			same = false
 		}
 	}

@@ -69,6 +69,7 @@ func testLocalQuota(t *testing.T, newHarness func(*testing.T) Harness) {
 		t.Run("gives-back", func(t *testing.T) { quotaGivesBack(t, s, alg, lifetime) })
 		t.Run("never-drops", func(t *testing.T) { quotaNeverDrops(t, s, a) })
 		t.Run("reservations", func(t *testing.T) { quotaReservations(t, s, a) })
+		t.Run("tops-up", func(t *testing.T) { quotaTopsUp(t, s, a) })
 	})
 }
 
@@ -341,6 +342,49 @@ func quotaNeverDrops(t *testing.T, s store.Store, a algorithm) {
 	}
 	if d.Remaining < quotaLimit-admitted-kept || d.Remaining > quotaLimit-admitted {
 		t.Errorf("rule: no unit the store counted for a share is dropped (spent, or given back; a bucket keeps what could have refilled meanwhile, %d here): %d admitted (shares of 1, 2, 4, 8; a request with a reading older than the last share; one after its lifetime), then Close: %d remaining, want %d", kept, admitted, d.Remaining, quotaLimit-admitted)
+	}
+}
+
+// quotaTopsUp checks that a share holding less than a request's cost is
+// not lost: quotaHolders limiters in turn ask AllowN(5) on one key, on a
+// clock that stands still, until the store has nothing left, and together
+// they admit at least the limit less N·(S−1) (what the shares may hold
+// unspent at the end) and never more than the limit. (A share replaced
+// with its leftover given back loses it on a sliding log, which cannot
+// take units back, and on a queue: 3 units of every share of 8: 270–275 of
+// 400 admitted where at least 372 must be.)
+func quotaTopsUp(t *testing.T, s store.Store, a algorithm) {
+	const limit = 4 * quotaLimit // many shares of quotaShare each
+	alg := forms.BuiltinOf(a.alg).New(limit, time.Hour, limit)
+	ctx := context.Background()
+	c := clock.NewFake(epoch.Add(time.Second))
+	type allowerN interface {
+		AllowN(ctx context.Context, key string, n int) (ratelimit.Decision, error)
+	}
+	var holders []allowerN
+	for range quotaHolders {
+		lim, ok := newQuotaLimiter(t, s, alg, time.Minute, ratelimit.WithClock(c)).(allowerN)
+		if !ok {
+			t.Skip("the limiter has no AllowN")
+		}
+		holders = append(holders, lim)
+	}
+	const key, cost = "quota-tops-up", 5
+	admitted := 0
+	for round := 0; round < 2*limit/cost/quotaHolders; round++ {
+		for _, h := range holders {
+			d, err := h.AllowN(ctx, key, cost)
+			if err != nil {
+				t.Fatalf("AllowN(%d): %v", cost, err)
+			}
+			if d.Allowed {
+				admitted += cost
+			}
+		}
+	}
+	least := limit - quotaHolders*(quotaShare-1)
+	if admitted < least || admitted > limit {
+		t.Errorf("rule: a share holding less than a request's cost is topped up, not lost (docs/scaling.md, \"Local quota\": under-admission at most N·(S−1)): %d limiters asking AllowN(%d) in turn on a still clock admitted %d of %d, want %d to %d", quotaHolders, cost, admitted, limit, least, limit)
 	}
 }
 
