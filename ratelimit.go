@@ -19,7 +19,6 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"reflect"
@@ -39,13 +38,13 @@ var (
 	// ErrCorruptState reports stored state that the algorithm cannot read.
 	ErrCorruptState = algorithms.ErrCorruptState
 	// ErrInvalidKey reports an empty or oversized key.
-	ErrInvalidKey = names.ErrInvalidKey
+	ErrInvalidKey = store.ErrInvalidKey
 	// ErrInvalidCost reports a cost below 1 or above what the algorithm
 	// could ever admit (its burst, capacity or limit).
-	ErrInvalidCost = errors.New("ratelimit: invalid cost")
+	ErrInvalidCost = store.ErrInvalidCost
 	// ErrInvalidTime reports a clock reading before the Unix epoch or too
 	// far after it to be held exactly.
-	ErrInvalidTime = errors.New("ratelimit: invalid time")
+	ErrInvalidTime = store.ErrInvalidTime
 )
 
 // errWouldExceedDeadline is what Wait returns, at once, when the request

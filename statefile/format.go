@@ -33,7 +33,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
@@ -171,24 +171,24 @@ func Read(r io.Reader, fn func(store.Entry) error) error {
 		}
 		switch {
 		case ended:
-			return fmt.Errorf("%w: state file line %d: a line after the end line", ratelimit.ErrCorruptState, n)
+			return fmt.Errorf("%w: state file line %d: a line after the end line", algorithms.ErrCorruptState, n)
 		case !header:
 			var h fileHeader
 			if err := json.Unmarshal(line, &h); err != nil || h.Format != formatName {
-				return fmt.Errorf("%w: state file line %d: not a %s header", ratelimit.ErrCorruptState, n, formatName)
+				return fmt.Errorf("%w: state file line %d: not a %s header", algorithms.ErrCorruptState, n, formatName)
 			}
 			if h.Version != formatVersion {
-				return fmt.Errorf("%w: state file version %d, want %d", ratelimit.ErrCorruptState, h.Version, formatVersion)
+				return fmt.Errorf("%w: state file version %d, want %d", algorithms.ErrCorruptState, h.Version, formatVersion)
 			}
 			header = true
 			continue
 		case bytes.HasPrefix(line, []byte(`{"end":`)):
 			var end fileEnd
 			if err := json.Unmarshal(line, &end); err != nil {
-				return fmt.Errorf("%w: state file line %d: %w", ratelimit.ErrCorruptState, n, err)
+				return fmt.Errorf("%w: state file line %d: %w", algorithms.ErrCorruptState, n, err)
 			}
 			if end.End != entries {
-				return fmt.Errorf("%w: state file line %d: the end line counts %d entries, the file holds %d", ratelimit.ErrCorruptState, n, end.End, entries)
+				return fmt.Errorf("%w: state file line %d: the end line counts %d entries, the file holds %d", algorithms.ErrCorruptState, n, end.End, entries)
 			}
 			ended = true
 			continue
@@ -197,12 +197,12 @@ func Read(r io.Reader, fn func(store.Entry) error) error {
 		dec := json.NewDecoder(bytes.NewReader(line))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&fe); err != nil {
-			return fmt.Errorf("%w: state file line %d: %w", ratelimit.ErrCorruptState, n, err)
+			return fmt.Errorf("%w: state file line %d: %w", algorithms.ErrCorruptState, n, err)
 		}
 		id, err1 := base64.StdEncoding.DecodeString(fe.ID)
 		st, err2 := base64.StdEncoding.DecodeString(fe.State)
 		if err := errors.Join(err1, err2); err != nil {
-			return fmt.Errorf("%w: state file line %d: %w", ratelimit.ErrCorruptState, n, err)
+			return fmt.Errorf("%w: state file line %d: %w", algorithms.ErrCorruptState, n, err)
 		}
 		e := store.Entry{Key: store.Key{Namespace: fe.NS, ID: string(id)}, State: st, Expires: fe.Expires}
 		if err := checkEntry(e); err != nil {
@@ -218,9 +218,9 @@ func Read(r io.Reader, fn func(store.Entry) error) error {
 	}
 	switch {
 	case !header:
-		return fmt.Errorf("%w: state file is empty: not even a header", ratelimit.ErrCorruptState)
+		return fmt.Errorf("%w: state file is empty: not even a header", algorithms.ErrCorruptState)
 	case !ended:
-		return fmt.Errorf("%w: state file ends after %d entries without its end line: it was cut short", ratelimit.ErrCorruptState, entries)
+		return fmt.Errorf("%w: state file ends after %d entries without its end line: it was cut short", algorithms.ErrCorruptState, entries)
 	}
 	return nil
 }

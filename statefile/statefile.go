@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/names"
@@ -46,7 +45,7 @@ func Count(ctx context.Context, st store.Store, namespace string, now time.Time)
 func Export(ctx context.Context, st store.Store, namespace string, now time.Time, yield func(store.Entry) error) error {
 	x, ok := st.(store.Exporter)
 	if !ok {
-		return fmt.Errorf("statefile: %T cannot enumerate its keys, it is not a ratelimit.Exporter: %w", st, store.ErrUnsupported)
+		return fmt.Errorf("statefile: %T cannot enumerate its keys, it is not a store.Exporter: %w", st, store.ErrUnsupported)
 	}
 	return x.Export(ctx, namespace, now.UnixMicro(), yield)
 }
@@ -151,16 +150,16 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 	if len(st) < 8 || binary.LittleEndian.Uint64(st) != math.MaxUint64 {
 		for rest, i := st, 1; len(rest) > 0; i++ {
 			if len(rest) < 16 {
-				return nil, fmt.Errorf("%w: composite state ends in limit %d", ratelimit.ErrCorruptState, i)
+				return nil, fmt.Errorf("%w: composite state ends in limit %d", algorithms.ErrCorruptState, i)
 			}
 			exp, n := int64(binary.LittleEndian.Uint64(rest)), binary.LittleEndian.Uint64(rest[8:])
 			rest = rest[16:]
 			if exp < 0 || exp > algorithms.MaxExact || n%8 != 0 || n > uint64(len(rest)) || i > algorithms.MaxParts {
-				return nil, fmt.Errorf("%w: composite limit %d has expiry %d and length %d", ratelimit.ErrCorruptState, i, exp, n)
+				return nil, fmt.Errorf("%w: composite limit %d has expiry %d and length %d", algorithms.ErrCorruptState, i, exp, n)
 			}
 			for j := uint64(0); j < n; j += 8 {
 				if v := int64(binary.LittleEndian.Uint64(rest[j:])); v < -1 || v > algorithms.MaxExact {
-					return nil, fmt.Errorf("%w: composite limit %d has field %d", ratelimit.ErrCorruptState, i, v)
+					return nil, fmt.Errorf("%w: composite limit %d has field %d", algorithms.ErrCorruptState, i, v)
 				}
 			}
 			rest = rest[n:]
@@ -171,13 +170,13 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 	user := false
 	for rest, i := st[8:], 1; len(rest) > 0; i++ {
 		if len(rest) < 24 {
-			return nil, fmt.Errorf("%w: composite state entry %d ends in its header", ratelimit.ErrCorruptState, i)
+			return nil, fmt.Errorf("%w: composite state entry %d ends in its header", algorithms.ErrCorruptState, i)
 		}
 		id := int64(binary.LittleEndian.Uint64(rest))
 		exp, n := int64(binary.LittleEndian.Uint64(rest[8:])), binary.LittleEndian.Uint64(rest[16:])
 		rest = rest[24:]
 		if id < 0 || id >= algorithms.MaxExact/2 || exp < 1 || exp > algorithms.MaxExact || n == 0 || n > uint64(len(rest)) || i > 2*algorithms.MaxParts {
-			return nil, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", ratelimit.ErrCorruptState, i, id, exp, n)
+			return nil, fmt.Errorf("%w: composite state entry %d has ID %d, expiry %d and length %d", algorithms.ErrCorruptState, i, id, exp, n)
 		}
 		part, b := rest[:n], builtinNamed(forms.PartKind(id))
 		rest = rest[n:]
@@ -188,8 +187,8 @@ func compositeState(st []byte, now int64) (algorithms.Algorithm, error) {
 		p := placeholder(b)
 		if now < exp {
 			if _, err := p.Decide(part, algorithms.Request{Now: now, Cost: 1, Peek: true}); err != nil {
-				if !errors.Is(err, ratelimit.ErrCorruptState) {
-					err = fmt.Errorf("%w: %w", ratelimit.ErrCorruptState, err)
+				if !errors.Is(err, algorithms.ErrCorruptState) {
+					err = fmt.Errorf("%w: %w", algorithms.ErrCorruptState, err)
 				}
 				return nil, fmt.Errorf("composite state entry %d (%s): %w", i, b.Name, err)
 			}
@@ -234,10 +233,10 @@ func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error)
 	old, _ := compositeOf(name).(algorithms.Composite)
 	if !strings.HasPrefix(name, "all-") || old == nil {
 		return e, fmt.Errorf("%w: namespace %q is not a composite's of built-ins of before parts were keyed by name (\"<name>:all-<hash>\")",
-			ratelimit.ErrInvalidParams, e.Key.Namespace)
+			algorithms.ErrInvalidParams, e.Key.Namespace)
 	}
 	if len(parts) != len(old.Parts()) {
-		return e, fmt.Errorf("%w: %d part names for the %d parts of %q", ratelimit.ErrInvalidParams, len(parts), len(old.Parts()), e.Key.Namespace)
+		return e, fmt.Errorf("%w: %d part names for the %d parts of %q", algorithms.ErrInvalidParams, len(parts), len(old.Parts()), e.Key.Namespace)
 	}
 	named := make([]algorithms.Algorithm, len(parts))
 	for i, p := range old.Parts() {
@@ -252,12 +251,12 @@ func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error)
 	rest := e.State
 	for i := range parts {
 		if len(rest) < 16 {
-			return e, fmt.Errorf("%w: entry for %q: composite state ends before limit %d", ratelimit.ErrCorruptState, e.Key.String(), i+1)
+			return e, fmt.Errorf("%w: entry for %q: composite state ends before limit %d", algorithms.ErrCorruptState, e.Key.String(), i+1)
 		}
 		exp, n := binary.LittleEndian.Uint64(rest), binary.LittleEndian.Uint64(rest[8:])
 		rest = rest[16:]
 		if exp > algorithms.MaxExact || n > uint64(len(rest)) {
-			return e, fmt.Errorf("%w: entry for %q: composite limit %d has expiry %d and length %d", ratelimit.ErrCorruptState, e.Key.String(), i+1, exp, n)
+			return e, fmt.Errorf("%w: entry for %q: composite limit %d has expiry %d and length %d", algorithms.ErrCorruptState, e.Key.String(), i+1, exp, n)
 		}
 		if n > 0 && exp > 0 {
 			next = binary.LittleEndian.AppendUint64(next, uint64(ids[i]))
@@ -268,7 +267,7 @@ func Rekey(e store.Entry, namespace string, parts []string) (store.Entry, error)
 		rest = rest[n:]
 	}
 	if len(rest) != 0 {
-		return e, fmt.Errorf("%w: entry for %q: composite state has %d bytes after its %d limits", ratelimit.ErrCorruptState, e.Key.String(), len(rest), len(parts))
+		return e, fmt.Errorf("%w: entry for %q: composite state has %d bytes after its %d limits", algorithms.ErrCorruptState, e.Key.String(), len(rest), len(parts))
 	}
 	e.Key.Namespace, e.State = namespace, next
 	return e, nil
@@ -358,10 +357,10 @@ func checkState(alg algorithms.Algorithm, e store.Entry, now int64) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ratelimit.ErrCorruptState):
+	case errors.Is(err, algorithms.ErrCorruptState):
 		return fmt.Errorf("statefile: entry for %q is not %s state: %w", e.Key.String(), alg.Name(), err)
 	default:
-		return fmt.Errorf("%w: entry for %q is not %s state: %w", ratelimit.ErrCorruptState, e.Key.String(), alg.Name(), err)
+		return fmt.Errorf("%w: entry for %q is not %s state: %w", algorithms.ErrCorruptState, e.Key.String(), alg.Name(), err)
 	}
 }
 
@@ -369,16 +368,16 @@ func checkState(alg algorithms.Algorithm, e store.Entry, now int64) error {
 // store.Key), and that it has a state and an expiry in range.
 func checkEntry(e store.Entry) error {
 	if k, ok := store.ParseKey(e.Key.Namespace + ":k"); !ok || k.Namespace != e.Key.Namespace {
-		return fmt.Errorf("%w: namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", ratelimit.ErrInvalidKey, e.Key.Namespace)
+		return fmt.Errorf("%w: namespace %q is not <name>:<algorithm>, each [A-Za-z0-9_.-]{1,64}", store.ErrInvalidKey, e.Key.Namespace)
 	}
 	if err := names.CheckKey(e.Key.ID); err != nil {
 		return err
 	}
 	if len(e.State) == 0 {
-		return fmt.Errorf("%w: entry for %q has no state", ratelimit.ErrCorruptState, e.Key.String())
+		return fmt.Errorf("%w: entry for %q has no state", algorithms.ErrCorruptState, e.Key.String())
 	}
 	if e.Expires < 0 || e.Expires > algorithms.MaxExact {
-		return fmt.Errorf("%w: entry for %q expires at %d µs", ratelimit.ErrCorruptState, e.Key.String(), e.Expires)
+		return fmt.Errorf("%w: entry for %q expires at %d µs", algorithms.ErrCorruptState, e.Key.String(), e.Expires)
 	}
 	return nil
 }

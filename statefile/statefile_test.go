@@ -72,7 +72,7 @@ type storeOnly struct{ store.Store }
 
 func TestCountUnsupported(t *testing.T) {
 	_, err := statefile.Count(context.Background(), storeOnly{memory.MustNew()}, "a:gcra", time.Now())
-	if !errors.Is(err, store.ErrUnsupported) || !strings.Contains(err.Error(), "not a ratelimit.Exporter") {
+	if !errors.Is(err, store.ErrUnsupported) || !strings.Contains(err.Error(), "not a store.Exporter") {
 		t.Fatalf("Count on a store without Export = %v, want ErrUnsupported naming the interface", err)
 	}
 }

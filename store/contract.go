@@ -122,6 +122,29 @@ type Decider interface {
 // store that cannot enumerate its keys; the wrapping message says which.
 var ErrUnsupported = errors.New("ratelimit: not supported by the store")
 
+// Errors a store returns, beside ErrUnsupported, algorithms.ErrInvalidParams
+// (for an unusable option or constructor argument) and
+// algorithms.ErrCorruptState (for stored state the store cannot read back).
+// Package ratelimit exports each under the same name (ratelimit.ErrInvalidKey
+// is store.ErrInvalidKey), so a user's errors.Is sees one value whichever
+// package the error came from; a store never needs to import package
+// ratelimit, as a database/sql driver never imports database/sql. Their
+// messages say "ratelimit:", the module's name, as every error of the
+// module's does: a user reads them without knowing this package.
+var (
+	// ErrInvalidKey reports a key that is empty, longer than MaxKeyLen, or
+	// (from a store) longer than the store can map to its key space.
+	ErrInvalidKey = names.ErrInvalidKey
+	// ErrInvalidCost reports a request's cost below 1 or above what the
+	// algorithm could ever admit (its MaxCost): a Decider returns it for
+	// such a req.Cost.
+	ErrInvalidCost = errors.New("ratelimit: invalid cost")
+	// ErrInvalidTime reports a time, in microseconds since the Unix epoch,
+	// before the epoch or too far after it to be held exactly (a request's
+	// Now, a reservation's deadline, a lease's clock reading).
+	ErrInvalidTime = errors.New("ratelimit: invalid time")
+)
+
 // ServerClocker is implemented by stores that can decide by their server's
 // clock instead of the time the limiter passes (Redis, Valkey, PostgreSQL).
 // Each such store configures it with an option spelled WithServerClock(on),

@@ -15,8 +15,8 @@ import (
 // MaxKeyLen is the longest key, in bytes, a Limiter or a Locker accepts.
 const MaxKeyLen = 512
 
-// ErrInvalidKey reports an empty or oversized key; package ratelimit
-// exports it.
+// ErrInvalidKey reports an empty or oversized key; packages store and
+// ratelimit export it.
 var ErrInvalidKey = errors.New("ratelimit: invalid key")
 
 // CheckKey reports whether key may be a key: 1 to MaxKeyLen bytes. The

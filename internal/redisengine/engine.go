@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -194,14 +193,14 @@ func (e *Engine) Decide(ctx context.Context, key store.Key, alg algorithms.Algor
 		return algorithms.Decision{}, fmt.Errorf("%s: algorithm %s has no Lua form: %w", e.name, alg.Name(), store.ErrUnsupported)
 	}
 	if req.Cost < 1 || req.Cost > alg.MaxCost() {
-		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.name, req.Cost, alg.MaxCost(), alg.Name(), ratelimit.ErrInvalidCost)
+		return algorithms.Decision{}, fmt.Errorf("%s: cost %d outside 1..%d for %s: %w", e.name, req.Cost, alg.MaxCost(), alg.Name(), store.ErrInvalidCost)
 	}
 	if req.Now < 0 || req.Now > algorithms.MaxExact/2 {
-		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.name, req.Now, ratelimit.ErrInvalidTime)
+		return algorithms.Decision{}, fmt.Errorf("%s: time %d µs since the epoch: %w", e.name, req.Now, store.ErrInvalidTime)
 	}
 	if req.MaxDelay < 0 || req.MaxDelay > algorithms.MaxExact/2 || req.Act < 0 || req.Act > algorithms.MaxExact {
 		return algorithms.Decision{}, fmt.Errorf("%s: reservation max delay %d µs or refund time %d µs out of range: %w",
-			e.name, req.MaxDelay, req.Act, ratelimit.ErrInvalidTime)
+			e.name, req.MaxDelay, req.Act, store.ErrInvalidTime)
 	}
 	if err := ctx.Err(); err != nil {
 		return algorithms.Decision{}, fmt.Errorf("%s: decide %s for %q: %w", e.name, alg.Name(), key.String(), err)
@@ -443,11 +442,11 @@ func (e *Engine) Update(ctx context.Context, key store.Key, now int64, fn store.
 		old, found := arr[0].(string)
 		if found {
 			if len(old) < 8 {
-				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.name, what, ratelimit.ErrCorruptState, len(old))
+				return fmt.Errorf("%s: %s: %w: stored value of %d bytes", e.name, what, algorithms.ErrCorruptState, len(old))
 			}
 			expires := int64(binary.LittleEndian.Uint64([]byte(old[:8])))
 			if expires < 1 || expires > algorithms.MaxExact {
-				return fmt.Errorf("%s: %s: %w: stored expiry %d µs since the epoch", e.name, what, ratelimit.ErrCorruptState, expires)
+				return fmt.Errorf("%s: %s: %w: stored expiry %d µs since the epoch", e.name, what, algorithms.ErrCorruptState, expires)
 			}
 			if t < expires {
 				cur = []byte(old[8:])

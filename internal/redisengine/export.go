@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -363,13 +362,13 @@ func (e *Engine) Import(ctx context.Context, alg algorithms.Algorithm, en store.
 // log that is a composite's part.
 func luaState(st []byte, expires int64) (string, error) {
 	if len(st)%8 != 0 {
-		return "", fmt.Errorf("%w: %d bytes, not a multiple of 8", ratelimit.ErrCorruptState, len(st))
+		return "", fmt.Errorf("%w: %d bytes, not a multiple of 8", algorithms.ErrCorruptState, len(st))
 	}
 	b := binary.LittleEndian.AppendUint64(make([]byte, 0, 8+len(st)), math.Float64bits(float64(expires)))
 	for i := 0; i < len(st); i += 8 {
 		v := int64(binary.LittleEndian.Uint64(st[i:]))
 		if v < -1 || v > algorithms.MaxExact {
-			return "", fmt.Errorf("%w: field %d is %d", ratelimit.ErrCorruptState, i/8, v)
+			return "", fmt.Errorf("%w: field %d is %d", algorithms.ErrCorruptState, i/8, v)
 		}
 		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(float64(v)))
 	}
@@ -382,13 +381,13 @@ func luaState(st []byte, expires int64) (string, error) {
 // numbered in the log's order, which is by time.
 func logMembers(st []byte) ([]any, error) {
 	if len(st)%16 != 0 {
-		return nil, fmt.Errorf("%w: sliding log of %d bytes", ratelimit.ErrCorruptState, len(st))
+		return nil, fmt.Errorf("%w: sliding log of %d bytes", algorithms.ErrCorruptState, len(st))
 	}
 	total := int64(-1)
 	if len(st) >= 16 && binary.LittleEndian.Uint64(st) == math.MaxUint64 {
 		total = int64(binary.LittleEndian.Uint64(st[8:]))
 		if total < 0 || total > algorithms.MaxExact {
-			return nil, fmt.Errorf("%w: sliding log total %d", ratelimit.ErrCorruptState, total)
+			return nil, fmt.Errorf("%w: sliding log total %d", algorithms.ErrCorruptState, total)
 		}
 		st = st[16:]
 	}
@@ -399,7 +398,7 @@ func logMembers(st []byte) ([]any, error) {
 		at := int64(binary.LittleEndian.Uint64(st[16*i:]))
 		cost := int64(binary.LittleEndian.Uint64(st[16*i+8:]))
 		if at < 0 || at > algorithms.MaxExact || cost <= 0 || cost > algorithms.MaxExact || at < newest {
-			return nil, fmt.Errorf("%w: sliding log entry %d at %d of cost %d", ratelimit.ErrCorruptState, i, at, cost)
+			return nil, fmt.Errorf("%w: sliding log entry %d at %d of cost %d", algorithms.ErrCorruptState, i, at, cost)
 		}
 		newest = at
 		out = append(out, strconv.FormatInt(at, 10), strconv.Itoa(i+1)+":"+strconv.FormatInt(cost, 10))

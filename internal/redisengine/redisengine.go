@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -222,9 +221,9 @@ var crcTable = func() (t [256]uint16) {
 func CheckPrefix(name, prefix string) error {
 	switch {
 	case prefix == "" || len(prefix) > 64:
-		return fmt.Errorf("%w: %s: key prefix %q must be 1 to 64 bytes", ratelimit.ErrInvalidParams, name, prefix)
+		return fmt.Errorf("%w: %s: key prefix %q must be 1 to 64 bytes", algorithms.ErrInvalidParams, name, prefix)
 	case strings.ContainsAny(prefix, "{}"):
-		return fmt.Errorf("%w: %s: key prefix %q must not contain braces", ratelimit.ErrInvalidParams, name, prefix)
+		return fmt.Errorf("%w: %s: key prefix %q must not contain braces", algorithms.ErrInvalidParams, name, prefix)
 	}
 	return nil
 }
@@ -246,7 +245,7 @@ func TTLMillis(us int64) int64 {
 func wrap(ctx context.Context, name, what string, err error) error {
 	msg := err.Error()
 	if strings.HasPrefix(msg, forms.LuaErrCorrupt) || strings.HasPrefix(msg, "WRONGTYPE") {
-		return fmt.Errorf("%s: %s: %w: %w", name, what, ratelimit.ErrCorruptState, err)
+		return fmt.Errorf("%s: %s: %w: %w", name, what, algorithms.ErrCorruptState, err)
 	}
 	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%s: %s: %w (%w)", name, what, err, cerr)

@@ -13,7 +13,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/store"
 )
@@ -129,7 +128,7 @@ type record struct {
 
 func decodeRecord(b []byte) (record, error) {
 	if len(b) != recordLen || b[0] != recordVersion || b[1]&^flagReleased != 0 {
-		return record{}, fmt.Errorf("%w: lease record of %d bytes (version %d) is not one this package wrote", ratelimit.ErrCorruptState, len(b), first(b))
+		return record{}, fmt.Errorf("%w: lease record of %d bytes (version %d) is not one this package wrote", algorithms.ErrCorruptState, len(b), first(b))
 	}
 	r := record{
 		released: b[1]&flagReleased != 0,
@@ -138,7 +137,7 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	copy(r.owner[:], b[18:34])
 	if r.fence < 1 || r.fence >= algorithms.MaxExact || r.expires < 0 {
-		return record{}, fmt.Errorf("%w: lease record with fence %d and expiry %d", ratelimit.ErrCorruptState, r.fence, r.expires)
+		return record{}, fmt.Errorf("%w: lease record with fence %d and expiry %d", algorithms.ErrCorruptState, r.fence, r.expires)
 	}
 	return r, nil
 }
@@ -175,13 +174,13 @@ func keep(r record, now, ttl int64) int64 {
 // checks with it before sending r.
 func (r Request) Check(now int64) error {
 	if now < 0 || now > algorithms.MaxExact/2 {
-		return fmt.Errorf("%w: %d µs since the epoch", ratelimit.ErrInvalidTime, now)
+		return fmt.Errorf("%w: %d µs since the epoch", store.ErrInvalidTime, now)
 	}
 	if r.Op < OpAcquire || r.Op > OpRead {
-		return fmt.Errorf("%w: unknown lease op %d", ratelimit.ErrInvalidParams, r.Op)
+		return fmt.Errorf("%w: unknown lease op %d", algorithms.ErrInvalidParams, r.Op)
 	}
 	if r.Op != OpRead && (r.TTL < 1 || r.TTL > algorithms.MaxExact/2) {
-		return fmt.Errorf("%w: lease TTL of %d µs", ratelimit.ErrInvalidParams, r.TTL)
+		return fmt.Errorf("%w: lease TTL of %d µs", algorithms.ErrInvalidParams, r.TTL)
 	}
 	return nil
 }
@@ -199,7 +198,7 @@ func (r Request) Check(now int64) error {
 //
 // Step errs only on a record it cannot read (ErrCorruptState), a time
 // outside 0..2^52, a non-positive TTL or an unknown Op
-// (ratelimit.ErrInvalidParams).
+// (algorithms.ErrInvalidParams).
 func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Result, err error) {
 	if err := req.Check(now); err != nil {
 		return nil, 0, Result{}, err
@@ -236,7 +235,7 @@ func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Resul
 			fence = 1
 		}
 		if fence >= algorithms.MaxExact {
-			return nil, 0, Result{}, fmt.Errorf("%w: fence %d would reach 2^53", ratelimit.ErrCorruptState, fence)
+			return nil, 0, Result{}, fmt.Errorf("%w: fence %d would reach 2^53", algorithms.ErrCorruptState, fence)
 		}
 		w := record{fence: fence, expires: now + req.TTL, owner: req.Owner}
 		return w.encode(), keep(w, now, req.TTL), Result{Code: OK, Now: now, Fence: fence, Expires: w.expires, Owner: req.Owner, Found: cur != nil}, nil
@@ -263,7 +262,7 @@ func Step(cur []byte, now int64, req Request) (next []byte, ttl int64, res Resul
 		w := record{released: true, fence: r.fence, owner: r.owner}
 		return w.encode(), keep(w, now, req.TTL), Result{Code: OK, Now: now, Fence: w.fence, Owner: w.owner, Released: true, Found: true}, nil
 	}
-	return nil, 0, Result{}, fmt.Errorf("%w: unknown lease op %d", ratelimit.ErrInvalidParams, req.Op)
+	return nil, 0, Result{}, fmt.Errorf("%w: unknown lease op %d", algorithms.ErrInvalidParams, req.Op)
 }
 
 // Runner is implemented by stores that run the lease's transition (Step)

@@ -34,7 +34,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -84,7 +83,7 @@ type Option func(*Store) error
 func WithMaxKeys(n int) Option {
 	return func(s *Store) error {
 		if n < shardCount {
-			return fmt.Errorf("%w: memory store max keys %d below %d", ratelimit.ErrInvalidParams, n, shardCount)
+			return fmt.Errorf("%w: memory store max keys %d below %d", algorithms.ErrInvalidParams, n, shardCount)
 		}
 		s.maxPerShard = n / shardCount
 		return nil

@@ -57,7 +57,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -100,7 +99,7 @@ func WithTable(name string) Option {
 			return err
 		}
 		if strings.HasPrefix(name, "pg_") {
-			return fmt.Errorf("%w: postgres: table name %q starts with pg_, which names PostgreSQL's catalog tables (an unqualified name is looked up in pg_catalog first)", ratelimit.ErrInvalidParams, name)
+			return fmt.Errorf("%w: postgres: table name %q starts with pg_, which names PostgreSQL's catalog tables (an unqualified name is looked up in pg_catalog first)", algorithms.ErrInvalidParams, name)
 		}
 		s.table = name
 		return nil
@@ -191,7 +190,7 @@ type Store struct {
 // error wrapping ratelimit.ErrInvalidParams for a nil db or a bad option.
 func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: postgres: nil DB", ratelimit.ErrInvalidParams)
+		return nil, fmt.Errorf("%w: postgres: nil DB", algorithms.ErrInvalidParams)
 	}
 	s := &Store{db: db, table: DefaultTable, forms: releaseForms}
 	for _, opt := range opts {
@@ -242,7 +241,7 @@ func (s *Store) ident(name string) string { return pgx.Identifier{name}.Sanitize
 
 func checkIdent(what, name string, maxLen int) error {
 	if name == "" || len(name) > maxLen || strings.IndexByte(name, 0) >= 0 {
-		return fmt.Errorf("%w: postgres: %s name %q must be 1 to %d bytes without NUL", ratelimit.ErrInvalidParams, what, name, maxLen)
+		return fmt.Errorf("%w: postgres: %s name %q must be 1 to %d bytes without NUL", algorithms.ErrInvalidParams, what, name, maxLen)
 	}
 	return nil
 }
@@ -571,7 +570,7 @@ func (s *Store) Delete(ctx context.Context, key store.Key) error {
 // the server's clock when the limiter uses the system clock.
 func (s *Store) DeleteExpired(ctx context.Context, limit int) (int64, error) {
 	if limit <= 0 {
-		return 0, fmt.Errorf("%w: postgres: delete expired limit %d must be positive", ratelimit.ErrInvalidParams, limit)
+		return 0, fmt.Errorf("%w: postgres: delete expired limit %d must be positive", algorithms.ErrInvalidParams, limit)
 	}
 	tag, err := s.db.Exec(ctx, s.expiredSQL, limit)
 	if err != nil {
@@ -595,13 +594,13 @@ func (s *Store) fail(ctx context.Context, op string, key store.Key, err error) e
 	if errors.As(err, &pe) {
 		switch _, deadline := ctx.Deadline(); {
 		case pe.Code == forms.SQLErrCorrupt:
-			return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+			return fmt.Errorf("%s: %w: %w", what, algorithms.ErrCorruptState, err)
 		case typeError(pe.Code):
 			if se := s.schemaFault(ctx); se != nil {
 				return fmt.Errorf("%s: %w: %w", what, se, err) // not corrupt state: a store failure
 			}
 			if pe.Code == numericOutOfRange && op == "decide" {
-				return fmt.Errorf("%s: %w: %w", what, ratelimit.ErrCorruptState, err)
+				return fmt.Errorf("%s: %w: %w", what, algorithms.ErrCorruptState, err)
 			}
 		case pe.Code == undefinedTable || pe.Code == undefinedFunctionCode:
 			// The store's statements name only its own table and

@@ -53,7 +53,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
@@ -117,7 +116,7 @@ func WithServerClock(on bool) Option { return redisengine.WithServerClock(on) }
 // loaded on first use.
 func New(client goredis.UniversalClient, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("redis: nil client: %w", ratelimit.ErrInvalidParams)
+		return nil, fmt.Errorf("redis: nil client: %w", algorithms.ErrInvalidParams)
 	}
 	e, err := redisengine.New("redis", newBackend(client), opts...)
 	if err != nil {

@@ -27,7 +27,6 @@ import (
 
 	vk "github.com/valkey-io/valkey-go"
 
-	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/ctxaware"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
@@ -80,7 +79,7 @@ func WithServerClock(on bool) Option { return redisengine.WithServerClock(on) }
 // loaded on first use.
 func New(client vk.Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("valkey: nil client: %w", ratelimit.ErrInvalidParams)
+		return nil, fmt.Errorf("valkey: nil client: %w", algorithms.ErrInvalidParams)
 	}
 	e, err := redisengine.New("valkey", backend{client, newRouter(client)}, opts...)
 	if err != nil {
