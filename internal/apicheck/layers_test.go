@@ -27,14 +27,6 @@ var harness = map[string]bool{
 	"internal/redisengine/storetest": true,
 }
 
-// pendingRoot are driver-side directories that still import the root while
-// another change lands (issue 30: store/dynamo, edited in parallel). The
-// test fails once such a directory no longer imports it, so the entry is
-// removed rather than left to hide a regression.
-var pendingRoot = map[string]bool{
-	"store/dynamo": true,
-}
-
 // TestDriverSideImportsNoRoot fails when a store, the lease wire protocol,
 // the Redis engine or statefile imports package ratelimit in a non-test
 // file: what they share with the users' package (the error values) lives
@@ -87,13 +79,6 @@ func TestDriverSideImportsNoRoot(t *testing.T) {
 		}
 	}
 	for dir, files := range importers {
-		if !pendingRoot[dir] {
-			t.Errorf("%s imports %s (%s): a driver-side package depends on the store contract only; use store.ErrX or algorithms.ErrX", dir, rootPath, strings.Join(files, ", "))
-		}
-	}
-	for dir := range pendingRoot {
-		if len(importers[dir]) == 0 {
-			t.Errorf("%s no longer imports %s: remove it from pendingRoot", dir, rootPath)
-		}
+		t.Errorf("%s imports %s (%s): a driver-side package depends on the store contract only; use store.ErrX or algorithms.ErrX", dir, rootPath, strings.Join(files, ", "))
 	}
 }

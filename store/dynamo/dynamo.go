@@ -57,7 +57,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/store"
 )
 
@@ -156,7 +156,7 @@ type Option func(*Store) error
 func WithTable(name string) Option {
 	return func(s *Store) error {
 		if len(name) < 3 || len(name) > 255 {
-			return fmt.Errorf("%w: dynamo table name %q must be 3 to 255 characters", ratelimit.ErrInvalidParams, name)
+			return fmt.Errorf("%w: dynamo table name %q must be 3 to 255 characters", algorithms.ErrInvalidParams, name)
 		}
 		s.table = name
 		return nil
@@ -170,10 +170,10 @@ func WithTable(name string) Option {
 func WithKeyPrefix(prefix string) Option {
 	return func(s *Store) error {
 		if len(prefix) > 256 {
-			return fmt.Errorf("%w: dynamo key prefix of %d bytes exceeds 256", ratelimit.ErrInvalidParams, len(prefix))
+			return fmt.Errorf("%w: dynamo key prefix of %d bytes exceeds 256", algorithms.ErrInvalidParams, len(prefix))
 		}
 		if strings.IndexByte(prefix, 0) >= 0 {
-			return fmt.Errorf("%w: dynamo key prefix %q holds a NUL byte", ratelimit.ErrInvalidParams, prefix)
+			return fmt.Errorf("%w: dynamo key prefix %q holds a NUL byte", algorithms.ErrInvalidParams, prefix)
 		}
 		s.prefix = prefix
 		return nil
@@ -187,7 +187,7 @@ func WithKeyPrefix(prefix string) Option {
 func WithMaxConflicts(n int) Option {
 	return func(s *Store) error {
 		if n < 1 || n > 1000 {
-			return fmt.Errorf("%w: dynamo max conflicts %d outside 1..1000", ratelimit.ErrInvalidParams, n)
+			return fmt.Errorf("%w: dynamo max conflicts %d outside 1..1000", algorithms.ErrInvalidParams, n)
 		}
 		s.maxConflicts = n
 		return nil
@@ -207,7 +207,7 @@ func WithMaxConflicts(n int) Option {
 func WithMaxRetries(n int) Option {
 	return func(s *Store) error {
 		if n < 0 || n > 1000 {
-			return fmt.Errorf("%w: dynamo max retries %d outside 0..1000", ratelimit.ErrInvalidParams, n)
+			return fmt.Errorf("%w: dynamo max retries %d outside 0..1000", algorithms.ErrInvalidParams, n)
 		}
 		s.maxRetries = n
 		return nil
@@ -220,7 +220,7 @@ func WithMaxRetries(n int) Option {
 func WithBackoff(first, max time.Duration) Option {
 	return func(s *Store) error {
 		if first <= 0 || max < first {
-			return fmt.Errorf("%w: dynamo backoff %v to %v", ratelimit.ErrInvalidParams, first, max)
+			return fmt.Errorf("%w: dynamo backoff %v to %v", algorithms.ErrInvalidParams, first, max)
 		}
 		s.backoff, s.maxBackoff = first, max
 		return nil
@@ -235,7 +235,7 @@ func WithBackoff(first, max time.Duration) Option {
 func WithCacheSize(n int) Option {
 	return func(s *Store) error {
 		if n < 0 {
-			return fmt.Errorf("%w: dynamo cache size %d is negative", ratelimit.ErrInvalidParams, n)
+			return fmt.Errorf("%w: dynamo cache size %d is negative", algorithms.ErrInvalidParams, n)
 		}
 		s.cacheSize = n
 		return nil
@@ -256,7 +256,7 @@ func WithCacheSize(n int) Option {
 func WithMaxStaleness(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < 0 {
-			return fmt.Errorf("%w: dynamo max staleness %v is negative", ratelimit.ErrInvalidParams, d)
+			return fmt.Errorf("%w: dynamo max staleness %v is negative", algorithms.ErrInvalidParams, d)
 		}
 		s.maxStale = d
 		return nil
@@ -310,7 +310,7 @@ type entry struct {
 // makes one.
 func New(client Client, opts ...Option) (*Store, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: dynamo: nil client", ratelimit.ErrInvalidParams)
+		return nil, fmt.Errorf("%w: dynamo: nil client", algorithms.ErrInvalidParams)
 	}
 	s := &Store{
 		client:       client,
@@ -361,7 +361,7 @@ func (s *Store) EncodeKey(key store.Key) ([]byte, error) {
 	}
 	if n > MaxKeyBytes {
 		return nil, fmt.Errorf("%w: dynamo: key %q encodes to %d bytes, more than DynamoDB's %d for a partition key",
-			ratelimit.ErrInvalidKey, truncate(key.String()), n, MaxKeyBytes)
+			store.ErrInvalidKey, truncate(key.String()), n, MaxKeyBytes)
 	}
 	b := make([]byte, 0, n)
 	if s.prefix != "" {
@@ -431,7 +431,7 @@ func (s *Store) Update(ctx context.Context, key store.Key, now int64, fn store.U
 // computed from the table's item (a consistent read), not from the cache.
 func (s *Store) update(ctx context.Context, key store.Key, now int64, fn store.UpdateFunc, confirm bool) error {
 	if fn == nil {
-		return fmt.Errorf("%w: dynamo: nil update function", ratelimit.ErrInvalidParams)
+		return fmt.Errorf("%w: dynamo: nil update function", algorithms.ErrInvalidParams)
 	}
 	pk, err := s.EncodeKey(key)
 	if err != nil {
@@ -589,7 +589,7 @@ func parseItem(av map[string]types.AttributeValue) (*item, error) {
 	it := &item{present: true}
 	st, ok := av[AttrState].(*types.AttributeValueMemberB)
 	if !ok {
-		return nil, fmt.Errorf("%w: dynamo: item has no binary %q attribute", ratelimit.ErrCorruptState, AttrState)
+		return nil, fmt.Errorf("%w: dynamo: item has no binary %q attribute", algorithms.ErrCorruptState, AttrState)
 	}
 	it.state = st.Value
 	var err error
@@ -605,11 +605,11 @@ func parseItem(av map[string]types.AttributeValue) (*item, error) {
 func numberAttr(av map[string]types.AttributeValue, name string) (int64, error) {
 	n, ok := av[name].(*types.AttributeValueMemberN)
 	if !ok {
-		return 0, fmt.Errorf("%w: dynamo: item has no number %q attribute", ratelimit.ErrCorruptState, name)
+		return 0, fmt.Errorf("%w: dynamo: item has no number %q attribute", algorithms.ErrCorruptState, name)
 	}
 	v, err := strconv.ParseInt(n.Value, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: dynamo: item attribute %q = %q is not an integer", ratelimit.ErrCorruptState, name, n.Value)
+		return 0, fmt.Errorf("%w: dynamo: item attribute %q = %q is not an integer", algorithms.ErrCorruptState, name, n.Value)
 	}
 	return v, nil
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
-	"github.com/ratelimitkit/ratelimit"
+	"github.com/ratelimitkit/ratelimit/algorithms"
 )
 
 // TableClient is the part of a *dynamodb.Client that CreateTable uses.
@@ -61,7 +61,7 @@ type TableStatus struct {
 func CreateTable(ctx context.Context, client TableClient, table string) (TableStatus, error) {
 	var st TableStatus
 	if client == nil {
-		return st, fmt.Errorf("%w: dynamo: nil client", ratelimit.ErrInvalidParams)
+		return st, fmt.Errorf("%w: dynamo: nil client", algorithms.ErrInvalidParams)
 	}
 	desc, err := client.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
 	var notFound *types.ResourceNotFoundException
