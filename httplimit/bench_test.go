@@ -11,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/httplimit"
+	"github.com/ratelimitkit/ratelimit/internal/cputime"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -150,11 +151,11 @@ func BenchmarkOverhead(b *testing.B) {
 		h.ServeHTTP(w, r)
 	}
 	measure := func(f func()) time.Duration {
-		start := cpuTime()
+		start := cputime.Process()
 		for range batch {
 			f()
 		}
-		return cpuTime() - start
+		return cputime.Process() - start
 	}
 	measure(allow) // warm up
 	measure(serve)
