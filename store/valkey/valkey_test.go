@@ -10,9 +10,8 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
-	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
 var prefixes atomic.Int64
@@ -72,28 +71,11 @@ func expiries(c vk.Client, prefix string) func(ctx context.Context) ([]conforman
 }
 
 // harnessOn returns a conformance factory for stores on c, each with its own
-// prefix and the server clock off.
-// Its Twin is a store on a new client from newClient, with the same prefix.
+// prefix and the server clock off (storetest.Harness). Its Twin is a store
+// on a new client from newClient, with the same prefix.
 func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client) func(t *testing.T) conformance.Harness {
 	return func(t *testing.T) conformance.Harness {
-		prefix := uniquePrefix()
-		newStore := func(t *testing.T, c vk.Client, serverClock bool) *valkey.Store {
-			s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(serverClock))
-			if err != nil {
-				t.Fatalf("valkey.New: %v", err)
-			}
-			return s
-		}
-		s := newStore(t, c, false)
-		return conformance.Harness{
-			Store:              s,
-			Expiries:           expiries(c, prefix),
-			RealTimeExpiry:     true,
-			State:              valkey.State(s),
-			ServerClock:        func(t *testing.T) store.Store { return newStore(t, c, true) },
-			DecidesAllBuiltins: true,
-			Twin:               func(t *testing.T) store.Store { return newStore(t, newClient(t), false) },
-		}
+		return storetest.Harness(t, target(c), uniquePrefix(), func(t testing.TB) storetest.Target { return target(newClient(t)) })
 	}
 }
 
