@@ -110,8 +110,8 @@ func BenchmarkOutage(b *testing.B) {
 // in one process, 10,000 calls each per iteration (the side that goes first
 // alternates), and reports the ratio of breaker-open to memory time per
 // call: its median, quartiles and extremes over the iterations (run it with
-// -benchtime=Nx for N rounds), in the process's CPU time (cpu-ratio,
-// internal/cputime) and in wall time (ratio).
+// -benchtime=Nx for N rounds), in the CPU time of the benchmark's thread
+// (cpu-ratio, on Linux) and in wall time (ratio).
 func BenchmarkOutageRatio(b *testing.B) {
 	memLim, outageLim := outageLimiters(b)
 	reportRatio(b, memLim.Allow, outageLim.Allow)
@@ -120,19 +120,19 @@ func BenchmarkOutageRatio(b *testing.B) {
 // reportRatio times allow(ctx, "key") by base and by other interleaved in
 // one process, 10,000 calls each per iteration (the side that goes first
 // alternates), and reports the ratio of other's to base's time per call:
-// its spread over the iterations (reportSpread), in the process's CPU
-// time (cpu-ratio) and in wall time (ratio).
+// its spread over the iterations (reportSpread), in the CPU time of the
+// benchmark's thread (cpu-ratio, on Linux) and in wall time (ratio).
 func reportRatio(b *testing.B, base, other func(context.Context, string) (ratelimit.Decision, error)) {
 	ctx := context.Background()
 	const calls = 10000
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	timeCalls := func(allow func(context.Context, string) (ratelimit.Decision, error)) (wall, cpu time.Duration) {
-		start, startCPU := time.Now(), cputime.Process()
+		start, startCPU := time.Now(), cputime.Thread()
 		for range calls {
 			allow(ctx, "key")
 		}
-		return time.Since(start), cputime.Process() - startCPU
+		return time.Since(start), cputime.Thread() - startCPU
 	}
 	var ratios, cpuRatios []float64
 	for b.Loop() {

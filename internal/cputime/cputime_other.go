@@ -1,4 +1,4 @@
-//go:build !unix
+//go:build !linux
 
 package cputime
 
@@ -6,6 +6,6 @@ import "time"
 
 var start = time.Now()
 
-// Process falls back to the wall time since the process started where the
-// platform has no getrusage.
-func Process() time.Duration { return time.Since(start) }
+// Thread falls back to the wall time since the process started where the
+// thread's CPU clock is not read.
+func Thread() time.Duration { return time.Since(start) }
