@@ -1,8 +1,11 @@
 // Package storetest holds the tests the Redis and Valkey stores share
-// beyond the conformance suite: keys without expiry after a concurrent load,
-// the server clock, scripts lost by SCRIPT FLUSH, coalesced decisions
-// against sequential ones, and failure and recovery against a private
-// redis-server that the test stops and starts.
+// beyond the conformance suite, and the harness that runs the suite on
+// them (Harness): keys without expiry after a concurrent load, the server
+// clock, scripts lost by SCRIPT FLUSH, coalesced decisions against
+// sequential ones, exact admission under concurrency (AdmitsExactly),
+// failure and recovery against a private redis-server that the test stops
+// and starts, and callers and exports bounded on one it freezes (Hung,
+// ExportBounded).
 package storetest
 
 import (
