@@ -5,10 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -85,7 +81,7 @@ func openValkey(t *testing.T) store.Store {
 // undropped: dynalite exits when a client drops a request it has not read
 // to its end, as a caller whose deadline ends its request does.
 func openDynamo(t *testing.T) store.Store {
-	endpoint := privateDynalite(t)
+	endpoint := "http://" + testserver.StartDynalite(t).Addr()
 	client := dynamodb.NewFromConfig(aws.Config{
 		Region:      "us-east-1",
 		Credentials: credentials.NewStaticCredentialsProvider("test", "test", ""),
@@ -177,64 +173,6 @@ func openDynamoOn(t *testing.T, client *dynamodb.Client, c dynamo.Client) store.
 		t.Fatal(err)
 	}
 	return s
-}
-
-// privateDynalite starts a dynalite of the test's own (installed by
-// scripts/servers.sh) and returns its endpoint.
-func privateDynalite(t *testing.T) string {
-	t.Helper()
-	bin, err := filepath.Abs(filepath.Join("scripts", "dynalite", "node_modules", ".bin", "dynalite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, errBin := os.Stat(bin)
-	_, errNode := exec.LookPath("node")
-	if errBin != nil || errNode != nil {
-		msg := fmt.Sprintf("no dynalite at %s or no node on PATH: run `make test` (scripts/servers.sh installs it)", bin)
-		if os.Getenv(testserver.EnvCI) != "" {
-			t.Fatal(msg + " (CI is set)")
-		}
-		t.Skip(msg)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
-	dir := t.TempDir()
-	log, err := os.Create(filepath.Join(dir, "dynalite.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	cmd := exec.Command(bin, "--host", "127.0.0.1", "--port", port, "--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting dynalite: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-done
-	})
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			c.Close()
-			return "http://" + addr
-		}
-		select {
-		case <-done:
-			b, _ := os.ReadFile(filepath.Join(dir, "dynalite.log"))
-			t.Fatalf("dynalite exited at start: %s", b)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("dynalite did not listen on %s within 30s", addr)
-		}
-	}
 }
 
 func openPostgres(t *testing.T) store.Store {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/cputime"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 )
 
@@ -70,11 +71,11 @@ func loopCPU(b *testing.B, call func()) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	b.ReportAllocs()
-	start := threadCPU()
+	start := cputime.Thread()
 	for b.Loop() {
 		call()
 	}
-	if cpu := threadCPU() - start; cpu > 0 {
+	if cpu := cputime.Thread() - start; cpu > 0 {
 		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
+	"github.com/ratelimitkit/ratelimit/internal/cputime"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/memory"
 	rlredis "github.com/ratelimitkit/ratelimit/store/redis"
@@ -127,11 +128,11 @@ func reportRatio(b *testing.B, base, other func(context.Context, string) (rateli
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	timeCalls := func(allow func(context.Context, string) (ratelimit.Decision, error)) (wall, cpu time.Duration) {
-		start, startCPU := time.Now(), threadCPU()
+		start, startCPU := time.Now(), cputime.Thread()
 		for range calls {
 			allow(ctx, "key")
 		}
-		return time.Since(start), threadCPU() - startCPU
+		return time.Since(start), cputime.Thread() - startCPU
 	}
 	var ratios, cpuRatios []float64
 	for b.Loop() {

@@ -847,29 +847,7 @@ func testOwnAlgorithm(t *testing.T, newHarness func(*testing.T) Harness) {
 	h := newHarness(t)
 	f := newFixture(t, h.Store, ownAlgorithm{limit: 25})
 	allows, where := f.instances(h, h.Store, ownAlgorithm{limit: 25})
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	admitted := 0
-	for w := 0; w < 10; w++ {
-		wg.Add(1)
-		allow := allows[w%len(allows)]
-		go func() {
-			defer wg.Done()
-			for i := 0; i < 5; i++ {
-				d, err := allow(context.Background(), "own")
-				if err != nil {
-					t.Errorf("lim.Allow(key) with a user's algorithm: %v", err)
-					return
-				}
-				if d.Allowed {
-					mu.Lock()
-					admitted++
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	admitted := admitConcurrently(t, 10, 5, "own", allows...)
 	if admitted != 25 {
 		t.Errorf("10 goroutines × 5 lim.Allow(key) with a user's algorithm of limit 25%s admitted %d, want 25", where, admitted)
 	}

@@ -191,111 +191,112 @@ func noLeaks(t *testing.T) {
 	})
 }
 
-// TestFailureConnectionKilled kills the backend of a decision while it
-// waits for a row lock (pg_terminate_backend from another connection).
-func TestFailureConnectionKilled(t *testing.T) {
-	noLeaks(t)
-	p := newTestPool(t, 4)
-	admin, err := pgx.Connect(context.Background(), testserver.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(context.Background())
-	for _, path := range bothPaths {
-		t.Run(path.name, func(t *testing.T) {
-			f := newFailureFixture(t, p, path.store)
-			allow(t, f.closed, "k", 1)
-			release := rowLock(t, f.s, []byte(f.closed.Namespace()+":k"))
-			for _, lim := range []*ratelimit.Limiter{f.closed, f.open} {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				ch := allowAsync(ctx, lim, "k")
-				pid := waitingBackend(t, admin, strings.Trim(f.s.Table(), `"`))
-				if _, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid); err != nil {
-					t.Fatal(err)
-				}
-				r := await(t, ch, 5*time.Second)
-				cancel()
-				checkFailed(t, "connection killed", r, lim == f.open)
-				var pe *pgconn.PgError
-				if errors.As(r.err, &pe) && pe.Code != "57P01" {
-					t.Errorf("error %v has SQLSTATE %s, want 57P01 (admin shutdown)", r.err, pe.Code)
-				}
+// TestFailureWhileLocked runs decisions while another transaction holds
+// the key's row lock and fails them each way of the table: the error comes
+// back in time, prefixed and wrapping the backend's error, with the
+// limiter's failure policy applied; the failed decision is not applied,
+// also after the lock is released (a decision whose deadline passed gave
+// the server its deadline as lock_timeout); the same pool serves the next
+// decision.
+func TestFailureWhileLocked(t *testing.T) {
+	faults := []struct {
+		name string
+		// pool is the pool the decisions run on.
+		pool func(t *testing.T) *testPool
+		// deadline is the decision's context deadline.
+		deadline time.Duration
+		// fail, unless nil, fails the decision that waits for the lock.
+		fail func(t *testing.T, f failureFixture)
+		// check checks the failed decision's error and time.
+		check func(t *testing.T, r result)
+	}{{
+		// The server kills the decision's backend (pg_terminate_backend
+		// from another connection).
+		name:     "connection killed",
+		pool:     func(t *testing.T) *testPool { return newTestPool(t, 4) },
+		deadline: 10 * time.Second,
+		fail: func(t *testing.T, f failureFixture) {
+			admin, err := pgx.Connect(context.Background(), testserver.PostgresURL(t))
+			if err != nil {
+				t.Fatal(err)
 			}
-			release()
-			checkRemaining(t, f.closed, "k", 1)
-			allow(t, f.closed, "k", 1)
-			checkRemaining(t, f.closed, "k", 2)
-		})
-	}
-}
-
-// TestFailureDeadlineWhileLocked lets a decision's context deadline pass
-// while another transaction holds the key's row lock: the error wraps
-// context.DeadlineExceeded and comes back at the deadline, and the
-// abandoned decision is not applied when the lock is released later.
-func TestFailureDeadlineWhileLocked(t *testing.T) {
-	noLeaks(t)
-	p := newTestPool(t, 4)
-	for _, path := range bothPaths {
-		t.Run(path.name, func(t *testing.T) {
-			f := newFailureFixture(t, p, path.store)
-			allow(t, f.closed, "k", 1)
-			release := rowLock(t, f.s, []byte(f.closed.Namespace()+":k"))
-			for _, lim := range []*ratelimit.Limiter{f.closed, f.open} {
-				const deadline = 300 * time.Millisecond
-				ctx, cancel := context.WithTimeout(context.Background(), deadline)
-				r := await(t, allowAsync(ctx, lim, "k"), 5*time.Second)
-				cancel()
-				checkFailed(t, "deadline while locked", r, lim == f.open)
-				if !errors.Is(r.err, context.DeadlineExceeded) {
-					t.Errorf("error %v does not wrap context.DeadlineExceeded", r.err)
-				}
-				if r.elapsed > deadline+time.Second {
-					t.Errorf("lim.Allow returned after %v, want about the %v deadline", r.elapsed, deadline)
-				}
+			defer admin.Close(context.Background())
+			pid := waitingBackend(t, admin, strings.Trim(f.s.Table(), `"`))
+			if _, err := admin.Exec(context.Background(), "SELECT pg_terminate_backend($1)", pid); err != nil {
+				t.Fatal(err)
 			}
-			time.Sleep(200 * time.Millisecond) // let the server notice too
-			release()
-			time.Sleep(200 * time.Millisecond) // an abandoned decision would run now
-			checkRemaining(t, f.closed, "k", 1)
-		})
-	}
-}
-
-// TestFailureStatementTimeout runs decisions on connections with a server
-// statement_timeout while the key's row is locked elsewhere.
-func TestFailureStatementTimeout(t *testing.T) {
-	noLeaks(t)
-	u, err := url.Parse(testserver.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := u.Query()
-	q.Set("statement_timeout", "200")
-	u.RawQuery = q.Encode()
-	p := newTestPoolURL(t, u.String(), 4)
-	for _, path := range bothPaths {
-		t.Run(path.name, func(t *testing.T) {
-			f := newFailureFixture(t, p, path.store)
-			allow(t, f.closed, "k", 1)
-			release := rowLock(t, f.s, []byte(f.closed.Namespace()+":k"))
-			for _, lim := range []*ratelimit.Limiter{f.closed, f.open} {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				r := await(t, allowAsync(ctx, lim, "k"), 5*time.Second)
-				cancel()
-				checkFailed(t, "statement timeout", r, lim == f.open)
-				var pe *pgconn.PgError
-				if !errors.As(r.err, &pe) || pe.Code != "57014" {
-					t.Errorf("error %v does not wrap a *pgconn.PgError with SQLSTATE 57014 (query_canceled)", r.err)
-				}
-				if r.elapsed > 2*time.Second {
-					t.Errorf("lim.Allow returned after %v, want about the 200ms statement timeout", r.elapsed)
-				}
+		},
+		check: func(t *testing.T, r result) {
+			var pe *pgconn.PgError
+			if errors.As(r.err, &pe) && pe.Code != "57P01" {
+				t.Errorf("error %v has SQLSTATE %s, want 57P01 (admin shutdown)", r.err, pe.Code)
 			}
-			release()
-			checkRemaining(t, f.closed, "k", 1)
-			allow(t, f.closed, "k", 1)
-			checkRemaining(t, f.closed, "k", 2)
+		},
+	}, {
+		// The connections have a server statement_timeout of 200ms.
+		name: "statement timeout",
+		pool: func(t *testing.T) *testPool {
+			u, err := url.Parse(testserver.PostgresURL(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			q := u.Query()
+			q.Set("statement_timeout", "200")
+			u.RawQuery = q.Encode()
+			return newTestPoolURL(t, u.String(), 4)
+		},
+		deadline: 10 * time.Second,
+		check: func(t *testing.T, r result) {
+			var pe *pgconn.PgError
+			if !errors.As(r.err, &pe) || pe.Code != "57014" {
+				t.Errorf("error %v does not wrap a *pgconn.PgError with SQLSTATE 57014 (query_canceled)", r.err)
+			}
+			if r.elapsed > 2*time.Second {
+				t.Errorf("lim.Allow returned after %v, want about the 200ms statement timeout", r.elapsed)
+			}
+		},
+	}, {
+		// The decision's context deadline passes.
+		name:     "deadline",
+		pool:     func(t *testing.T) *testPool { return newTestPool(t, 4) },
+		deadline: 300 * time.Millisecond,
+		check: func(t *testing.T, r result) {
+			if !errors.Is(r.err, context.DeadlineExceeded) {
+				t.Errorf("error %v does not wrap context.DeadlineExceeded", r.err)
+			}
+			if r.elapsed > 300*time.Millisecond+time.Second {
+				t.Errorf("lim.Allow returned after %v, want about the 300ms deadline", r.elapsed)
+			}
+		},
+	}}
+	for _, fault := range faults {
+		t.Run(fault.name, func(t *testing.T) {
+			noLeaks(t)
+			p := fault.pool(t)
+			for _, path := range bothPaths {
+				t.Run(path.name, func(t *testing.T) {
+					f := newFailureFixture(t, p, path.store)
+					allow(t, f.closed, "k", 1)
+					release := rowLock(t, f.s, []byte(f.closed.Namespace()+":k"))
+					for _, lim := range []*ratelimit.Limiter{f.closed, f.open} {
+						ctx, cancel := context.WithTimeout(context.Background(), fault.deadline)
+						ch := allowAsync(ctx, lim, "k")
+						if fault.fail != nil {
+							fault.fail(t, f)
+						}
+						r := await(t, ch, 5*time.Second)
+						cancel()
+						checkFailed(t, fault.name, r, lim == f.open)
+						fault.check(t, r)
+					}
+					time.Sleep(200 * time.Millisecond) // let the server notice too
+					release()
+					time.Sleep(200 * time.Millisecond) // an abandoned decision would run now
+					checkRemaining(t, f.closed, "k", 1)
+					allow(t, f.closed, "k", 1)
+					checkRemaining(t, f.closed, "k", 2)
+				})
+			}
 		})
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/walk"
 )
 
 func toVals(state []byte) []int64 {
@@ -109,19 +110,11 @@ func TestSQLFormsEqualGoForms(t *testing.T) {
 		t.Run(fam[0].Name(), func(t *testing.T) {
 			for seed := uint64(1); seed <= 4; seed++ {
 				rng := rand.New(rand.NewPCG(seed, 0xd1ff))
-				now := int64(1_900_000_000_000_000) + rng.Int64N(1_000_000)
+				w := walk.New(rng, fam, steps, 4, 3)
 				var state []byte
 				for i := 0; i < 300; i++ {
-					alg := fam[0]
-					if rng.IntN(4) == 0 {
-						alg = fam[rng.IntN(len(fam))]
-					}
-					now += steps[rng.IntN(len(steps))]
-					cost := int64(1)
-					if rng.IntN(3) == 0 {
-						cost = 1 + rng.Int64N(alg.MaxCost())
-					}
-					req := algorithms.Request{Now: now, Cost: cost, Peek: rng.IntN(8) == 0}
+					alg, req := w.Next()
+					now := req.Now
 					switch rng.IntN(6) {
 					case 0: // a reservation
 						req.Peek, req.MaxDelay = false, rng.Int64N(2_000_000)

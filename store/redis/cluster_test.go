@@ -2,8 +2,6 @@ package redis_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store/redis"
 )
@@ -89,40 +88,7 @@ func TestClusterNodeRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var next atomic.Int64
-	var admitted [keys]atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= keys*perKey {
-					return
-				}
-				d, err := lim.Allow(context.Background(), fmt.Sprintf("k%d", i%keys))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if d.Allowed {
-					admitted[i%keys].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for k := range keys {
-		if got := admitted[k].Load(); got != limit {
-			t.Errorf("key k%d: %d of %d decisions admitted, want exactly %d", k, got, perKey, limit)
-		}
-	}
+	storetest.AdmitsExactly(t, lim, keys, perKey, limit, callers)
 	runs := counter.runs.Load()
 	t.Logf("%d script runs for %d decisions", runs, keys*perKey)
 	// One run per slot would be about one per decision; one per node and

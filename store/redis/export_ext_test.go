@@ -13,6 +13,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/statefile"
 	"github.com/ratelimitkit/ratelimit/store"
@@ -38,57 +39,20 @@ func TestExportUnsupported(t *testing.T) {
 	}
 }
 
-// TestExportBoundedOnFrozenServer checks that Count and Export on a server
-// that accepts connections and never answers (SIGSTOP) fail within about
-// one round trip's budget (redisengine.ExportTimeout, 1 s), on a client
-// built with go-redis's defaults (which do not honour a context's deadline
-// while reading, and retry), and that they work again once it answers.
+// TestExportBoundedOnFrozenServer runs storetest.ExportBounded (Count on
+// a frozen server fails within about 1 s and works after the thaw) on a
+// client built with go-redis's defaults (which do not honour a context's
+// deadline while reading, and retry), once with the server's clock (one
+// more round trip before the scan) and once without.
 func TestExportBoundedOnFrozenServer(t *testing.T) {
-	srv := testserver.StartRedis(t)
-	c := goredis.NewClient(&goredis.Options{Addr: srv.Addr()})
-	t.Cleanup(func() { c.Close() })
-	s, err := redis.New(c, redis.WithPrefix("frozen"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	lim, err := ratelimit.New(s, algorithms.GCRA(10, time.Hour, 10), ratelimit.WithName("api"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 50 {
-		if _, err := lim.Allow(ctx, fmt.Sprint("user-", i)); err != nil {
-			t.Fatal(err)
+	storetest.ExportBounded(t, func(t *testing.T, addr string) []store.Store {
+		c := goredis.NewClient(&goredis.Options{Addr: addr})
+		t.Cleanup(func() { c.Close() })
+		return []store.Store{
+			mustNew(t, c, redis.WithPrefix("frozen")),
+			mustNew(t, c, redis.WithPrefix("frozen"), redis.WithServerClock(false)),
 		}
-	}
-	if n, err := statefile.Count(ctx, lim.Store(), lim.Namespace(), time.Now()); n != 50 || err != nil {
-		t.Fatalf("Count = %d, %v; want 50", n, err)
-	}
-	// Once with the server's clock (one more round trip before the scan),
-	// once without.
-	for _, st := range []store.Store{s, mustNew(t, c, redis.WithPrefix("frozen"), redis.WithServerClock(false))} {
-		srv.Freeze()
-		start := time.Now()
-		n, err := statefile.Count(ctx, st, "", time.Now())
-		took := time.Since(start)
-		srv.Thaw()
-		if err == nil || !errors.Is(err, context.DeadlineExceeded) || took > 2500*time.Millisecond {
-			t.Errorf("Count on a frozen server = %d, %v after %v; want a deadline error within about 1s", n, err, took)
-		}
-		t.Logf("Count on a frozen server failed after %v: %v", took.Round(time.Millisecond), err)
-	}
-	// The frozen calls' replies may still be in flight on old connections.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := statefile.Count(ctx, lim.Store(), lim.Namespace(), time.Now())
-		if err == nil && n == 50 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Count after the thaw = %d, %v; want 50", n, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	})
 }
 
 func mustNew(t *testing.T, c goredis.UniversalClient, opts ...redis.Option) *redis.Store {

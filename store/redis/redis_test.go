@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store"
 	"github.com/ratelimitkit/ratelimit/store/redis"
@@ -92,56 +93,27 @@ func expiries(c goredis.UniversalClient, prefix string) func(ctx context.Context
 }
 
 // harnessOn returns a conformance factory for stores on c, each with its own
-// prefix and the server clock off. Its Twin is a store on a new client from
-// newClient, with the same prefix.
-func harnessOn(c goredis.UniversalClient, newClient func(testing.TB) goredis.UniversalClient) func(t *testing.T) conformance.Harness {
+// prefix and the server clock off (storetest.Harness). Its Twin is a store
+// on a new client from newClient, with the same prefix; its Freeze is
+// freeze (nil: the fault group that needs one skips).
+func harnessOn(c goredis.UniversalClient, newClient func(testing.TB) goredis.UniversalClient, freeze func(*testing.T) (store.Store, func())) func(t *testing.T) conformance.Harness {
 	return func(t *testing.T) conformance.Harness {
-		prefix := uniquePrefix()
-		newStore := func(t *testing.T, c goredis.UniversalClient, serverClock bool) *redis.Store {
-			s, err := redis.New(c, redis.WithPrefix(prefix), redis.WithServerClock(serverClock))
-			if err != nil {
-				t.Fatalf("redis.New: %v", err)
-			}
-			return s
-		}
-		s := newStore(t, c, false)
-		return conformance.Harness{
-			Store:              s,
-			Expiries:           expiries(c, prefix),
-			RealTimeExpiry:     true,
-			State:              redis.State(s),
-			ServerClock:        func(t *testing.T) store.Store { return newStore(t, c, true) },
-			DecidesAllBuiltins: true,
-			Twin:               func(t *testing.T) store.Store { return newStore(t, newClient(t), false) },
-		}
+		h := storetest.Harness(t, target(c), uniquePrefix(), func(t testing.TB) storetest.Target { return target(newClient(t)) })
+		h.Freeze = freeze
+		return h
 	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	newHarness := harnessOn(standalone(t), standalone)
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		h := newHarness(t)
-		h.Freeze = frozen // real faults on a private server
-		return h
-	})
+	conformance.Run(t, harnessOn(standalone(t), standalone, frozen)) // real faults on a private server
 }
 
 func TestConformanceCluster(t *testing.T) {
-	newHarness := harnessOn(cluster(t), cluster)
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		h := newHarness(t)
-		h.Freeze = frozenCluster
-		return h
-	})
+	conformance.Run(t, harnessOn(cluster(t), cluster, frozenCluster))
 }
 
 func TestConformanceRing(t *testing.T) {
-	newHarness := harnessOn(ring(t), ring)
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		h := newHarness(t)
-		h.Freeze = frozenRing
-		return h
-	})
+	conformance.Run(t, harnessOn(ring(t), ring, frozenRing))
 }
 
 // frozenCluster is the Cluster harness's Freeze: a store on a cluster

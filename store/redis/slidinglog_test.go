@@ -18,6 +18,7 @@ import (
 
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
+	"github.com/ratelimitkit/ratelimit/internal/walk"
 )
 
 // luaDecide runs alg's Lua form on key directly, with the request's time.
@@ -57,20 +58,12 @@ func TestSlidingLogLuaEqualsGo(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 0x10a))
 		key := uniquePrefix() + ":log"
-		now := int64(1_900_000_000_000_000) + rng.Int64N(1_000_000)
+		w := walk.New(rng, fam, steps, 6, 5)
 		var state []byte
 		var expires int64
 		for i := 0; i < 1500; i++ {
-			alg := fam[0]
-			if rng.IntN(6) == 0 {
-				alg = fam[rng.IntN(len(fam))]
-			}
-			now += steps[rng.IntN(len(steps))]
-			cost := int64(1)
-			if rng.IntN(5) == 0 {
-				cost = 1 + rng.Int64N(alg.MaxCost())
-			}
-			req := algorithms.Request{Now: now, Cost: cost, Peek: rng.IntN(8) == 0}
+			alg, req := w.Next()
+			now := req.Now
 			// State past its TTL decides as none, but stays stored until
 			// a write replaces it: a clock stepping back finds it again.
 			cur := state

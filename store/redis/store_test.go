@@ -32,6 +32,9 @@ func target(c goredis.UniversalClient) storetest.Target {
 				return n.ScriptFlush(ctx).Err()
 			})
 		},
+		State: func(s store.Store) func(context.Context, store.Key) ([]byte, int64, error) {
+			return redis.State(s.(*redis.Store))
+		},
 		Set: func(ctx context.Context, key, value string) error {
 			return c.Set(ctx, key, value, time.Minute).Err()
 		},

@@ -3,7 +3,6 @@ package valkey
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"github.com/ratelimitkit/ratelimit"
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/internal/redisengine"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 )
 
@@ -75,40 +75,7 @@ func TestClusterStaleSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	const keys, perKey, limit, callers = 100, 8, 4, 32
-	var next atomic.Int64
-	var admitted [keys]atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= keys*perKey {
-					return
-				}
-				d, err := lim.Allow(ctx, fmt.Sprintf("k%d", i%keys))
-				if err != nil {
-					errs <- err
-					return
-				}
-				if d.Allowed {
-					admitted[i%keys].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	for k := range keys {
-		if got := admitted[k].Load(); got != limit {
-			t.Errorf("key k%d: %d of %d decisions admitted, want exactly %d", k, got, perKey, limit)
-		}
-	}
+	storetest.AdmitsExactly(t, lim, keys, perKey, limit, callers)
 	if b.missed.Load() == 0 {
 		t.Error("no run met a key its master does not serve: the test sent none to a wrong master")
 	}

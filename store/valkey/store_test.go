@@ -34,6 +34,9 @@ func target(c vk.Client) storetest.Target {
 			}
 			return nil
 		},
+		State: func(s store.Store) func(context.Context, store.Key) ([]byte, int64, error) {
+			return valkey.State(s.(*valkey.Store))
+		},
 		Set: func(ctx context.Context, key, value string) error {
 			return c.Do(ctx, c.B().Set().Key(key).Value(value).Px(time.Minute).Build()).Error()
 		},

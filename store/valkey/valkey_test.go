@@ -10,9 +10,9 @@ import (
 	vk "github.com/valkey-io/valkey-go"
 
 	"github.com/ratelimitkit/ratelimit/conformance"
+	"github.com/ratelimitkit/ratelimit/internal/redisengine/storetest"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
 	"github.com/ratelimitkit/ratelimit/store"
-	"github.com/ratelimitkit/ratelimit/store/valkey"
 )
 
 var prefixes atomic.Int64
@@ -72,40 +72,21 @@ func expiries(c vk.Client, prefix string) func(ctx context.Context) ([]conforman
 }
 
 // harnessOn returns a conformance factory for stores on c, each with its own
-// prefix and the server clock off.
-// Its Twin is a store on a new client from newClient, with the same prefix.
-func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client) func(t *testing.T) conformance.Harness {
+// prefix and the server clock off (storetest.Harness). Its Twin is a store
+// on a new client from newClient, with the same prefix; its Freeze is
+// freeze (nil: the fault group that needs one skips).
+func harnessOn(c vk.Client, newClient func(testing.TB) vk.Client, freeze func(*testing.T) (store.Store, func())) func(t *testing.T) conformance.Harness {
 	return func(t *testing.T) conformance.Harness {
-		prefix := uniquePrefix()
-		newStore := func(t *testing.T, c vk.Client, serverClock bool) *valkey.Store {
-			s, err := valkey.New(c, valkey.WithPrefix(prefix), valkey.WithServerClock(serverClock))
-			if err != nil {
-				t.Fatalf("valkey.New: %v", err)
-			}
-			return s
-		}
-		s := newStore(t, c, false)
-		return conformance.Harness{
-			Store:              s,
-			Expiries:           expiries(c, prefix),
-			RealTimeExpiry:     true,
-			State:              valkey.State(s),
-			ServerClock:        func(t *testing.T) store.Store { return newStore(t, c, true) },
-			DecidesAllBuiltins: true,
-			Twin:               func(t *testing.T) store.Store { return newStore(t, newClient(t), false) },
-		}
+		h := storetest.Harness(t, target(c), uniquePrefix(), func(t testing.TB) storetest.Target { return target(newClient(t)) })
+		h.Freeze = freeze
+		return h
 	}
 }
 
 func TestConformanceStandalone(t *testing.T) {
-	newHarness := harnessOn(standalone(t), standalone)
-	conformance.Run(t, func(t *testing.T) conformance.Harness {
-		h := newHarness(t)
-		h.Freeze = frozen // real faults on a private server
-		return h
-	})
+	conformance.Run(t, harnessOn(standalone(t), standalone, frozen)) // real faults on a private server
 }
 
 func TestConformanceCluster(t *testing.T) {
-	conformance.Run(t, harnessOn(cluster(t), cluster))
+	conformance.Run(t, harnessOn(cluster(t), cluster, nil))
 }

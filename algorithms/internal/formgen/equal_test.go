@@ -20,6 +20,7 @@ import (
 	"github.com/ratelimitkit/ratelimit/algorithms"
 	"github.com/ratelimitkit/ratelimit/algorithms/forms"
 	"github.com/ratelimitkit/ratelimit/internal/testserver"
+	"github.com/ratelimitkit/ratelimit/internal/walk"
 )
 
 // TestLuaEqualsGo runs the generated Lua forms on a real Redis server and
@@ -55,21 +56,12 @@ func TestLuaEqualsGo(t *testing.T) {
 			script := goredis.NewScript(src)
 			for seed := uint64(1); seed <= 4; seed++ {
 				rng := rand.New(rand.NewPCG(seed, 0x1a))
-				now := int64(1_900_000_000_000_000) + rng.Int64N(1_000_000)
+				w := walk.New(rng, fam, steps, 4, 3)
 				var stored []byte // the state last written
 				var expires int64 // when it stops being live
 				c.Del(ctx, key)
 				for i := 0; i < 300; i++ {
-					alg := fam[0]
-					if rng.IntN(4) == 0 {
-						alg = fam[rng.IntN(len(fam))]
-					}
-					now += steps[rng.IntN(len(steps))]
-					cost := int64(1)
-					if rng.IntN(3) == 0 {
-						cost = 1 + rng.Int64N(alg.MaxCost())
-					}
-					req := algorithms.Request{Now: now, Cost: cost, Peek: rng.IntN(8) == 0}
+					alg, req := w.Next()
 					if rng.IntN(8) == 0 {
 						// A reading older than the state: a request that read
 						// the clock, then waited for the key.
@@ -90,7 +82,7 @@ func TestLuaEqualsGo(t *testing.T) {
 					}
 					// A slack of an hour: the key must not expire in real
 					// time while the simulated clock wanders.
-					reply, err := script.Run(ctx, c, []string{key}, req.Now, cost, peek, "0", "3600000",
+					reply, err := script.Run(ctx, c, []string{key}, req.Now, req.Cost, peek, "0", "3600000",
 						forms.PackLuaArgs(alg.(forms.ServerForm).ServerArgs())).Text()
 					var r [forms.LuaReplyLen]int64
 					if err == nil {

@@ -1,8 +1,11 @@
 // Package storetest holds the tests the Redis and Valkey stores share
-// beyond the conformance suite: keys without expiry after a concurrent load,
-// the server clock, scripts lost by SCRIPT FLUSH, coalesced decisions
-// against sequential ones, and failure and recovery against a private
-// redis-server that the test stops and starts.
+// beyond the conformance suite, and the harness that runs the suite on
+// them (Harness): keys without expiry after a concurrent load, the server
+// clock, scripts lost by SCRIPT FLUSH, coalesced decisions against
+// sequential ones, exact admission under concurrency (AdmitsExactly),
+// failure and recovery against a private redis-server that the test stops
+// and starts, and callers and exports bounded on one it freezes (Hung,
+// ExportBounded).
 package storetest
 
 import (
@@ -34,6 +37,27 @@ type Target struct {
 	FlushScripts func(ctx context.Context) error
 	// Set writes a raw string value to key, with a PX of one minute.
 	Set func(ctx context.Context, key, value string) error
+	// State reads a key's state from a store NewStore returned, as
+	// conformance.Harness.State does.
+	State func(s store.Store) func(ctx context.Context, key store.Key) ([]byte, int64, error)
+}
+
+// Harness returns the conformance harness of a store of tg under prefix,
+// the server clock off: expiries in real time, the state readable, every
+// built-in algorithm decided by the server. Its ServerClock store is one
+// of tg with the server clock on, and its Twin a store of twin(t) (a new
+// client of the same server), both under the same prefix.
+func Harness(t *testing.T, tg Target, prefix string, twin func(t testing.TB) Target) conformance.Harness {
+	s := tg.NewStore(t, prefix, false)
+	return conformance.Harness{
+		Store:              s,
+		Expiries:           tg.Expiries(prefix),
+		RealTimeExpiry:     true,
+		State:              tg.State(s),
+		ServerClock:        func(t *testing.T) store.Store { return tg.NewStore(t, prefix, true) },
+		DecidesAllBuiltins: true,
+		Twin:               func(t *testing.T) store.Store { return twin(t).NewStore(t, prefix, false) },
+	}
 }
 
 // Corrupt checks that state the scripts cannot read is an error wrapping
