@@ -52,12 +52,12 @@ func TestCompositeFields(t *testing.T) {
 }
 
 // TestCompositeSameAlgorithm: two limits of one algorithm are told apart
-// by their position.
+// by their part names, which do not change when parts are reordered.
 func TestCompositeSameAlgorithm(t *testing.T) {
 	lim := newLimiter(t, algorithms.All(algorithms.FixedWindow(10, time.Second), algorithms.FixedWindow(100, time.Hour)))
 	srv := serve(t, []httplimit.Rule{{Name: "api", Limiter: lim}}, ok)
 	r := get(t, srv.Client(), srv.URL)
-	if got, want := r.header.Get("RateLimit-Policy"), `"api-1";q=10;w=1, "api-2";q=100;w=3600`; got != want {
+	if got, want := r.header.Get("RateLimit-Policy"), `"api-fixed_window-1s";q=10;w=1, "api-fixed_window-1h";q=100;w=3600`; got != want {
 		t.Errorf("RateLimit-Policy %q, want %q", got, want)
 	}
 }

@@ -67,8 +67,8 @@ func joinPolicies(outs []outcome) string {
 
 // limitItem is one limit of a rule whose limiter's algorithm is a
 // composite (algorithms.All): the rule states one policy per limit, named
-// "<rule>-<algorithm>" (or "<rule>-<n>", counting from 1, when two limits
-// share an algorithm), and one RateLimit member per limit.
+// "<rule>-<algorithm>" (or "<rule>-<part name>", Composite.PartNames, when
+// two limits share an algorithm), and one RateLimit member per limit.
 type limitItem struct {
 	policy   string // `"name";q=…;w=…`, or "" when the part states no policy
 	item     string // `"name"`
@@ -91,11 +91,12 @@ func compositeItems(name string, alg algorithms.Algorithm) ([]limitItem, error) 
 		byIndex = byIndex || seen[p.Name()]
 		seen[p.Name()] = true
 	}
+	names := c.PartNames()
 	items := make([]limitItem, len(parts))
 	for i, p := range parts {
 		n := name + "-" + p.Name()
 		if byIndex {
-			n = name + "-" + strconv.Itoa(i+1)
+			n = name + "-" + names[i]
 		}
 		var err error
 		if items[i].item, err = policyItem(n, nil); err != nil {
